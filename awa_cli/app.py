@@ -1,0 +1,246 @@
+"""The App: the registry of tasks, event hooks and follow-up specs. No I/O.
+
+Loading the ``[app] modules`` of ``awa.toml`` (``load_apps``) imports user code, nothing more.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import sys
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from awa_cli.events import Outcome
+from awa_cli.jobs import EnqueueRequest, kind_for
+from awa_cli.results import AwaError
+
+
+class RegistrationError(AwaError):
+    """A task, hook or follow-up spec was registered wrongly (raised at import time)."""
+
+
+@dataclass(frozen=True)
+class Task:
+    kind: str
+    args_type: type | None
+    fn: Callable[..., Any]
+    queue: str | None
+    is_async: bool
+
+
+@dataclass(frozen=True)
+class Hook:
+    fn: Callable[..., Any]
+    args_type: type | None  # None: untyped (args as a dict)
+
+    @property
+    def name(self) -> str:
+        return getattr(self.fn, "__qualname__", repr(self.fn))
+
+
+@dataclass(frozen=True)
+class FollowUpSpec:
+    """A registered ``on_<outcome>_enqueue[_with]``: builds follow-ups from (args, job, context)."""
+
+    outcome: Outcome
+    trigger_kind: str
+    trigger_type: type | None
+    follow_up_type: type | None
+    fn: Callable[..., Any]
+    returns_request: bool  # the ``_with`` form
+
+    @property
+    def name(self) -> str:
+        return getattr(self.fn, "__qualname__", repr(self.fn))
+
+    def build(self, args: Any, job: Any, context: tuple[Any, ...]) -> EnqueueRequest | None:
+        """Call the closure; None means enqueue nothing."""
+        result = self.fn(args, job, *context)
+        if inspect.isawaitable(result):
+            raise RegistrationError(f"follow-up spec {self.name} must be a plain function, not async")
+        if self.returns_request:
+            if result is None or isinstance(result, EnqueueRequest):
+                return result
+            raise RegistrationError(
+                f"follow-up spec {self.name} must return EnqueueRequest or None, got {type(result).__name__}"
+            )
+        if result is None:
+            raise RegistrationError(f"follow-up spec {self.name} returned None; use the _with form to skip")
+        return EnqueueRequest(result)
+
+
+def _follow_up_registrar(outcome: Outcome, returns_request: bool) -> Callable[..., Any]:
+    def register(
+        self: App, trigger: type | str, follow_up: type | None = None, fn: Callable[..., Any] | None = None
+    ) -> Any:
+        def add(f: Callable[..., Any]) -> Callable[..., Any]:
+            self._add_follow_up(outcome, trigger, follow_up, f, returns_request)
+            return f
+
+        return add if fn is None else add(fn)
+
+    form = "_with" if returns_request else ""
+    register.__name__ = f"on_{outcome.value}_enqueue{form}"
+    register.__doc__ = (
+        f"Register a durable follow-up for the {outcome.value} outcome of ``trigger`` jobs, "
+        "inserted in the same transaction as the transition. Usable as a decorator."
+    )
+    return register
+
+
+class App:
+    """Tasks, hooks and follow-up specs, keyed by job kind."""
+
+    def __init__(self) -> None:
+        self.tasks: dict[str, Task] = {}
+        self.hooks: dict[str, list[Hook]] = {}
+        self.follow_ups: dict[tuple[str, Outcome], list[FollowUpSpec]] = {}
+
+    # -- tasks ---------------------------------------------------------------------------
+    def task(
+        self, args_type: type | None = None, *, queue: str | None = None, kind: str | None = None
+    ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+        """Register a handler for jobs whose args are ``args_type``; returns it unchanged."""
+        if args_type is None and kind is None:
+            raise RegistrationError("app.task needs an args type or kind=")
+        job_kind = kind if kind is not None else kind_for(args_type)  # type: ignore[arg-type]
+
+        def register(fn: Callable[..., Any]) -> Callable[..., Any]:
+            if not callable(fn):
+                raise RegistrationError(f"handler for kind {job_kind!r} is not callable: {fn!r}")
+            self._add_task(Task(job_kind, args_type, fn, queue, inspect.iscoroutinefunction(fn)))
+            return fn
+
+        return register
+
+    def _add_task(self, task: Task) -> None:
+        existing = self.tasks.get(task.kind)
+        if existing is not None and existing.fn is not task.fn:
+            raise RegistrationError(
+                f"kind {task.kind!r} is registered twice: {_name(existing.fn)} and {_name(task.fn)}"
+            )
+        self.tasks[task.kind] = task
+
+    def queue_for(self, kind: str) -> str | None:
+        task = self.tasks.get(kind)
+        return task.queue if task else None
+
+    def kind_of_type(self, args_type: type) -> str:
+        for task in self.tasks.values():
+            if task.args_type is args_type:
+                return task.kind
+        return kind_for(args_type)
+
+    def args_type_for(self, kind: str) -> type | None:
+        task = self.tasks.get(kind)
+        return task.args_type if task else None
+
+    # -- hooks ---------------------------------------------------------------------------
+    def on_event(self, args_type: type) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+        """Register a typed hook: ``event.args`` is rebuilt as ``args_type``."""
+
+        def register(fn: Callable[..., Any]) -> Callable[..., Any]:
+            self._add_hook(self.kind_of_type(args_type), Hook(fn, args_type))
+            return fn
+
+        return register
+
+    def on_event_kind(self, kind: str, fn: Callable[..., Any] | None = None) -> Any:
+        """Register an untyped hook for ``kind`` (``event.args`` is a dict)."""
+
+        def register(f: Callable[..., Any]) -> Callable[..., Any]:
+            self._add_hook(kind, Hook(f, None))
+            return f
+
+        return register if fn is None else register(fn)
+
+    def _add_hook(self, kind: str, hook: Hook) -> None:
+        if not callable(hook.fn):
+            raise RegistrationError(f"hook for kind {kind!r} is not callable: {hook.fn!r}")
+        self.hooks.setdefault(kind, []).append(hook)
+
+    # -- follow-ups ----------------------------------------------------------------------
+    on_completed_enqueue = _follow_up_registrar(Outcome.COMPLETED, False)
+    on_completed_enqueue_with = _follow_up_registrar(Outcome.COMPLETED, True)
+    on_cancelled_enqueue = _follow_up_registrar(Outcome.CANCELLED, False)
+    on_cancelled_enqueue_with = _follow_up_registrar(Outcome.CANCELLED, True)
+    on_retried_enqueue = _follow_up_registrar(Outcome.RETRIED, False)
+    on_retried_enqueue_with = _follow_up_registrar(Outcome.RETRIED, True)
+    on_exhausted_enqueue = _follow_up_registrar(Outcome.EXHAUSTED, False)
+    on_exhausted_enqueue_with = _follow_up_registrar(Outcome.EXHAUSTED, True)
+    on_waiting_for_callback_enqueue = _follow_up_registrar(Outcome.WAITING_FOR_CALLBACK, False)
+    on_waiting_for_callback_enqueue_with = _follow_up_registrar(Outcome.WAITING_FOR_CALLBACK, True)
+    on_rescued_enqueue = _follow_up_registrar(Outcome.RESCUED, False)
+    on_rescued_enqueue_with = _follow_up_registrar(Outcome.RESCUED, True)
+
+    def _add_follow_up(
+        self,
+        outcome: Outcome,
+        trigger: type | str,
+        follow_up: type | None,
+        fn: Callable[..., Any],
+        returns_request: bool,
+    ) -> None:
+        if not callable(fn):
+            raise RegistrationError(f"follow-up spec for {trigger!r} is not callable: {fn!r}")
+        if isinstance(trigger, str):
+            kind, trigger_type = trigger, None
+        else:
+            kind, trigger_type = self.kind_of_type(trigger), trigger
+        spec = FollowUpSpec(outcome, kind, trigger_type, follow_up, fn, returns_request)
+        self.follow_ups.setdefault((kind, outcome), []).append(spec)
+
+    def specs_for(self, kind: str, outcome: Outcome) -> list[FollowUpSpec]:
+        return self.follow_ups.get((kind, outcome), [])
+
+    def has_specs(self, kind: str, outcome: Outcome) -> bool:
+        return bool(self.follow_ups.get((kind, outcome)))
+
+    # -- composition ---------------------------------------------------------------------
+    def merge(self, other: App) -> App:
+        """Add another app's registrations to this one (a kind registered twice is an error)."""
+        for task in other.tasks.values():
+            self._add_task(task)
+        for kind, hooks in other.hooks.items():
+            self.hooks.setdefault(kind, []).extend(hooks)
+        for key, specs in other.follow_ups.items():
+            self.follow_ups.setdefault(key, []).extend(specs)
+        return self
+
+
+def _name(fn: Callable[..., Any]) -> str:
+    module = getattr(fn, "__module__", "?")
+    return f"{module}.{getattr(fn, '__qualname__', repr(fn))}"
+
+
+def import_target(spec: str, base_dir: Path | None, default_attr: str | None) -> Any:
+    """Import ``module`` or ``module:attr`` with the config's folder and cwd on sys.path."""
+    module_name, _, attr = spec.partition(":")
+    for folder in (str(Path.cwd()), str(base_dir) if base_dir else None):
+        if folder and folder not in sys.path:
+            sys.path.insert(0, folder)
+    module = importlib.import_module(module_name)
+    attr = attr or default_attr or ""
+    if not attr:
+        return module
+    try:
+        return getattr(module, attr)
+    except AttributeError:
+        raise AwaError(f"[app] modules: {module_name!r} has no attribute {attr!r}") from None
+
+
+def load_apps(modules: Iterable[str], base_dir: Path | None = None) -> App:
+    """Import each ``[app] modules`` entry and merge their apps into one."""
+    merged = App()
+    for spec in modules:
+        try:
+            target = import_target(spec, base_dir, "app")
+        except ImportError as exc:
+            raise AwaError(f"[app] modules: cannot import {spec!r}: {exc}") from None
+        if not isinstance(target, App):
+            raise AwaError(f"[app] modules: {spec!r} is {type(target).__name__}, not an awa App")
+        merged.merge(target)
+    return merged

@@ -1,0 +1,234 @@
+"""Producers and operators: enqueue, inspect, admin and callback resolution.
+
+``AsyncClient`` is the implementation; ``Client`` is its synchronous twin, running the same
+code on a private event-loop thread so both behave identically. ``insert`` /
+``insert_async`` enqueue on the application's own connection, inside its transaction.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Coroutine, Iterable
+from concurrent.futures import Future
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import psycopg
+from psycopg.rows import dict_row
+from psycopg_pool import AsyncConnectionPool
+
+from awa_cli.db import queries
+from awa_cli.db.migrations import Migration, migrate_dsn
+from awa_cli.dispatch import Dispatcher, EventHook
+from awa_cli.jobs import InsertOpts, JobRow, JobState, PreparedJob, prepare
+from awa_cli.outcomes import OutcomeCore
+from awa_cli.results import JobNotFound, UniqueConflict, ValidationError
+
+if TYPE_CHECKING:
+    from awa_cli.app import App
+
+T = TypeVar("T")
+
+
+def prepare_insert(args: Any, options: dict[str, Any], app: App | None = None) -> PreparedJob:
+    """Validate one insert; an unset queue is the queue the kind was registered with."""
+    opts = InsertOpts.from_kwargs(options)
+    if opts.kind is None and app is not None and not isinstance(args, dict):
+        opts = InsertOpts.from_kwargs({**options, "kind": app.kind_of_type(type(args))})
+    default_queue = app.queue_for(opts.kind) if (app is not None and opts.kind) else None
+    return prepare(args, opts, default_queue=default_queue)
+
+
+def _row_or_conflict(record: dict[str, Any] | None, prepared: PreparedJob, holder: Any) -> JobRow:
+    if record is None:
+        raise UniqueConflict(prepared.kind, holder[0] if holder else None)
+    return JobRow.from_record(record)
+
+
+def insert(conn: psycopg.Connection[Any], args: Any, **insert_options: Any) -> JobRow:
+    """Enqueue inside the caller's transaction: visible on commit, gone on rollback."""
+    prepared = prepare_insert(args, insert_options)
+    with conn.cursor(row_factory=dict_row) as cur:
+        cur.execute(queries.INSERT_ONE, queries.insert_params(prepared))
+        record = cur.fetchone()
+        holder = None
+        if record is None:
+            cur.execute(queries.FIND_UNIQUE_HOLDER, {"unique_key": prepared.unique_key})
+            found = cur.fetchone()
+            holder = (found["id"],) if found else None
+    return _row_or_conflict(record, prepared, holder)
+
+
+async def insert_async(conn: psycopg.AsyncConnection[Any], args: Any, **insert_options: Any) -> JobRow:
+    """``insert`` for an async psycopg connection."""
+    prepared = prepare_insert(args, insert_options)
+    return await _insert_on(conn, prepared)
+
+
+async def _insert_on(conn: psycopg.AsyncConnection[Any], prepared: PreparedJob) -> JobRow:
+    async with conn.cursor(row_factory=dict_row) as cur:
+        await cur.execute(queries.INSERT_ONE, queries.insert_params(prepared))
+        record = await cur.fetchone()
+        holder = None
+        if record is None:
+            await cur.execute(queries.FIND_UNIQUE_HOLDER, {"unique_key": prepared.unique_key})
+            found = await cur.fetchone()
+            holder = (found["id"],) if found else None
+    return _row_or_conflict(record, prepared, holder)
+
+
+class AsyncClient:
+    """Enqueue, inspect and operate on jobs. With ``app=`` it runs that app's follow-up specs
+    in each transition's transaction and dispatches its hooks after commit."""
+
+    def __init__(
+        self,
+        dsn: str,
+        app: App | None = None,
+        *,
+        plugin_hooks: Iterable[EventHook] = (),
+        max_connections: int = 10,
+    ) -> None:
+        self.dsn = dsn
+        self.app = app
+        self._pool = AsyncConnectionPool(
+            dsn, min_size=1, max_size=max_connections, open=False, kwargs={"autocommit": True}
+        )
+        self._opened = False
+        self.dispatcher = Dispatcher(app, list(plugin_hooks)) if (app or plugin_hooks) else None
+        self.core = OutcomeCore(self._pool, app, self.dispatcher)
+
+    async def _ready(self) -> AsyncConnectionPool:
+        if not self._opened:
+            await self._pool.open(wait=True, timeout=30)
+            self._opened = True
+        return self._pool
+
+    async def close(self, hook_timeout: float = 5.0) -> None:
+        """Wait up to ``hook_timeout`` for dispatched hooks, then close the pool."""
+        if self.dispatcher is not None:
+            await self.dispatcher.drain(hook_timeout)
+        if self._opened:
+            await self._pool.close()
+            self._opened = False
+
+    async def __aenter__(self) -> AsyncClient:
+        await self._ready()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def migrate(self) -> list[Migration]:
+        return await asyncio.to_thread(migrate_dsn, self.dsn)
+
+    async def insert(self, args: Any, **insert_options: Any) -> JobRow:
+        prepared = prepare_insert(args, insert_options, self.app)
+        pool = await self._ready()
+        async with pool.connection() as conn:
+            return await _insert_on(conn, prepared)
+
+    async def insert_many(self, args_list: Iterable[Any], **insert_options: Any) -> int:
+        """Insert many jobs in one statement; the options apply to every row.
+
+        Rows whose unique key is already held are skipped; returns the number inserted.
+        """
+        prepared = [prepare_insert(args, insert_options, self.app) for args in args_list]
+        if not prepared:
+            return 0
+        pool = await self._ready()
+        async with pool.connection() as conn, conn.cursor() as cur:
+            await cur.execute(queries.INSERT_MANY, queries.insert_many_params(prepared))
+            return cur.rowcount
+
+    async def get_job(self, job_id: int) -> JobRow:
+        pool = await self._ready()
+        async with pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
+            await cur.execute(queries.GET_JOB, {"id": job_id})
+            record = await cur.fetchone()
+        if record is None:
+            raise JobNotFound(f"job {job_id} not found")
+        return JobRow.from_record(record)
+
+    async def list_jobs(
+        self,
+        state: JobState | str | None = None,
+        kind: str | None = None,
+        queue: str | None = None,
+        limit: int = 100,
+    ) -> list[JobRow]:
+        if state is not None:
+            try:
+                state = JobState(state)
+            except ValueError:
+                raise ValidationError("state", f"unknown job state {state!r}") from None
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+            raise ValidationError("limit", "must be a positive integer")
+        pool = await self._ready()
+        async with pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
+            await cur.execute(
+                queries.LIST_JOBS,
+                {"state": None if state is None else str(state), "kind": kind, "queue": queue, "limit": limit},
+            )
+            return [JobRow.from_record(r) for r in await cur.fetchall()]
+
+    async def cancel(self, job_id: int) -> JobRow:
+        await self._ready()
+        return await self.core.cancel(job_id)
+
+    async def retry(self, job_id: int) -> JobRow:
+        await self._ready()
+        return await self.core.retry(job_id)
+
+
+class _LoopThread:
+    """A private event loop on a daemon thread, for the synchronous client."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, name="awa-client", daemon=True)
+        self.thread.start()
+
+    def run(self, coro: Coroutine[Any, Any, T]) -> T:
+        future: Future[T] = asyncio.run_coroutine_threadsafe(coro, self.loop)
+        return future.result()
+
+    def stop(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(timeout=5)
+        self.loop.close()
+
+
+class Client:
+    """The synchronous client: the same operations as :class:`AsyncClient`."""
+
+    def __init__(self, dsn: str, app: App | None = None, **options: Any) -> None:
+        self._runner = _LoopThread()
+        self._async = AsyncClient(dsn, app, **options)
+
+    @property
+    def app(self) -> App | None:
+        return self._async.app
+
+    def close(self, hook_timeout: float = 5.0) -> None:
+        if self._runner.thread.is_alive():
+            self._runner.run(self._async.close(hook_timeout))
+            self._runner.stop()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __getattr__(self, name: str) -> Any:
+        method = getattr(self._async, name)
+        if not asyncio.iscoroutinefunction(method):
+            return method
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            return self._runner.run(method(*args, **kwargs))
+
+        call.__name__ = name
+        call.__doc__ = method.__doc__
+        return call

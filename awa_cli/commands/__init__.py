@@ -1,0 +1,1 @@
+"""One click group (or command) per module; ``cli.py`` assembles them."""

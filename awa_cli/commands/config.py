@@ -1,0 +1,98 @@
+"""`awa config check`: load and validate the config, then show it as awa will use it."""
+
+from __future__ import annotations
+
+import json
+import keyword
+import re
+from typing import Any
+
+import click
+
+from awa_cli.commands.context import CliContext, json_option, pass_context
+from awa_cli.config import ConfigError
+from awa_cli.db.dsn import redact
+
+
+@click.group(name="config")
+def command() -> None:
+    """Inspect awa's configuration (awa.toml)."""
+
+
+@command.command(name="check")
+@json_option
+@pass_context
+def check(ctx: CliContext, json_flag: bool) -> None:
+    """Validate the config and print it resolved, with the database URL awa will use.
+
+    Nothing is imported and no database is contacted.
+    """
+    config = ctx.config
+    source = str(ctx.config_path[0]) if config.path else None
+    for index, spec in enumerate(config.app.modules):
+        _check_import_spec(spec, f"[app] modules[{index}]", source)
+    for index, spec in enumerate(config.app.plugins):
+        _check_import_spec(spec, f"[app] plugins[{index}]", source)
+
+    url, url_source = _resolved_url(ctx)
+    if ctx.wants_json(json_flag):
+        display = config.to_display_dict()
+        display["database"]["url"] = url
+        display["database"]["url_source"] = url_source
+        ctx.terminal.json(display)
+    else:
+        display = config.to_display_dict(human_durations=True)
+        embedded = f"embedded ({display['database']['embedded_dir']})"
+        display["database"]["url"] = url if url else embedded
+        _print_toml_like(ctx, display, url_source)
+    ctx.terminal.status(f"config OK ({source or 'no config file, defaults'})")
+
+
+def _resolved_url(ctx: CliContext) -> tuple[str | None, str]:
+    """The redacted URL from ``CliContext.database_url`` and where it came from."""
+    url = ctx.database_url()
+    if not url:
+        return None, "embedded"
+    if ctx.database_url_option:
+        origin = "--database-url"
+    elif ctx.env.get("AWA_DATABASE_URL"):
+        origin = "$AWA_DATABASE_URL"
+    else:
+        origin = "[database] url"
+    return redact(url), origin
+
+
+def _check_import_spec(spec: str, key: str, source: str | None) -> None:
+    """``module`` or ``module:attr``, each part an identifier; nothing is imported."""
+    module, _, attr = spec.partition(":")
+    parts = module.split(".") + ([attr] if ":" in spec else [])
+    if not all(part.isidentifier() and not keyword.iskeyword(part) for part in parts):
+        raise ConfigError(
+            f'{key}: expected "module" or "module:attr", got {json.dumps(spec)}',
+            key=key,
+            source=source,
+        )
+
+
+def _print_toml_like(ctx: CliContext, display: dict[str, Any], url_source: str) -> None:
+    out = ctx.terminal.data
+    out(f"# config file: {display['path'] or '(none; defaults)'}")
+    out(f"# base dir: {display['base_dir']}")
+    tables: list[tuple[str, dict[str, Any]]] = [
+        (name, display[name]) for name in ("database", "app", "worker")
+    ]
+    tables += [
+        (f"queues.{q if re.fullmatch(r'[A-Za-z0-9_-]+', q) else json.dumps(q)}", values)
+        for q, values in display["queues"].items()
+    ]
+    tables += [(name, display[name]) for name in ("maintenance", "metrics")]
+    for name, values in tables:
+        out("")
+        out(f"[{name}]")
+        for key, value in values.items():
+            if value is None:
+                out(f"# {key} = (not set)")
+            elif name == "database" and key == "url" and url_source != "embedded":
+                out(f"{key} = {json.dumps(value)}  # from {url_source}")
+            else:
+                out(f"{key} = {json.dumps(value)}")

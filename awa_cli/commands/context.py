@@ -1,0 +1,96 @@
+"""The object every command receives: config, terminal, and a lazily resolved database."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from awa_cli.config import Config, load_config, resolve_config_path
+from awa_cli.terminal import Terminal
+
+if TYPE_CHECKING:
+    from awa_cli.app import App
+    from awa_cli.plugins.manager import PluginHost
+
+
+@dataclass
+class CliContext:
+    config_option: str | None
+    database_url_option: str | None
+    json_output: bool
+    verbose: int
+    terminal: Terminal
+    env: dict[str, str] = field(default_factory=lambda: dict(os.environ))
+
+    @cached_property
+    def config_path(self) -> tuple[Path | None, bool]:
+        return resolve_config_path(self.config_option, self.env)
+
+    @cached_property
+    def config(self) -> Config:
+        path, explicit = self.config_path
+        return load_config(path, explicit=explicit)
+
+    def database_url(self) -> str | None:
+        """The configured URL, or None when the embedded server is to be used."""
+        return (
+            self.database_url_option
+            or self.env.get("AWA_DATABASE_URL")
+            or self.config.database.url
+        )
+
+    def dsn(self) -> str:
+        """A DSN to connect to, starting the embedded server on demand."""
+        url = self.database_url()
+        if url:
+            return url
+        from awa_cli.db.embedded import EmbeddedPostgres
+
+        return EmbeddedPostgres(self.config.database.embedded_dir).start()
+
+    def wants_json(self, local_flag: bool = False) -> bool:
+        return self.json_output or local_flag
+
+    @cached_property
+    def plugins(self) -> PluginHost:
+        from awa_cli.plugins.manager import build_plugin_host
+
+        return build_plugin_host(self.config.app.plugins, self.config.base_dir, report=self.terminal.status)
+
+    @cached_property
+    def app(self) -> App:
+        from awa_cli.app import load_apps
+
+        return load_apps(self.config.app.modules, self.config.base_dir)
+
+
+pass_context = click.make_pass_decorator(CliContext)
+
+
+def json_option(fn: Any) -> Any:
+    """``--json`` after the command, same as ``awa --json COMMAND``."""
+    return click.option("--json", "json_flag", is_flag=True, help="Machine-readable JSON output.")(fn)
+
+
+def run_with_client(ctx: CliContext, action: Any, *, app: Any = None, plugin_hooks: Any = ()) -> Any:
+    """Cross the async boundary once: open an AsyncClient, run ``action(client)``, close it
+    (waiting briefly for dispatched hooks)."""
+    import asyncio
+
+    from awa_cli.client import AsyncClient
+
+    dsn = ctx.dsn()
+
+    async def main() -> Any:
+        client = AsyncClient(dsn, app, plugin_hooks=plugin_hooks, max_connections=2)
+        try:
+            return await action(client)
+        finally:
+            await client.close(hook_timeout=10.0)
+
+    return asyncio.run(main())

@@ -1,0 +1,155 @@
+"""`awa job`: enqueue, list, show, cancel and retry jobs."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+import click
+
+from awa_cli.commands.context import CliContext, json_option, pass_context, run_with_client
+from awa_cli.jobs import JobRow, JobState
+from awa_cli.results import ValidationError
+
+STATES = [s.value for s in JobState]
+
+
+@click.group(name="job")
+def command() -> None:
+    """Enqueue, inspect and operate on jobs."""
+
+
+def parse_json_option(text: str, option: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValidationError(option, f"invalid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
+
+
+def parse_run_at(text: str) -> datetime:
+    """ISO 8601 (UTC when no offset is given) or ``+DURATION`` from now (``+30s``, ``+5m``)."""
+    if text.startswith("+"):
+        from awa_cli.config import ConfigError, parse_duration
+
+        try:
+            return datetime.now(timezone.utc) + timedelta(seconds=parse_duration(text[1:], "--run-at"))
+        except ConfigError as exc:
+            raise ValidationError("--run-at", str(exc)) from None
+    try:
+        value = datetime.fromisoformat(text)
+    except ValueError:
+        raise ValidationError("--run-at", f"expected ISO 8601 or +DURATION, got {text!r}") from None
+    return value if value.tzinfo else value.replace(tzinfo=timezone.utc)
+
+
+def show_row(ctx: CliContext, row: JobRow, json_flag: bool, verb: str | None = None) -> None:
+    if ctx.wants_json(json_flag):
+        ctx.terminal.json(row.to_json())
+        return
+    if verb:
+        ctx.terminal.status(f"job {row.id} {verb}")
+    ctx.terminal.table(["id", "kind", "queue", "state", "attempt", "run_at"], [_summary(row)])
+
+
+def _summary(row: JobRow) -> tuple[Any, ...]:
+    return (row.id, row.kind, row.queue, row.state, f"{row.attempt}/{row.max_attempts}",
+            row.run_at.isoformat(timespec="seconds"))
+
+
+@command.command(name="enqueue")
+@click.argument("kind")
+@click.option("--args", "args_json", default="{}", metavar="JSON", help="The job's args as a JSON object.")
+@click.option("--queue", help="Queue (default: the kind's registered queue, else 'default').")
+@click.option("--priority", type=int, help="1 (most urgent) to 4; default 2.")
+@click.option("--max-attempts", type=int, help="1 to 1000; default 25.")
+@click.option("--run-at", help="ISO 8601 time or +DURATION (e.g. +5m).")
+@click.option("--unique", is_flag=True, help="Deduplicate by kind and args (default unique options).")
+@json_option
+@pass_context
+def enqueue(ctx: CliContext, kind: str, args_json: str, queue: str | None, priority: int | None,
+            max_attempts: int | None, run_at: str | None, unique: bool, json_flag: bool) -> None:
+    """Enqueue one job of KIND."""
+    args = parse_json_option(args_json, "--args")
+    if not isinstance(args, dict):
+        raise ValidationError("--args", "must be a JSON object")
+    options: dict[str, Any] = {"kind": kind, "queue": queue, "priority": priority,
+                               "max_attempts": max_attempts,
+                               "run_at": parse_run_at(run_at) if run_at else None}
+    if unique:
+        options["unique_opts"] = {}
+    app = ctx.app if ctx.config.app.modules else None
+    if queue is None and app is not None:
+        options["queue"] = app.queue_for(kind)
+    from awa_cli.client import prepare_insert
+
+    prepare_insert(args, options)  # validate before connecting: nothing is written on bad input
+    row = run_with_client(ctx, lambda c: c.insert(args, **options))
+    show_row(ctx, row, json_flag, verb="enqueued")
+
+
+@command.command(name="list")
+@click.option("--state", type=click.Choice(STATES), help="Only jobs in this state.")
+@click.option("--kind", help="Only jobs of this kind.")
+@click.option("--queue", help="Only jobs in this queue.")
+@click.option("--limit", type=click.IntRange(1, 100000), default=50, show_default=True)
+@json_option
+@pass_context
+def list_jobs(ctx: CliContext, state: str | None, kind: str | None, queue: str | None, limit: int,
+              json_flag: bool) -> None:
+    """List jobs, newest first."""
+    rows = run_with_client(ctx, lambda c: c.list_jobs(state=state, kind=kind, queue=queue, limit=limit))
+    if ctx.wants_json(json_flag):
+        ctx.terminal.json([r.to_json() for r in rows])
+        return
+    ctx.terminal.table(["id", "kind", "queue", "state", "attempt", "run_at"], [_summary(r) for r in rows])
+
+
+@command.command(name="show")
+@click.argument("job_id", type=int)
+@json_option
+@pass_context
+def show(ctx: CliContext, job_id: int, json_flag: bool) -> None:
+    """Show one job: args, errors, output and callback state."""
+    row = run_with_client(ctx, lambda c: c.get_job(job_id))
+    if ctx.wants_json(json_flag):
+        ctx.terminal.json(row.to_json())
+        return
+    data = row.to_json()
+    for key in ("id", "kind", "queue", "state", "priority", "attempt", "max_attempts", "run_at",
+                "run_lease", "created_at", "attempted_at", "finalized_at", "heartbeat_at", "deadline_at",
+                "callback_id", "callback_timeout_at", "tags", "ordering_key"):
+        value = data[key]
+        if value not in (None, [], ""):
+            ctx.terminal.data(f"{key}: {value if not isinstance(value, list) else ', '.join(value)}")
+    ctx.terminal.data(f"args: {json.dumps(row.args, sort_keys=True)}")
+    if row.metadata:
+        ctx.terminal.data(f"metadata: {json.dumps(row.metadata, sort_keys=True)}")
+    if row.output is not None:
+        ctx.terminal.data(f"output: {json.dumps(row.output, sort_keys=True)}")
+    if row.callback_result is not None:
+        ctx.terminal.data(f"callback_result: {json.dumps(row.callback_result, sort_keys=True)}")
+    for entry in row.errors:
+        terminal = " (terminal)" if entry.get("terminal") else ""
+        ctx.terminal.data(f"error attempt {entry.get('attempt')} at {entry.get('at')}{terminal}: {entry.get('error')}")
+
+
+@command.command(name="cancel")
+@click.argument("job_id", type=int)
+@json_option
+@pass_context
+def cancel(ctx: CliContext, job_id: int, json_flag: bool) -> None:
+    """Cancel a pending, running or waiting job (fires Cancelled with the loaded app)."""
+    app = ctx.app if ctx.config.app.modules else None
+    row = run_with_client(ctx, lambda c: c.cancel(job_id), app=app, plugin_hooks=ctx.plugins.event_hooks())
+    show_row(ctx, row, json_flag, verb="cancelled")
+
+
+@command.command(name="retry")
+@click.argument("job_id", type=int)
+@json_option
+@pass_context
+def retry(ctx: CliContext, job_id: int, json_flag: bool) -> None:
+    """Make a failed or cancelled job available again, attempts reset (fires nothing)."""
+    row = run_with_client(ctx, lambda c: c.retry(job_id))
+    show_row(ctx, row, json_flag, verb="made available")

@@ -1,0 +1,102 @@
+"""`awa worker`: run the worker daemon."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from typing import Any
+
+import click
+
+from awa_cli.commands.context import CliContext, pass_context
+from awa_cli.config import ConfigError
+
+log = logging.getLogger("awa.worker")
+
+
+def parse_queue_options(values: tuple[str, ...], default_concurrency: int = 10) -> dict[str, int]:
+    queues: dict[str, int] = {}
+    for value in values:
+        name, sep, number = value.partition("=")
+        if not name:
+            raise click.BadParameter(f"{value!r}: expected NAME or NAME=CONCURRENCY", param_hint="--queue")
+        concurrency = default_concurrency
+        if sep:
+            try:
+                concurrency = int(number)
+            except ValueError:
+                raise click.BadParameter(f"{value!r}: concurrency must be an integer", param_hint="--queue") from None
+            if not 1 <= concurrency <= 10000:
+                raise click.BadParameter(f"{value!r}: concurrency must be 1-10000", param_hint="--queue")
+        queues[name] = concurrency
+    return queues
+
+
+def build_worker(ctx: CliContext, queue_options: tuple[str, ...]) -> Any:
+    from awa_cli.worker.queues import QueueSpec
+    from awa_cli.worker.runtime import Worker
+
+    config = ctx.config
+    if not config.app.modules:
+        raise ConfigError("no [app] modules configured: the worker has no handlers", key="app.modules")
+    app = ctx.app
+    if queue_options:
+        specs = {
+            name: QueueSpec(name, n, config.queues[name].deadline if name in config.queues else 0.0)
+            for name, n in parse_queue_options(queue_options).items()
+        }
+    else:
+        specs = {name: QueueSpec(name, q.concurrency, q.deadline) for name, q in config.queues.items()}
+    m = config.maintenance
+    return Worker(
+        app, ctx.dsn(), specs, plugins=ctx.plugins,
+        heartbeat_interval=m.heartbeat_interval, heartbeat_staleness=m.heartbeat_staleness,
+        rescue_interval=m.rescue_interval, leader_election_interval=m.leader_election_interval,
+        completed_retention=m.completed_retention, failed_retention=m.failed_retention,
+        shutdown_timeout=config.worker.shutdown_timeout,
+    )
+
+
+async def run_until_signalled(worker: Any) -> None:
+    """Run the worker; the first SIGTERM/SIGINT drains gracefully, a second exits at once."""
+    loop = asyncio.get_running_loop()
+    stop_requested = asyncio.Event()
+    signals_seen = 0
+
+    def on_signal(signum: int) -> None:
+        nonlocal signals_seen
+        signals_seen += 1
+        if signals_seen > 1:
+            log.warning("second signal: exiting at once", extra={"action": "worker_abort"})
+            raise SystemExit(1)
+        log.info("received %s: draining", signal.Signals(signum).name, extra={"action": "worker_signal"})
+        stop_requested.set()
+
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, on_signal, signum)
+    run_task = loop.create_task(worker.run())
+    stop_task = loop.create_task(stop_requested.wait())
+    await asyncio.wait({run_task, stop_task}, return_when=asyncio.FIRST_COMPLETED)
+    if run_task.done():
+        run_task.result()
+        return
+    await worker.shutdown()
+    await run_task
+
+
+@click.command(name="worker")
+@click.option("--queue", "queues", multiple=True, metavar="NAME[=CONCURRENCY]",
+              help="Queue to work (repeatable); replaces the config's [queues].")
+@click.option("--processes", type=click.IntRange(1, 256), default=None,
+              help="Worker processes to supervise (default: [worker] processes).")
+@pass_context
+def command(ctx: CliContext, queues: tuple[str, ...], processes: int | None) -> None:
+    """Run the worker daemon in the foreground until SIGTERM/SIGINT."""
+    processes = processes or ctx.config.worker.processes
+    if processes > 1:
+        from awa_cli.worker.supervisor import supervise
+
+        raise SystemExit(supervise(ctx, queues, processes))
+    worker = build_worker(ctx, queues)
+    asyncio.run(run_until_signalled(worker))

@@ -1,0 +1,95 @@
+"""Ordered SQL migrations shipped in the wheel (package ``awa_cli.sql``), applied under an
+advisory lock and recorded in the ledger table ``awa.schema_migrations``."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import datetime
+from importlib import resources
+
+import psycopg
+
+# Any constant works; it only has to be the same for every awa process.
+MIGRATION_LOCK_KEY = 0x6177615F6D6967  # "awa_mig"
+
+_FILE_NAME = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
+
+_LEDGER = """
+CREATE SCHEMA IF NOT EXISTS awa;
+CREATE TABLE IF NOT EXISTS awa.schema_migrations (
+    version    integer PRIMARY KEY,
+    name       text NOT NULL,
+    applied_at timestamptz NOT NULL DEFAULT now()
+)
+"""
+
+
+@dataclass(frozen=True)
+class Migration:
+    version: int
+    name: str
+    sql: str
+
+
+@dataclass(frozen=True)
+class MigrationStatus:
+    version: int
+    name: str
+    applied_at: datetime | None
+
+
+def available() -> list[Migration]:
+    """Every migration file in the package, in version order."""
+    found = []
+    for entry in resources.files("awa_cli.sql").iterdir():
+        match = _FILE_NAME.match(entry.name)
+        if match:
+            found.append(Migration(int(match[1]), match[2], entry.read_text(encoding="utf-8")))
+    found.sort(key=lambda m: m.version)
+    return found
+
+
+def _applied(conn: psycopg.Connection) -> dict[int, datetime]:
+    exists = conn.execute("SELECT to_regclass('awa.schema_migrations') IS NOT NULL").fetchone()
+    if not exists or not exists[0]:
+        return {}
+    rows = conn.execute("SELECT version, applied_at FROM awa.schema_migrations").fetchall()
+    return {version: applied_at for version, applied_at in rows}
+
+
+def status(conn: psycopg.Connection) -> list[MigrationStatus]:
+    applied = _applied(conn)
+    return [MigrationStatus(m.version, m.name, applied.get(m.version)) for m in available()]
+
+
+def migrate(conn: psycopg.Connection) -> list[Migration]:
+    """Apply pending migrations in order; returns those applied (empty when up to date).
+
+    The advisory lock makes concurrent runs safe: the second waits, then finds nothing to do.
+    """
+    conn.autocommit = True
+    conn.execute("SELECT pg_advisory_lock(%s)", (MIGRATION_LOCK_KEY,))
+    try:
+        with conn.transaction():
+            conn.execute(_LEDGER)
+        applied = _applied(conn)
+        done = []
+        for migration in available():
+            if migration.version in applied:
+                continue
+            with conn.transaction():
+                conn.execute(migration.sql)  # type: ignore[arg-type]
+                conn.execute(
+                    "INSERT INTO awa.schema_migrations (version, name) VALUES (%s, %s)",
+                    (migration.version, migration.name),
+                )
+            done.append(migration)
+        return done
+    finally:
+        conn.execute("SELECT pg_advisory_unlock(%s)", (MIGRATION_LOCK_KEY,))
+
+
+def migrate_dsn(dsn: str) -> list[Migration]:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        return migrate(conn)

@@ -1,0 +1,90 @@
+"""Named SQL text. Parameters only (``%(name)s``); no string formatting of values."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from awa_cli.jobs import PreparedJob
+
+# The inference clause for the partial unique index; a duplicate key skips the row instead
+# of raising, so a caller's transaction (or a follow-up's) survives a duplicate.
+_ON_UNIQUE_CONFLICT = (
+    "ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL AND state = ANY (unique_states) "
+    "DO NOTHING"
+)
+
+INSERT_ONE = f"""
+INSERT INTO awa.jobs (kind, queue, args, state, priority, max_attempts, run_at,
+                      deadline_duration, metadata, tags, unique_key, unique_states, ordering_key)
+VALUES (%(kind)s, %(queue)s, %(args)s::jsonb,
+        CASE WHEN %(run_at)s::timestamptz > now() THEN 'scheduled' ELSE 'available' END::awa.job_state,
+        %(priority)s, %(max_attempts)s, coalesce(%(run_at)s::timestamptz, now()),
+        %(deadline_duration)s, %(metadata)s::jsonb, %(tags)s::text[], %(unique_key)s,
+        %(unique_states)s::awa.job_state[], %(ordering_key)s)
+{_ON_UNIQUE_CONFLICT}
+RETURNING *
+"""
+
+# One statement for a whole batch: per-row columns as arrays, shared options as scalars.
+INSERT_MANY = f"""
+INSERT INTO awa.jobs (kind, queue, args, state, priority, max_attempts, run_at,
+                      deadline_duration, metadata, tags, unique_key, unique_states, ordering_key)
+SELECT t.kind, t.queue, t.args,
+       CASE WHEN %(run_at)s::timestamptz > now() THEN 'scheduled' ELSE 'available' END::awa.job_state,
+       %(priority)s, %(max_attempts)s, coalesce(%(run_at)s::timestamptz, now()),
+       %(deadline_duration)s, %(metadata)s::jsonb, %(tags)s::text[], t.unique_key,
+       %(unique_states)s::awa.job_state[], %(ordering_key)s
+FROM unnest(%(kinds)s::text[], %(queues)s::text[], %(args)s::jsonb[], %(unique_keys)s::bytea[])
+     AS t(kind, queue, args, unique_key)
+{_ON_UNIQUE_CONFLICT}
+"""
+
+FIND_UNIQUE_HOLDER = """
+SELECT id FROM awa.jobs
+WHERE unique_key = %(unique_key)s AND unique_key IS NOT NULL AND state = ANY (unique_states)
+LIMIT 1
+"""
+
+GET_JOB = "SELECT * FROM awa.jobs WHERE id = %(id)s"
+
+LIST_JOBS = """
+SELECT * FROM awa.jobs
+WHERE (%(state)s::awa.job_state IS NULL OR state = %(state)s::awa.job_state)
+  AND (%(kind)s::text IS NULL OR kind = %(kind)s)
+  AND (%(queue)s::text IS NULL OR queue = %(queue)s)
+ORDER BY id DESC
+LIMIT %(limit)s
+"""
+
+NOTIFY_QUEUE = "SELECT pg_notify(awa.channel_for(%(queue)s), '')"
+
+
+def insert_params(job: PreparedJob) -> dict[str, Any]:
+    return {
+        "kind": job.kind,
+        "queue": job.queue,
+        "args": job.args_json,
+        "priority": job.priority,
+        "max_attempts": job.max_attempts,
+        "run_at": job.run_at,
+        "deadline_duration": job.deadline_duration,
+        "metadata": job.metadata_json,
+        "tags": job.tags,
+        "unique_key": job.unique_key,
+        "unique_states": job.unique_states,
+        "ordering_key": job.ordering_key,
+    }
+
+
+def insert_many_params(jobs: Sequence[PreparedJob]) -> dict[str, Any]:
+    """Parameters for INSERT_MANY; the shared options come from the first job."""
+    first = jobs[0]
+    params = insert_params(first)
+    params.update(
+        kinds=[j.kind for j in jobs],
+        queues=[j.queue for j in jobs],
+        args=[j.args_json for j in jobs],
+        unique_keys=[j.unique_key for j in jobs],
+    )
+    return params

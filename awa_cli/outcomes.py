@@ -1,0 +1,620 @@
+"""THE transactional outcome core.
+
+Every state change of a job — a worker's attempt result, a callback resolution, a rescue, an
+operator's cancel or retry — is one call into this module, which in one transaction:
+
+1. applies the guarded change (``id`` + ``run_lease`` or ``callback_id`` + expected state)
+   and gets the committed row back, or learns the change is stale (then nothing else happens);
+2. runs the registered follow-up specs for (kind, outcome) and, for a handler's completion,
+   its staged follow-ups, inserting each (a held unique key skips the insert, not the commit);
+3. commits, and only then hands the events to the dispatcher.
+
+Attempts of kinds with no follow-up spec for their outcome that staged nothing are finalised
+in batches: one statement for many jobs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import random
+import traceback
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Any, Literal
+from uuid import UUID
+
+import psycopg
+from psycopg.rows import dict_row
+
+from awa_cli.db import queries
+from awa_cli.events import OUTCOME_OF_EVENT, JobEvent, Outcome, RescueReason, context_of
+from awa_cli.jobs import InsertOpts, JobRow, JobState, PreparedJob, prepare, rebuild_args
+from awa_cli.results import AwaError, FollowUpError
+
+if TYPE_CHECKING:
+    from psycopg_pool import AsyncConnectionPool
+
+    from awa_cli.app import App
+    from awa_cli.dispatch import Dispatcher
+    from awa_cli.events import AnyEvent
+
+log = logging.getLogger("awa.outcomes")
+
+MAX_BACKOFF_SECONDS = 24 * 3600.0
+
+Action = Literal["complete", "retry", "fail", "cancel", "snooze", "park"]
+
+_STATE_OF_ACTION: dict[Action, JobState] = {
+    "complete": JobState.COMPLETED,
+    "retry": JobState.RETRYABLE,
+    "fail": JobState.FAILED,
+    "cancel": JobState.CANCELLED,
+    "snooze": JobState.SCHEDULED,
+    "park": JobState.WAITING_EXTERNAL,
+}
+
+_OUTCOME_OF_ACTION: dict[Action, Outcome | None] = {
+    "complete": Outcome.COMPLETED,
+    "retry": Outcome.RETRIED,
+    "fail": Outcome.EXHAUSTED,
+    "cancel": Outcome.CANCELLED,
+    "snooze": None,
+    "park": Outcome.WAITING_FOR_CALLBACK,
+}
+
+
+def backoff_seconds(attempt: int) -> float:
+    """Delay after failed attempt ``attempt``: 2**n s plus 0–25 % jitter, capped at 24 h."""
+    base = 2.0 ** min(attempt, 62)
+    return min(base * (1.0 + random.uniform(0.0, 0.25)), MAX_BACKOFF_SECONDS)
+
+
+def error_entry(message: str, attempt: int, *, terminal: bool = False, tb: str | None = None) -> dict[str, Any]:
+    entry: dict[str, Any] = {
+        "error": message,
+        "attempt": attempt,
+        "at": datetime.now(timezone.utc).isoformat(),
+    }
+    if terminal:
+        entry["terminal"] = True
+    if tb:
+        entry["traceback"] = tb
+    return entry
+
+
+def describe_exception(exc: BaseException, tail_lines: int = 6) -> tuple[str, str]:
+    """``"<ExceptionType>: <message>"`` and a short traceback tail."""
+    message = f"{type(exc).__name__}: {exc}"
+    lines = traceback.format_exception(exc)
+    tail = "".join(lines[-tail_lines:]).strip()
+    return message, tail[-2000:]
+
+
+@dataclass
+class AttemptResult:
+    """What one attempt of a claimed job decided; the core turns it into a transition."""
+
+    job: JobRow  # the row as claimed (state running)
+    action: Action
+    args: Any = None  # the rebuilt args (or the dict), for events and specs
+    delay: float | None = None  # retry / snooze
+    error: str = ""  # for events; verbatim
+    error_entry: dict[str, Any] | None = None  # appended to the errors column
+    reason: str = ""  # cancel
+    output: Any = None
+    has_output: bool = False
+    callback_id: UUID | None = None  # park
+    duration: float = 0.0
+    staged: list[PreparedJob] = field(default_factory=list)
+    silent: bool = False  # no event (unknown kind)
+
+    @property
+    def outcome(self) -> Outcome | None:
+        return None if self.silent else _OUTCOME_OF_ACTION[self.action]
+
+
+@dataclass
+class Finalized:
+    """The result of applying one transition."""
+
+    job_id: int
+    row: JobRow | None  # the committed row; None when stale or rolled back
+    stale: bool = False
+    error: BaseException | None = None
+    events: list[AnyEvent] = field(default_factory=list)
+    follow_ups: list[int] = field(default_factory=list)  # ids inserted
+    duplicates: int = 0
+    staged_inserted: int = 0
+    staged_duplicates: int = 0
+
+
+def decide(
+    job: JobRow,
+    *,
+    args: Any,
+    result: Any,
+    exc: BaseException | None,
+    duration: float,
+    output: Any = None,
+    has_output: bool = False,
+    registered_callback: UUID | None = None,
+    staged: Sequence[PreparedJob] = (),
+    staging_failure: BaseException | None = None,
+) -> AttemptResult:
+    """Map a handler's return value or exception to an attempt result (DESIGN §2 table)."""
+    from awa_cli.results import Cancel, RetryAfter, Snooze, TerminalError, WaitForCallback, seconds
+
+    base = AttemptResult(job=job, action="complete", args=args, duration=duration)
+    last_attempt = job.attempt >= job.max_attempts
+    if exc is None and staging_failure is not None:
+        exc = staging_failure  # a failed stage fails the attempt even if the handler swallowed it
+    if exc is not None:
+        message, tb = describe_exception(exc)
+        terminal = isinstance(exc, TerminalError) or last_attempt
+        base.error, base.error_entry = message, error_entry(message, job.attempt, terminal=terminal, tb=tb)
+        if terminal:
+            base.action = "fail"
+        else:
+            base.action, base.delay = "retry", backoff_seconds(job.attempt)
+        return base
+    match result:
+        case None:
+            base.action, base.output, base.has_output, base.staged = (
+                "complete", output, has_output, list(staged),
+            )
+        case RetryAfter(seconds=delay):
+            entry = error_entry("", job.attempt, terminal=last_attempt)
+            base.error_entry = entry
+            if last_attempt:
+                base.action = "fail"
+            else:
+                base.action, base.delay = "retry", seconds(delay, "RetryAfter.seconds")
+        case Snooze(seconds=delay):
+            base.action, base.delay = "snooze", seconds(delay, "Snooze.seconds")
+        case Cancel(reason=reason):
+            base.action, base.reason = "cancel", reason
+        case WaitForCallback(token=token):
+            if registered_callback is None or token.id != registered_callback:
+                message = "WaitForCallback returned without a callback registered by job.register_callback()"
+                base.action, base.error = "fail", message
+                base.error_entry = error_entry(message, job.attempt, terminal=True)
+            else:
+                base.action, base.callback_id = "park", token.id
+        case _:
+            message = f"handler returned {type(result).__name__}; expected None or an awa outcome"
+            base.action, base.error = "fail", message
+            base.error_entry = error_entry(message, job.attempt, terminal=True)
+    return base
+
+
+def unknown_kind(job: JobRow) -> AttemptResult:
+    message = f"unknown job kind: {job.kind}"
+    return AttemptResult(
+        job=job,
+        action="fail",
+        args=job.args,
+        error=message,
+        error_entry=error_entry(message, job.attempt, terminal=True),
+        silent=True,
+    )
+
+
+_FINALIZE = """
+UPDATE awa.jobs AS j SET
+    state = v.state,
+    run_at = CASE WHEN v.delay IS NULL THEN j.run_at
+                  ELSE now() + v.delay * interval '1 second' END,
+    attempt = j.attempt - v.refund,
+    errors = CASE WHEN v.error IS NULL THEN j.errors ELSE j.errors || jsonb_build_array(v.error) END,
+    output = CASE WHEN v.state = 'completed' THEN v.output ELSE j.output END,
+    heartbeat_at = NULL,
+    deadline_at = NULL,
+    finalized_at = CASE WHEN v.state IN ('completed', 'failed', 'cancelled') THEN now() END,
+    callback_id = CASE WHEN v.state = 'waiting_external' THEN j.callback_id END,
+    callback_timeout_at = CASE WHEN v.state = 'waiting_external' THEN j.callback_timeout_at END,
+    callback_in_handler = false
+FROM unnest(%(ids)s::bigint[], %(leases)s::bigint[], %(states)s::awa.job_state[],
+            %(delays)s::float8[], %(errors)s::jsonb[], %(outputs)s::jsonb[], %(refunds)s::int[],
+            %(callback_ids)s::uuid[])
+     AS v(id, lease, state, delay, error, output, refund, callback_id)
+WHERE j.id = v.id AND j.run_lease = v.lease AND j.state = 'running'
+  AND (v.callback_id IS NULL OR j.callback_id = v.callback_id)
+RETURNING j.*
+"""
+
+
+def _finalize_params(results: Sequence[AttemptResult]) -> dict[str, Any]:
+    return {
+        "ids": [r.job.id for r in results],
+        "leases": [r.job.run_lease for r in results],
+        "states": [str(_STATE_OF_ACTION[r.action]) for r in results],
+        "delays": [r.delay for r in results],
+        "errors": [json.dumps(r.error_entry) if r.error_entry is not None else None for r in results],
+        "outputs": [
+            json.dumps(r.output) if r.has_output and r.action == "complete" else None for r in results
+        ],
+        "refunds": [1 if r.action == "snooze" else 0 for r in results],
+        "callback_ids": [r.callback_id for r in results],
+    }
+
+
+def event_for(result: AttemptResult, row: JobRow) -> AnyEvent | None:
+    """The event a committed attempt result emits (none for snooze or a silent failure)."""
+    if result.silent:
+        return None
+    args = result.args
+    match result.action:
+        case "complete":
+            return JobEvent.Completed(row, args, result.duration, row.output)
+        case "retry":
+            return JobEvent.Retried(row, args, result.error, result.job.attempt, row.run_at)
+        case "fail":
+            return JobEvent.Exhausted(row, args, result.error, result.job.attempt)
+        case "cancel":
+            return JobEvent.Cancelled(row, args, result.reason)
+        case "park":
+            return JobEvent.WaitingForCallback(row, args)
+        case "snooze":
+            return None
+
+
+class OutcomeCore:
+    """Applies transitions for one app (or none: bare transitions, no specs, no hooks)."""
+
+    def __init__(
+        self,
+        pool: AsyncConnectionPool,
+        app: App | None = None,
+        dispatcher: Dispatcher | None = None,
+    ) -> None:
+        self.pool = pool
+        self.app = app
+        self.dispatcher = dispatcher
+        self.counters = StagedCounters()
+
+    # -- worker attempts -----------------------------------------------------------------
+    def needs_own_transaction(self, result: AttemptResult) -> bool:
+        if result.staged:
+            return True
+        outcome = result.outcome
+        return bool(self.app and outcome and self.app.has_specs(result.job.kind, outcome))
+
+    async def finalize_attempts(self, results: Sequence[AttemptResult]) -> list[Finalized]:
+        """Finalise many attempts: batchable ones in one statement, the rest one by one."""
+        batch = [r for r in results if not self.needs_own_transaction(r)]
+        single = [r for r in results if self.needs_own_transaction(r)]
+        done: list[Finalized] = []
+        if batch:
+            done.extend(await self._finalize_batch(batch))
+        for result in single:
+            done.append(await self._finalize_one(result))
+        return done
+
+    async def _finalize_batch(self, results: Sequence[AttemptResult]) -> list[Finalized]:
+        async with self.pool.connection() as conn:
+            async with conn.cursor(row_factory=dict_row) as cur:
+                await cur.execute(_FINALIZE, _finalize_params(results))
+                rows = {r["id"]: JobRow.from_record(r) for r in await cur.fetchall()}
+        finalized = []
+        for result in results:
+            row = rows.get(result.job.id)
+            item = Finalized(result.job.id, row, stale=row is None)
+            if row is not None:
+                event = event_for(result, row)
+                item.events = [event] if event else []
+            finalized.append(item)
+        self._after_commit(finalized)
+        return finalized
+
+    async def _finalize_one(self, result: AttemptResult) -> Finalized:
+        item = Finalized(result.job.id, None)
+        try:
+            async with self.pool.connection() as conn, conn.transaction():
+                async with conn.cursor(row_factory=dict_row) as cur:
+                    await cur.execute(_FINALIZE, _finalize_params([result]))
+                    record = await cur.fetchone()
+                if record is None:
+                    item.stale = True
+                    return item
+                row = JobRow.from_record(record)
+                event = event_for(result, row)
+                if event is not None:
+                    await self._run_specs(conn, event, item)
+                if result.action == "complete" and result.staged:
+                    await self._insert_staged(conn, result.staged, item)
+                item.row, item.events = row, [event] if event else []
+        except (psycopg.OperationalError, psycopg.InterfaceError):
+            raise  # connection trouble: the caller keeps the result and retries
+        except Exception as exc:  # noqa: BLE001 - a spec raised: the transition rolled back
+            item.error = exc
+            log.error(
+                "follow-up failed; attempt rolled back and left for rescue",
+                extra={"action": "follow_up_failed", "job_id": result.job.id, "error": str(exc)},
+            )
+            return item
+        if result.action == "complete" and result.staged:
+            self.counters.committed(item.staged_inserted, item.staged_duplicates)
+        self._after_commit([item])
+        return item
+
+    # -- operator actions ----------------------------------------------------------------
+    async def cancel(self, job_id: int, reason: str = "cancelled by operator") -> JobRow:
+        """Cancel a pending, running or waiting job; fires Cancelled and runs on_cancelled specs.
+
+        A handler still running the job sees ``job.is_cancelled()``; its late result is fenced.
+        """
+        item = Finalized(job_id, None)
+        async with self.pool.connection() as conn, conn.transaction():
+            async with conn.cursor(row_factory=dict_row) as cur:
+                await cur.execute(_CANCEL, {"id": job_id})
+                record = await cur.fetchone()
+                if record is None:
+                    await _raise_missing_or_state(cur, job_id, "cancelled")
+                row = JobRow.from_record(record)  # type: ignore[arg-type]
+            event = JobEvent.Cancelled(row, row.args, reason)
+            await self._run_specs(conn, event, item)
+        item.row, item.events = row, [event]
+        self._after_commit([item])
+        return row
+
+    async def retry(self, job_id: int) -> JobRow:
+        """Make a failed, cancelled, retryable or scheduled job available now; fires nothing."""
+        async with self.pool.connection() as conn, conn.transaction():
+            async with conn.cursor(row_factory=dict_row) as cur:
+                await cur.execute(_RETRY, {"id": job_id})
+                record = await cur.fetchone()
+                if record is None:
+                    await _raise_missing_or_state(cur, job_id, "retried")
+                row = JobRow.from_record(record)  # type: ignore[arg-type]
+                await cur.execute(queries.NOTIFY_QUEUE, {"queue": row.queue})
+        return row
+
+    # -- rescue --------------------------------------------------------------------------
+    async def rescue(self, reason: RescueReason, *, staleness: float = 15.0, limit: int = 500,
+                     dry_run: bool = False) -> list[JobRow]:
+        """One bounded rescue batch for ``reason``; commits, then dispatches ``Rescued``.
+
+        Rows of kinds with ``on_rescued`` specs are marked ``rescue_pending`` in the same
+        transaction; :meth:`rescue_follow_ups` inserts their follow-ups in a second one.
+        """
+        spec_kinds = [k for (k, o) in (self.app.follow_ups if self.app else {}) if o is Outcome.RESCUED]
+        params = {"staleness": staleness, "limit": limit, "message": RESCUE_ERRORS[reason],
+                  "reason": str(reason), "spec_kinds": spec_kinds}
+        async with self.pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
+            if dry_run:
+                await cur.execute(_RESCUE_CANDIDATES[reason], params)
+                return [JobRow.from_record(r) for r in await cur.fetchall()]
+            await cur.execute(_RESCUE.format(candidates=_RESCUE_CANDIDATES[reason]), params)
+            rows = [JobRow.from_record(r) for r in await cur.fetchall()]
+        for row in rows:
+            self.dispatch(JobEvent.Rescued(row, row.args, reason))
+        return rows
+
+    async def rescue_follow_ups(self, limit: int = 100) -> tuple[int, int]:
+        """Insert the follow-ups of rescued jobs still marked pending, one transaction each.
+
+        A spec that raises leaves the mark for a later sweep. Returns (done, failed).
+        """
+        if self.app is None:
+            return (0, 0)
+        done = failed = 0
+        async with self.pool.connection() as conn, conn.cursor() as cur:
+            await cur.execute(
+                "SELECT id FROM awa.jobs WHERE rescue_pending IS NOT NULL ORDER BY id LIMIT %(limit)s",
+                {"limit": limit},
+            )
+            ids = [r[0] for r in await cur.fetchall()]
+        for job_id in ids:
+            try:
+                if await self._rescue_follow_up(job_id):
+                    done += 1
+            except (psycopg.OperationalError, psycopg.InterfaceError):
+                raise
+            except Exception as exc:  # noqa: BLE001 - logged with the job id; retried next sweep
+                failed += 1
+                log.error("rescue follow-up of job %s failed; retried by a later sweep: %s", job_id, exc,
+                          extra={"action": "rescue_follow_up_failed", "job_id": job_id})
+        return (done, failed)
+
+    async def _rescue_follow_up(self, job_id: int) -> bool:
+        item = Finalized(job_id, None)
+        async with self.pool.connection() as conn, conn.transaction():
+            async with conn.cursor(row_factory=dict_row) as cur:
+                await cur.execute(
+                    "SELECT * FROM awa.jobs WHERE id = %(id)s AND rescue_pending IS NOT NULL "
+                    "FOR UPDATE SKIP LOCKED", {"id": job_id})
+                record = await cur.fetchone()
+                if record is None:
+                    return False
+                row = JobRow.from_record(record)
+                if not self.app or not self.app.has_specs(row.kind, Outcome.RESCUED):
+                    return False  # another deployment knows this kind's specs
+                event = JobEvent.Rescued(row, row.args, RescueReason(record["rescue_pending"]))
+                await self._run_specs(conn, event, item)
+                await cur.execute("UPDATE awa.jobs SET rescue_pending = NULL WHERE id = %(id)s", {"id": job_id})
+        return True
+
+    async def prune(self, completed_retention: float, failed_retention: float, limit: int = 1000) -> int:
+        """Delete terminal jobs past their retention, in a bounded batch (releases unique keys)."""
+        async with self.pool.connection() as conn:
+            cur = await conn.execute(_PRUNE, {"completed": completed_retention,
+                                              "failed": failed_retention, "limit": limit})
+            return cur.rowcount
+
+    # -- follow-ups ----------------------------------------------------------------------
+    async def _run_specs(self, conn: psycopg.AsyncConnection, event: AnyEvent, item: Finalized) -> None:
+        if self.app is None:
+            return
+        outcome = OUTCOME_OF_EVENT[type(event)]
+        specs = self.app.specs_for(event.job.kind, outcome)
+        if not specs:
+            return
+        row = event.job.without_output()
+        for spec in specs:
+            args = _args_for(spec.trigger_type, event)
+            try:
+                request = spec.build(args, row, context_of(event))
+            except Exception as exc:
+                raise FollowUpError(f"follow-up spec {spec.name} raised: {exc}") from exc
+            if request is None:
+                continue
+            prepared = self.prepare_follow_up(request.args, request.opts, spec.follow_up_type)
+            new_id = await insert_prepared(conn, prepared)
+            if new_id is None:
+                item.duplicates += 1
+            else:
+                item.follow_ups.append(new_id)
+
+    def prepare_follow_up(self, args: Any, opts: InsertOpts, follow_up_type: type | None = None) -> PreparedJob:
+        """Validate a follow-up: its kind is the registered kind of its args type, if any."""
+        if opts.kind is None and self.app is not None and not isinstance(args, dict):
+            from dataclasses import replace
+
+            opts = replace(opts, kind=self.app.kind_of_type(type(args)))
+        kind_hint = opts.kind
+        default_queue = self.app.queue_for(kind_hint) if (self.app and kind_hint) else None
+        return prepare(args, opts, default_queue=default_queue)
+
+    async def _insert_staged(
+        self, conn: psycopg.AsyncConnection, staged: Iterable[PreparedJob], item: Finalized
+    ) -> None:
+        for prepared in staged:
+            new_id = await insert_prepared(conn, prepared)
+            if new_id is None:
+                item.staged_duplicates += 1
+            else:
+                item.staged_inserted += 1
+                item.follow_ups.append(new_id)
+
+    # -- after commit --------------------------------------------------------------------
+    def _after_commit(self, finalized: Iterable[Finalized]) -> None:
+        if self.dispatcher is None:
+            return
+        for item in finalized:
+            for event in item.events:
+                self.dispatcher.dispatch(event)
+
+    def dispatch(self, event: AnyEvent) -> None:
+        if self.dispatcher is not None:
+            self.dispatcher.dispatch(event)
+
+
+RESCUE_ERRORS = {
+    RescueReason.STALE_HEARTBEAT: "heartbeat stale: worker presumed dead",
+    RescueReason.DEADLINE_EXCEEDED: "hard deadline exceeded",
+    RescueReason.EXPIRED_CALLBACK: "callback timed out",
+}
+
+_RESCUE_CANDIDATES = {
+    RescueReason.STALE_HEARTBEAT: """
+        SELECT * FROM awa.jobs WHERE state = 'running'
+          AND heartbeat_at < now() - %(staleness)s * interval '1 second'
+        ORDER BY heartbeat_at LIMIT %(limit)s FOR UPDATE SKIP LOCKED""",
+    RescueReason.DEADLINE_EXCEEDED: """
+        SELECT * FROM awa.jobs WHERE state = 'running' AND deadline_at < now()
+        ORDER BY deadline_at LIMIT %(limit)s FOR UPDATE SKIP LOCKED""",
+    RescueReason.EXPIRED_CALLBACK: """
+        SELECT * FROM awa.jobs WHERE state = 'waiting_external' AND callback_timeout_at < now()
+        ORDER BY callback_timeout_at LIMIT %(limit)s FOR UPDATE SKIP LOCKED""",
+}
+
+# Retryable with backoff, or failed on the last attempt; the callback id dies with the
+# rescue; run_lease is kept so the next claim fences the rescued attempt off.
+_RESCUE = """
+WITH candidates AS ({candidates})
+UPDATE awa.jobs AS j SET
+    state = CASE WHEN j.attempt >= j.max_attempts THEN 'failed' ELSE 'retryable' END::awa.job_state,
+    run_at = CASE WHEN j.attempt >= j.max_attempts THEN j.run_at
+                  ELSE now() + least(power(2, least(j.attempt, 62)) * (1 + random() * 0.25), 86400)
+                               * interval '1 second' END,
+    errors = j.errors || jsonb_build_array(jsonb_strip_nulls(jsonb_build_object(
+        'error', %(message)s::text, 'attempt', j.attempt, 'at', now(),
+        'terminal', CASE WHEN j.attempt >= j.max_attempts THEN true END))),
+    finalized_at = CASE WHEN j.attempt >= j.max_attempts THEN now() END,
+    heartbeat_at = NULL, deadline_at = NULL, callback_id = NULL, callback_timeout_at = NULL,
+    callback_in_handler = false,
+    rescue_pending = CASE WHEN j.kind = ANY (%(spec_kinds)s::text[]) THEN %(reason)s END
+FROM candidates WHERE j.id = candidates.id
+RETURNING j.*
+"""
+
+_PRUNE = """
+DELETE FROM awa.jobs WHERE id IN (
+    SELECT id FROM awa.jobs
+    WHERE rescue_pending IS NULL AND (
+        (state = 'completed' AND finalized_at < now() - %(completed)s * interval '1 second')
+        OR (state IN ('failed', 'cancelled') AND finalized_at < now() - %(failed)s * interval '1 second'))
+    LIMIT %(limit)s FOR UPDATE SKIP LOCKED)
+"""
+
+_CANCEL = """
+UPDATE awa.jobs SET state = 'cancelled', finalized_at = now(), heartbeat_at = NULL,
+    deadline_at = NULL, callback_id = NULL, callback_timeout_at = NULL, callback_in_handler = false
+WHERE id = %(id)s AND state NOT IN ('completed', 'failed', 'cancelled')
+RETURNING *
+"""
+
+_RETRY = """
+UPDATE awa.jobs SET state = 'available', attempt = 0, run_at = now(), finalized_at = NULL,
+    heartbeat_at = NULL, deadline_at = NULL, callback_id = NULL, callback_timeout_at = NULL,
+    callback_in_handler = false
+WHERE id = %(id)s AND state IN ('failed', 'cancelled', 'retryable', 'scheduled')
+RETURNING *
+"""
+
+
+async def _raise_missing_or_state(cur: psycopg.AsyncCursor[Any], job_id: int, verb: str) -> None:
+    from awa_cli.results import JobNotFound
+
+    await cur.execute("SELECT state FROM awa.jobs WHERE id = %(id)s", {"id": job_id})
+    found = await cur.fetchone()
+    if found is None:
+        raise JobNotFound(f"job {job_id} not found")
+    state = found["state"] if isinstance(found, dict) else found[0]
+    raise InvalidJobState(f"job {job_id} is {state} and cannot be {verb}")
+
+
+def _args_for(args_type: type | None, event: AnyEvent) -> Any:
+    """Args as the spec's trigger type, from the committed row."""
+    if args_type is None:
+        return dict(event.job.args)
+    if isinstance(event.args, args_type):
+        return event.args
+    return rebuild_args(args_type, event.job.args)
+
+
+async def insert_prepared(conn: psycopg.AsyncConnection, prepared: PreparedJob) -> int | None:
+    """Insert one job inside the caller's transaction; None when its unique key is held."""
+    async with conn.cursor() as cur:
+        await cur.execute(queries.INSERT_ONE, queries.insert_params(prepared))
+        row = await cur.fetchone()
+    return None if row is None else int(row[0])
+
+
+class StagedCounters:
+    """In-process counters of handler-staged follow-ups of committed completions."""
+
+    def __init__(self) -> None:
+        self.inserted = 0
+        self.duplicate = 0
+        self.discarded = 0
+
+    def committed(self, inserted: int, duplicate: int) -> None:
+        self.inserted += inserted
+        self.duplicate += duplicate
+
+    def snapshot(self) -> dict[str, int]:
+        return {"inserted": self.inserted, "duplicate": self.duplicate, "discarded": self.discarded}
+
+
+class InvalidJobState(AwaError):
+    """The job is not in a state the operation applies to."""
+
+
+async def wait_gathered(tasks: Iterable[asyncio.Task[Any]], timeout: float) -> None:
+    pending = [t for t in tasks if not t.done()]
+    if pending:
+        await asyncio.wait(pending, timeout=timeout)

@@ -1,0 +1,51 @@
+"""The one place awa talks to people: rich on a terminal, plain text when piped.
+
+Data goes to stdout, status and errors to stderr. ``NO_COLOR`` and ``--no-color`` are honoured.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+
+class Terminal:
+    def __init__(self, *, no_color: bool = False, quiet: bool = False) -> None:
+        no_color = no_color or "NO_COLOR" in os.environ
+        self.out = Console(file=sys.stdout, no_color=no_color, highlight=False, soft_wrap=True)
+        self.err = Console(file=sys.stderr, no_color=no_color, highlight=False, soft_wrap=True)
+        self.quiet = quiet
+
+    def data(self, text: str) -> None:
+        """A line of data on stdout, printed verbatim."""
+        self.out.print(text, markup=False)
+
+    def status(self, text: str) -> None:
+        """A status line on stderr (suppressed by ``-q``)."""
+        if not self.quiet:
+            self.err.print(text, markup=False)
+
+    def error(self, text: str) -> None:
+        self.err.print(f"Error: {text}", markup=False, style="red")
+
+    def json(self, value: Any) -> None:
+        sys.stdout.write(json.dumps(value, default=str, indent=2) + "\n")
+        sys.stdout.flush()
+
+    def table(self, columns: Sequence[str], rows: Iterable[Sequence[Any]], title: str | None = None) -> None:
+        """A rich table on a terminal; tab-separated lines when piped."""
+        if self.out.is_terminal:
+            table = Table(*columns, title=title)
+            for row in rows:
+                table.add_row(*("" if v is None else str(v) for v in row))
+            self.out.print(table)
+            return
+        self.data("\t".join(columns))
+        for row in rows:
+            self.data("\t".join("" if v is None else str(v) for v in row))

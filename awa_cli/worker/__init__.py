@@ -1,0 +1,1 @@
+"""The worker runtime: claiming, executing, batched finalising, heartbeats, supervisor."""

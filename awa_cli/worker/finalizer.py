@@ -1,0 +1,90 @@
+"""Batched finalisation: attempt results are queued and committed many per statement.
+
+A result stays queued until the outcome core has applied it; database errors are retried
+with backoff, so a connection drop or a server restart loses no completion.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+
+import psycopg
+
+from awa_cli.outcomes import AttemptResult, Finalized, OutcomeCore
+
+log = logging.getLogger("awa.worker")
+
+MAX_BATCH = 512
+
+
+class Finalizer:
+    def __init__(
+        self,
+        core: OutcomeCore,
+        on_done: Callable[[AttemptResult, Finalized], None],
+        max_batch: int = MAX_BATCH,
+    ) -> None:
+        self.core = core
+        self.on_done = on_done
+        self.max_batch = max_batch
+        self._queue: asyncio.Queue[AttemptResult | None] = asyncio.Queue()
+        self._task: asyncio.Task[None] | None = None
+        self.in_flight = 0
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run(), name="awa-finalizer")
+
+    def submit(self, result: AttemptResult) -> None:
+        self.in_flight += 1
+        self._queue.put_nowait(result)
+
+    async def stop(self) -> None:
+        """Flush everything submitted so far, then stop."""
+        self._queue.put_nowait(None)
+        if self._task is not None:
+            await self._task
+
+    async def _run(self) -> None:
+        stopping = False
+        while not stopping:
+            first = await self._queue.get()
+            if first is None:
+                break
+            batch = [first]
+            while len(batch) < self.max_batch and not self._queue.empty():
+                item = self._queue.get_nowait()
+                if item is None:
+                    stopping = True
+                    break
+                batch.append(item)
+            await self._apply(batch)
+
+    async def _apply(self, batch: list[AttemptResult]) -> None:
+        # Each group is retried on its own: once a group committed it is never re-applied.
+        together = [r for r in batch if not self.core.needs_own_transaction(r)]
+        groups = ([together] if together else []) + [
+            [r] for r in batch if self.core.needs_own_transaction(r)
+        ]
+        for group in groups:
+            await self._apply_group(group)
+
+    async def _apply_group(self, batch: list[AttemptResult]) -> None:
+        delay = 0.1
+        while True:
+            try:
+                done = await self.core.finalize_attempts(batch)
+                break
+            except (psycopg.OperationalError, psycopg.InterfaceError, OSError) as exc:
+                log.warning(
+                    "finalising %d jobs failed, retrying in %.1fs: %s",
+                    len(batch), delay, exc,
+                    extra={"action": "finalize_retry", "jobs": len(batch)},
+                )
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 5.0)
+        by_id = {item.job_id: item for item in done}
+        for result in batch:
+            self.in_flight -= 1
+            self.on_done(result, by_id[result.job.id])

@@ -1,0 +1,75 @@
+"""LISTEN on the channels of the worker's queues (and for callback resumes) on one dedicated
+connection, reconnecting with backoff; after a reconnect every queue is woken, since
+notifications sent while disconnected are lost."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+import psycopg
+from psycopg import sql
+
+if TYPE_CHECKING:
+    from awa_cli.worker.callbacks import CallbackServices
+    from awa_cli.worker.queues import QueueRunner
+
+log = logging.getLogger("awa.worker")
+
+CALLBACK_CHANNEL = "awa_callbacks"
+
+
+def channel_for(queue: str) -> str:
+    """The NOTIFY channel of a queue; must match ``awa.channel_for`` in the schema."""
+    if len(queue.encode()) <= 59:
+        return f"awa_{queue}"
+    return "awa_" + hashlib.md5(queue.encode()).hexdigest()
+
+
+class Listener:
+    def __init__(self, dsn: str, runners: Mapping[str, QueueRunner], services: CallbackServices) -> None:
+        self.dsn = dsn
+        self.services = services
+        self.by_channel: dict[str, list[QueueRunner]] = {}
+        for runner in runners.values():
+            self.by_channel.setdefault(channel_for(runner.spec.name), []).append(runner)
+        self.connected = asyncio.Event()
+
+    async def run(self, stopping: asyncio.Event) -> None:
+        backoff = 0.1
+        while not stopping.is_set():
+            try:
+                async with await psycopg.AsyncConnection.connect(self.dsn, autocommit=True) as conn:
+                    for channel in [*self.by_channel, CALLBACK_CHANNEL]:
+                        await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
+                    self.connected.set()
+                    backoff = 0.1
+                    self._wake_all()  # anything sent while we were away
+                    self.services.wake_all_waiters()
+                    async for notify in conn.notifies():
+                        self._on_notify(notify)
+            except asyncio.CancelledError:
+                raise
+            except (psycopg.Error, OSError) as exc:
+                self.connected.clear()
+                if stopping.is_set():
+                    return
+                log.warning("listener connection lost, reconnecting in %.1fs: %s", backoff, exc,
+                            extra={"action": "listener_reconnect"})
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, 5.0)
+
+    def _on_notify(self, notify: Any) -> None:
+        if notify.channel == CALLBACK_CHANNEL:
+            self.services.wake_waiter(notify.payload)
+            return
+        for runner in self.by_channel.get(notify.channel, ()):
+            runner.wake()
+
+    def _wake_all(self) -> None:
+        for runners in self.by_channel.values():
+            for runner in runners:
+                runner.wake()

@@ -1,0 +1,1 @@
+"""Example job kinds used by ``awa.toml.example`` and the README."""

@@ -1,0 +1,11 @@
+"""Shared fixtures.
+
+The PostgreSQL ones live in ``tests/pgcluster.py`` (see its docstring): ``pg_server``
+(session: the throwaway server, ``dsn_for(dbname)``), ``db`` (a psycopg connection to a fresh,
+migrated clone per test) and ``dsn`` (that clone's connection string).
+"""
+
+try:  # `python -m pytest` from the checkout, or tests/ made a package
+    from tests.pgcluster import awa_pg_noproc, db, dsn, pg_server  # noqa: F401  (fixtures)
+except ModuleNotFoundError:  # rootdir-relative import of this conftest's folder
+    from pgcluster import awa_pg_noproc, db, dsn, pg_server  # type: ignore[no-redef]  # noqa: F401
