@@ -268,13 +268,18 @@ def args_to_dict(args: Any, field_name: str = "args") -> dict[str, Any]:
     return json.loads(to_json(value, field_name))
 
 
+# json.dumps writes NUL as the escape \u0000; an escaped backslash followed by "u0000" (a
+# literal backslash in the data) is not one, so count the backslashes before it.
+_NUL_ESCAPE = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
+
+
 def to_json(value: Any, field_name: str) -> str:
     """Serialise to compact JSON, naming the field when the value does not serialise."""
     try:
         text = json.dumps(value, separators=(",", ":"), allow_nan=False, default=_json_default)
     except (TypeError, ValueError, RecursionError) as exc:
         raise ValidationError(field_name, f"not JSON-serialisable: {exc}") from None
-    if "\\u0000" in text:
+    if _NUL_ESCAPE.search(text):
         raise ValidationError(field_name, "contains a NUL character")
     return text
 
@@ -406,7 +411,9 @@ def prepare(
         raise ValidationError("args", "pass EnqueueRequest.args and its options separately")
     kind = opts.kind if opts.kind is not None else _derived_kind(args)
     kind = _check_name(kind, "kind")
-    queue = _check_name(opts.queue or default_queue or DEFAULT_QUEUE, "queue")
+    queue = _check_name(
+        opts.queue if opts.queue is not None else (default_queue or DEFAULT_QUEUE), "queue"
+    )
     data = args_to_dict(args)
     args_json = to_json(data, "args")
     priority = _check_int(

@@ -90,6 +90,7 @@ class Worker:
         self._stopping = asyncio.Event()
         self._stopped = asyncio.Event()
         self._tasks: list[asyncio.Task[Any]] = []
+        self._runner_tasks: list[asyncio.Task[Any]] = []
         self.running: dict[int, Job] = {}
         total = sum(q.concurrency for q in self.queues.values())
         self._threads = ThreadPoolExecutor(max_workers=max(4, total), thread_name_prefix="awa-handler")
@@ -119,10 +120,12 @@ class Worker:
         await self.pool.open(wait=False)
         self.finalizer.start()
         loop = asyncio.get_running_loop()
+        self._runner_tasks = [
+            loop.create_task(r.run(), name=f"awa-queue-{r.spec.name}") for r in self.runners.values()
+        ]
         self._tasks = [
             loop.create_task(self.listener.run(self._stopping), name="awa-listener"),
             loop.create_task(self._heartbeat_loop(), name="awa-heartbeat"),
-            *(loop.create_task(r.run(), name=f"awa-queue-{r.spec.name}") for r in self.runners.values()),
         ]
         if self.maintenance_enabled:
             from awa_cli.maintenance import Maintenance
@@ -151,6 +154,10 @@ class Worker:
             await self.plugins.worker_stopping(self)
         for runner in self.runners.values():
             runner.wake()
+        # Let each runner finish the claim it may be in, so every claimed job is in flight.
+        _, stuck = await asyncio.wait(self._runner_tasks, timeout=10) if self._runner_tasks else ((), ())
+        for task in stuck:
+            task.cancel()
         in_flight = [t for r in self.runners.values() for t in r.tasks]
         if in_flight:
             log.info("draining %d in-flight jobs (up to %.0fs)", len(in_flight), timeout,

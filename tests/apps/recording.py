@@ -1,0 +1,52 @@
+"""A test app for real `awa worker` processes: every execution is recorded by job id in a
+side table (``awa_test.executions``), so tests can prove each job ran exactly once."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from dataclasses import dataclass
+
+import psycopg
+
+import awa_cli as awa
+
+app = awa.App()
+
+SIDE_TABLE = """
+CREATE SCHEMA IF NOT EXISTS awa_test;
+CREATE TABLE IF NOT EXISTS awa_test.executions (
+    job_id bigint NOT NULL, run_lease bigint NOT NULL, pid int NOT NULL,
+    at timestamptz NOT NULL DEFAULT now())
+"""
+
+_pool: object = None
+
+
+@dataclass
+class Record:
+    n: int
+    sleep: float = 0.0
+
+
+async def _conn() -> psycopg.AsyncConnection:
+    from psycopg_pool import AsyncConnectionPool
+
+    global _pool
+    if _pool is None:
+        _pool = AsyncConnectionPool(os.environ["AWA_DATABASE_URL"], min_size=1, max_size=4,
+                                    kwargs={"autocommit": True}, open=False)
+        await _pool.open()
+    return _pool  # type: ignore[return-value]
+
+
+@app.task(Record)
+async def record(job: awa.Job) -> None:
+    pool = await _conn()
+    async with pool.connection() as conn:  # type: ignore[attr-defined]
+        await conn.execute(
+            "INSERT INTO awa_test.executions (job_id, run_lease, pid) VALUES (%s, %s, %s)",
+            (job.id, job.run_lease, os.getpid()),
+        )
+    if job.args.sleep:
+        await asyncio.sleep(job.args.sleep)

@@ -1,0 +1,63 @@
+"""Helpers shared by the tests: running a real worker in the test's loop, waiting on conditions."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import psycopg
+
+import awa_cli as awa
+
+
+@contextlib.asynccontextmanager
+async def running_worker(app: awa.App, dsn: str, queues: Any = None, **timings: Any) -> AsyncIterator[awa.Worker]:
+    """A real Worker running in this event loop; shut down (gracefully) on exit."""
+    timings.setdefault("poll_interval", 0.2)
+    worker = awa.Worker(app, dsn, queues or {"default": 10}, **timings)
+    task = asyncio.create_task(worker.run())
+    try:
+        await asyncio.wait_for(worker.listener.connected.wait(), timeout=10)
+        yield worker
+    finally:
+        await worker.shutdown(timeout=timings.get("shutdown_timeout", 5))
+        await asyncio.wait_for(task, timeout=10)
+
+
+async def wait_until(predicate: Callable[[], Awaitable[bool] | bool], timeout: float = 15.0, interval: float = 0.02) -> None:
+    """Poll ``predicate`` until true; fail after a generous liveness bound."""
+    deadline = time.monotonic() + timeout
+    while True:
+        result = predicate()
+        if asyncio.iscoroutine(result):
+            result = await result
+        if result:
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met within {timeout}s")
+        await asyncio.sleep(interval)
+
+
+def states(dsn: str) -> dict[str, int]:
+    with psycopg.connect(dsn) as conn:
+        return dict(conn.execute("SELECT state::text, count(*) FROM awa.jobs GROUP BY 1").fetchall())
+
+
+def job_row(dsn: str, job_id: int) -> awa.JobRow:
+    from psycopg.rows import dict_row
+
+    with psycopg.connect(dsn) as conn, conn.cursor(row_factory=dict_row) as cur:
+        cur.execute("SELECT * FROM awa.jobs WHERE id = %s", (job_id,))
+        record = cur.fetchone()
+        assert record is not None
+        return awa.JobRow.from_record(record)
+
+
+async def all_terminal(dsn: str, count: int | None = None) -> bool:
+    counts = await asyncio.to_thread(states, dsn)
+    terminal = sum(counts.get(s, 0) for s in ("completed", "failed", "cancelled"))
+    total = sum(counts.values())
+    return terminal == total and (count is None or total == count)
