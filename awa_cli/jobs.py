@@ -101,8 +101,11 @@ class JobRow:
         """Build a row from a ``SELECT *`` / ``RETURNING *`` record (extra columns ignored)."""
         values = {f.name: record.get(f.name) for f in dataclasses.fields(cls)}
         values["state"] = JobState(values["state"])
-        if values["unique_states"] is not None:
-            values["unique_states"] = [JobState(s) for s in values["unique_states"]]
+        states = values["unique_states"]
+        if states is not None:
+            if isinstance(states, str):  # awa.job_state[] unknown to the driver: '{a,b}'
+                states = [s for s in states.strip("{}").split(",") if s]
+            values["unique_states"] = [JobState(s) for s in states]
         if values["unique_key"] is not None:
             values["unique_key"] = bytes(values["unique_key"])
         values["tags"] = list(values["tags"] or [])
