@@ -13,7 +13,7 @@ The public API; everything else is internal::
 from __future__ import annotations
 
 from awa_cli.app import App
-from awa_cli.client import AsyncClient, Client, insert, insert_async
+from awa_cli.client import AsyncClient, Client, ResolveResult, insert, insert_async
 from awa_cli.events import JobEvent, RescueReason
 from awa_cli.jobs import (
     DEFAULT_UNIQUE_STATES,
@@ -63,6 +63,7 @@ __all__ = [
     "JobRow",
     "JobState",
     "RescueReason",
+    "ResolveResult",
     "RetryAfter",
     "Snooze",
     "StagingError",

@@ -11,6 +11,8 @@ import asyncio
 import threading
 from collections.abc import Coroutine, Iterable
 from concurrent.futures import Future
+from dataclasses import dataclass
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import psycopg
@@ -20,14 +22,22 @@ from psycopg_pool import AsyncConnectionPool
 from awa_cli.db import queries
 from awa_cli.db.migrations import Migration, migrate_dsn
 from awa_cli.dispatch import Dispatcher, EventHook
-from awa_cli.jobs import InsertOpts, JobRow, JobState, PreparedJob, prepare
+from awa_cli.jobs import InsertOpts, JobRow, JobState, PreparedJob, prepare, to_json
 from awa_cli.outcomes import OutcomeCore
-from awa_cli.results import JobNotFound, UniqueConflict, ValidationError
+from awa_cli.results import JobNotFound, UniqueConflict, ValidationError, seconds
 
 if TYPE_CHECKING:
     from awa_cli.app import App
 
 T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class ResolveResult:
+    """What ``resolve_callback`` did: ``outcome`` is completed, failed or ignored."""
+
+    outcome: str
+    job: JobRow
 
 
 def prepare_insert(args: Any, options: dict[str, Any], app: App | None = None) -> PreparedJob:
@@ -100,6 +110,10 @@ class AsyncClient:
 
     async def _ready(self) -> AsyncConnectionPool:
         if not self._opened:
+            # One plain connection first, so an unreachable database fails at once with
+            # libpq's own message instead of a pool timeout.
+            conn = await psycopg.AsyncConnection.connect(self.dsn, connect_timeout=10)
+            await conn.close()
             await self._pool.open(wait=True, timeout=30)
             self._opened = True
         return self._pool
@@ -179,6 +193,59 @@ class AsyncClient:
     async def retry(self, job_id: int) -> JobRow:
         await self._ready()
         return await self.core.retry(job_id)
+
+    # -- callbacks -------------------------------------------------------------------------
+    async def complete_external(
+        self, callback_id: Any, payload: Any = None, run_lease: int | None = None
+    ) -> JobRow:
+        """Complete the job waiting on ``callback_id`` (Completed, duration 0)."""
+        await self._ready()
+        return await self.core.resolve_external(callback_id, "complete", payload=payload, run_lease=run_lease)
+
+    async def fail_external(self, callback_id: Any, error: str, run_lease: int | None = None) -> JobRow:
+        """Fail the job waiting on ``callback_id`` (Exhausted with ``error`` verbatim)."""
+        if not isinstance(error, str):
+            raise ValidationError("error", "expected a string")
+        await self._ready()
+        return await self.core.resolve_external(callback_id, "fail", error=error, run_lease=run_lease)
+
+    async def retry_external(self, callback_id: Any, run_lease: int | None = None) -> JobRow:
+        """Make the waiting job available again with its attempts reset (Retried)."""
+        await self._ready()
+        return await self.core.resolve_external(callback_id, "retry", run_lease=run_lease)
+
+    async def resume_external(self, callback_id: Any, payload: Any = None) -> JobRow:
+        """Hand ``payload`` to the job and let it continue (no event of its own)."""
+        await self._ready()
+        return await self.core.resume_external(callback_id, payload)
+
+    async def heartbeat_callback(self, callback_id: Any, timeout: float | timedelta = 3600) -> JobRow:
+        """Extend the callback's timeout to now + ``timeout``."""
+        seconds_ = seconds(timeout, "timeout")
+        await self._ready()
+        return await self.core.heartbeat_callback(callback_id, seconds_)
+
+    async def resolve_callback(
+        self,
+        callback_id: Any,
+        payload: Any = None,
+        default_action: str = "ignore",
+        run_lease: int | None = None,
+    ) -> ResolveResult:
+        """Resolve the callback by ``default_action``: ``complete`` (with the payload),
+        ``fail`` or ``ignore`` (nothing changes; the job keeps waiting)."""
+        if default_action not in ("complete", "fail", "ignore"):
+            raise ValidationError("default_action", "expected complete, fail or ignore")
+        await self._ready()
+        if default_action == "complete":
+            row = await self.core.resolve_external(callback_id, "complete", payload=payload, run_lease=run_lease)
+            return ResolveResult("completed", row)
+        if default_action == "fail":
+            error = f"callback resolved as failed: {to_json(payload, 'payload')}" if payload is not None \
+                else "callback resolved as failed"
+            row = await self.core.resolve_external(callback_id, "fail", error=error, run_lease=run_lease)
+            return ResolveResult("failed", row)
+        return ResolveResult("ignored", await self.core.waiting_job(callback_id, run_lease))
 
 
 class _LoopThread:

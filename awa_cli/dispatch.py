@@ -3,17 +3,25 @@
 The outcome core hands an event here only after its transaction committed. Each event runs
 in its own detached task, so hooks never hold a worker slot or block claiming, and shutdown
 does not wait for them. Within one event the App's hooks for the job's kind run first, in
-registration order, then the plugins' ``awa_job_event`` implementations; each runs after
-the previous one finished, and an exception in one is logged with its name and the next
-still runs. Sync hooks run in a thread so they cannot stall the event loop.
+registration order, then the plugins' ``awa_job_event`` implementations in load order; each
+runs after the previous one finished, and an exception in one is logged with its name and the
+next still runs.
+
+Every hook gets its own copy of the args, rebuilt from the committed row (never the object
+the handler saw, which it may have mutated): typed hooks get the registered type, untyped
+hooks and plugins a dict. Async hooks are awaited on the loop; sync hooks run on the
+dispatcher's own small thread pool, so a slow one stalls neither the event loop nor the
+handlers' threads nor the loop's default executor (which psycopg uses to resolve hosts).
 """
 
 from __future__ import annotations
 
 import asyncio
+import copy
 import inspect
 import logging
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from awa_cli.jobs import rebuild_args
@@ -26,20 +34,30 @@ log = logging.getLogger("awa.dispatch")
 
 EventHook = tuple[str, Callable[[Any], Any]]
 
+HOOK_THREADS = 8
+
 
 class Dispatcher:
     def __init__(self, app: App | None = None, plugin_hooks: Sequence[EventHook] = ()) -> None:
         self.app = app
         self.plugin_hooks = list(plugin_hooks)
         self._tasks: set[asyncio.Task[None]] = set()
+        self._threads: ThreadPoolExecutor | None = None
         self.failures = 0
 
     def dispatch(self, event: AnyEvent) -> None:
-        """Schedule the hooks for a committed event; returns at once."""
+        """Schedule the hooks for a committed event; returns at once (never raises)."""
         hooks = self.app.hooks.get(event.job.kind, []) if self.app else []
         if not hooks and not self.plugin_hooks:
             return
-        task = asyncio.get_running_loop().create_task(self._run(event, list(hooks)))
+        try:
+            task = asyncio.get_running_loop().create_task(
+                self._run(event, list(hooks)), name=f"awa-hooks-{event.name}-{event.job.id}"
+            )
+        except RuntimeError as exc:  # no running loop: nothing to run the hooks on
+            log.error("event %s of job %s dropped: %s", event.name, event.job.id, exc,
+                      extra={"action": "event_dropped", "job_id": event.job.id})
+            return
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
@@ -57,44 +75,51 @@ class Dispatcher:
 
     async def _run(self, event: AnyEvent, hooks: list[Hook]) -> None:
         for hook in hooks:
+            name = hook_name(hook.fn)
             try:
-                typed = _event_for_hook(event, hook.args_type)
+                typed = event_for_hook(event, hook.args_type)
             except Exception as exc:  # noqa: BLE001
                 log.warning(
                     "hook %s skipped: args of job %s do not rebuild as %s: %s",
-                    hook.name, event.job.id, getattr(hook.args_type, "__name__", hook.args_type), exc,
-                    extra={"action": "hook_skipped", "job_id": event.job.id},
+                    name, event.job.id, getattr(hook.args_type, "__name__", hook.args_type), exc,
+                    extra={"action": "hook_skipped", "job_id": event.job.id, "hook": name},
                 )
                 continue
-            await self._call(hook.name, hook.fn, typed)
-        if self.plugin_hooks:
-            untyped = _event_for_hook(event, None)
-            for name, fn in self.plugin_hooks:
-                await self._call(name, fn, untyped)
+            await self._call(name, hook.fn, typed)
+        for name, fn in self.plugin_hooks:
+            await self._call(name, fn, event_for_hook(event, None))
 
     async def _call(self, name: str, fn: Callable[[Any], Any], event: AnyEvent) -> None:
         try:
             if inspect.iscoroutinefunction(fn):
                 await fn(event)
             else:
-                result = await asyncio.to_thread(fn, event)
+                if self._threads is None:
+                    self._threads = ThreadPoolExecutor(HOOK_THREADS, thread_name_prefix="awa-hook")
+                result = await asyncio.get_running_loop().run_in_executor(self._threads, fn, event)
                 if inspect.isawaitable(result):
                     await result
-        except Exception as exc:  # noqa: BLE001 - a hook's failure is logged, never propagated
+        except asyncio.CancelledError:
+            raise
+        except BaseException as exc:  # noqa: BLE001 - a hook's failure is logged, never propagated
             self.failures += 1
             log.error(
                 "hook %s failed on %s of job %s: %s: %s",
                 name, event.name, event.job.id, type(exc).__name__, exc,
+                exc_info=exc,
                 extra={"action": "hook_failed", "job_id": event.job.id, "hook": name},
             )
 
 
-def _event_for_hook(event: AnyEvent, args_type: type | None) -> AnyEvent:
-    """The event with args as the hook wants them: typed, or the committed dict."""
+def hook_name(fn: Callable[..., Any]) -> str:
+    """``module.qualname`` of a hook, for logs."""
+    qualname = getattr(fn, "__qualname__", None) or type(fn).__qualname__
+    module = getattr(fn, "__module__", None)
+    return f"{module}.{qualname}" if module else qualname
+
+
+def event_for_hook(event: AnyEvent, args_type: type | None) -> AnyEvent:
+    """The event with a fresh copy of the committed args: as ``args_type``, or a dict."""
     if args_type is None:
-        if isinstance(event.args, dict):
-            return event
-        return event.with_args(dict(event.job.args))  # type: ignore[return-value]
-    if isinstance(event.args, args_type):
-        return event
-    return event.with_args(rebuild_args(args_type, event.job.args))  # type: ignore[return-value]
+        return event.with_args(copy.deepcopy(dict(event.job.args)))  # type: ignore[return-value]
+    return event.with_args(rebuild_args(args_type, copy.deepcopy(dict(event.job.args))))  # type: ignore[return-value]

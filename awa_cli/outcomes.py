@@ -32,7 +32,7 @@ from psycopg.rows import dict_row
 from awa_cli.db import queries
 from awa_cli.events import OUTCOME_OF_EVENT, JobEvent, Outcome, RescueReason, context_of
 from awa_cli.jobs import InsertOpts, JobRow, JobState, PreparedJob, prepare, rebuild_args
-from awa_cli.results import AwaError, FollowUpError
+from awa_cli.results import AwaError, CallbackNotFound, FollowUpError, ValidationError
 
 if TYPE_CHECKING:
     from psycopg_pool import AsyncConnectionPool
@@ -109,6 +109,7 @@ class AttemptResult:
     callback_id: UUID | None = None  # park
     duration: float = 0.0
     staged: list[PreparedJob] = field(default_factory=list)
+    discarded: int = 0  # staged follow-ups dropped by a WaitForCallback park
     silent: bool = False  # no event (unknown kind)
 
     @property
@@ -202,19 +203,26 @@ def unknown_kind(job: JobRow) -> AttemptResult:
     )
 
 
+# A park whose callback was resumed before the handler returned (callback_result already set)
+# re-enters execution instead of waiting: it becomes available with its attempt refunded.
 _FINALIZE = """
 UPDATE awa.jobs AS j SET
-    state = v.state,
-    run_at = CASE WHEN v.delay IS NULL THEN j.run_at
+    state = CASE WHEN v.state = 'waiting_external' AND j.callback_result IS NOT NULL
+                 THEN 'available'::awa.job_state ELSE v.state END,
+    run_at = CASE WHEN v.state = 'waiting_external' AND j.callback_result IS NOT NULL THEN now()
+                  WHEN v.delay IS NULL THEN j.run_at
                   ELSE now() + v.delay * interval '1 second' END,
-    attempt = j.attempt - v.refund,
+    attempt = j.attempt - v.refund
+              - CASE WHEN v.state = 'waiting_external' AND j.callback_result IS NOT NULL THEN 1 ELSE 0 END,
     errors = CASE WHEN v.error IS NULL THEN j.errors ELSE j.errors || jsonb_build_array(v.error) END,
     output = CASE WHEN v.state = 'completed' THEN v.output ELSE j.output END,
     heartbeat_at = NULL,
     deadline_at = NULL,
     finalized_at = CASE WHEN v.state IN ('completed', 'failed', 'cancelled') THEN now() END,
-    callback_id = CASE WHEN v.state = 'waiting_external' THEN j.callback_id END,
-    callback_timeout_at = CASE WHEN v.state = 'waiting_external' THEN j.callback_timeout_at END,
+    callback_id = CASE WHEN v.state = 'waiting_external' AND j.callback_result IS NULL
+                       THEN j.callback_id END,
+    callback_timeout_at = CASE WHEN v.state = 'waiting_external' AND j.callback_result IS NULL
+                               THEN j.callback_timeout_at END,
     callback_in_handler = false
 FROM unnest(%(ids)s::bigint[], %(leases)s::bigint[], %(states)s::awa.job_state[],
             %(delays)s::float8[], %(errors)s::jsonb[], %(outputs)s::jsonb[], %(refunds)s::int[],
@@ -256,6 +264,8 @@ def event_for(result: AttemptResult, row: JobRow) -> AnyEvent | None:
         case "cancel":
             return JobEvent.Cancelled(row, args, result.reason)
         case "park":
+            if row.state != JobState.WAITING_EXTERNAL:
+                return None  # resumed before it parked: it re-enters execution instead
             return JobEvent.WaitingForCallback(row, args)
         case "snooze":
             return None
@@ -306,6 +316,7 @@ class OutcomeCore:
                 event = event_for(result, row)
                 item.events = [event] if event else []
             finalized.append(item)
+            self._count_discarded(result, item)
         self._after_commit(finalized)
         return finalized
 
@@ -337,8 +348,18 @@ class OutcomeCore:
             return item
         if result.action == "complete" and result.staged:
             self.counters.committed(item.staged_inserted, item.staged_duplicates)
+        self._count_discarded(result, item)
         self._after_commit([item])
         return item
+
+    def _count_discarded(self, result: AttemptResult, item: Finalized) -> None:
+        if result.discarded and item.row is not None:
+            self.counters.discarded += result.discarded
+            log.warning(
+                "job %s parked on a callback: %d staged follow-ups discarded "
+                "(stage them after wait_for_callback instead)", result.job.id, result.discarded,
+                extra={"action": "staged_follow_ups_discarded", "job_id": result.job.id},
+            )
 
     # -- operator actions ----------------------------------------------------------------
     async def cancel(self, job_id: int, reason: str = "cancelled by operator") -> JobRow:
@@ -371,6 +392,80 @@ class OutcomeCore:
                 row = JobRow.from_record(record)  # type: ignore[arg-type]
                 await cur.execute(queries.NOTIFY_QUEUE, {"queue": row.queue})
         return row
+
+    # -- callback resolution -------------------------------------------------------------
+    async def resolve_external(
+        self,
+        callback_id: Any,
+        action: Literal["complete", "fail", "retry"],
+        *,
+        payload: Any = None,
+        error: str = "",
+        run_lease: int | None = None,
+    ) -> JobRow:
+        """Resolve a waiting callback: one transaction with the app's follow-up specs.
+
+        A spec that raises rolls the resolution back (the job keeps waiting under the same
+        callback id) and raises :class:`FollowUpError` to the caller.
+        """
+        params = _callback_params(callback_id, run_lease)
+        params.update(payload=_payload_json(payload), error=error,
+                      entry=json.dumps(error_entry(error, 0, terminal=True)))
+        item = Finalized(0, None)
+        async with self.pool.connection() as conn, conn.transaction():
+            async with conn.cursor(row_factory=dict_row) as cur:
+                await cur.execute(_RESOLVE[action], params)
+                record = await cur.fetchone()
+                if record is None:
+                    raise CallbackNotFound(f"no job is waiting on callback {params['callback_id']}")
+                row = JobRow.from_record(record)
+                parked_attempt = int(record["parked_attempt"])
+                if action == "retry":
+                    await cur.execute(queries.NOTIFY_QUEUE, {"queue": row.queue})
+            event = _resolution_event(action, row, error, parked_attempt)
+            await self._run_specs(conn, event, item)
+        item.row, item.events = row, [event]
+        self._after_commit([item])
+        return row
+
+    async def resume_external(self, callback_id: Any, payload: Any = None) -> JobRow:
+        """Hand ``payload`` to the job: a handler waiting inside ``wait_for_callback`` continues;
+        a job parked by ``WaitForCallback`` becomes claimable again. No event of its own."""
+        params = _callback_params(callback_id, None)
+        params["payload"] = _payload_json(payload)
+        async with self.pool.connection() as conn, conn.transaction():
+            async with conn.cursor(row_factory=dict_row) as cur:
+                await cur.execute(_RESUME, params)
+                record = await cur.fetchone()
+                if record is None:
+                    raise CallbackNotFound(f"no job is waiting on callback {params['callback_id']}")
+                row = JobRow.from_record(record)
+                if row.state == JobState.AVAILABLE:
+                    await cur.execute(queries.NOTIFY_QUEUE, {"queue": row.queue})
+                else:
+                    await cur.execute("SELECT pg_notify('awa_callbacks', %(id)s)", {"id": str(row.id)})
+        return row
+
+    async def waiting_job(self, callback_id: Any, run_lease: int | None = None) -> JobRow:
+        """The job waiting on ``callback_id`` (unchanged), or CallbackNotFound."""
+        params = _callback_params(callback_id, run_lease)
+        async with self.pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
+            await cur.execute(f"SELECT * FROM awa.jobs WHERE {_CALLBACK_GUARD}", params)
+            record = await cur.fetchone()
+        if record is None:
+            raise CallbackNotFound(f"no job is waiting on callback {params['callback_id']}")
+        return JobRow.from_record(record)
+
+    async def heartbeat_callback(self, callback_id: Any, timeout: float) -> JobRow:
+        """Extend a waiting callback's timeout to now + ``timeout`` seconds."""
+        params = _callback_params(callback_id, None)
+        params["timeout"] = timeout
+        async with self.pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
+            await cur.execute(_HEARTBEAT_CALLBACK, params)
+            record = await cur.fetchone()
+        if record is None:
+            raise CallbackNotFound(f"no job is waiting on callback {params['callback_id']}")
+        return JobRow.from_record(record)
 
     # -- rescue --------------------------------------------------------------------------
     async def rescue(self, reason: RescueReason, *, staleness: float = 15.0, limit: int = 500,
@@ -548,6 +643,95 @@ DELETE FROM awa.jobs WHERE id IN (
         (state = 'completed' AND finalized_at < now() - %(completed)s * interval '1 second')
         OR (state IN ('failed', 'cancelled') AND finalized_at < now() - %(failed)s * interval '1 second'))
     LIMIT %(limit)s FOR UPDATE SKIP LOCKED)
+"""
+
+def parse_callback_id(value: Any) -> UUID:
+    """A callback id as a UUID; anything else is a ValidationError naming ``callback_id``."""
+    if isinstance(value, UUID):
+        return value
+    try:
+        return UUID(str(value).strip())
+    except (ValueError, AttributeError, TypeError):
+        raise ValidationError("callback_id", f"not a valid callback id: {str(value)[:80]!r}") from None
+
+
+def _callback_params(callback_id: Any, run_lease: int | None) -> dict[str, Any]:
+    if run_lease is not None and (isinstance(run_lease, bool) or not isinstance(run_lease, int)):
+        raise ValidationError("run_lease", "expected an integer")
+    return {"callback_id": parse_callback_id(callback_id), "lease": run_lease}
+
+
+def _payload_json(payload: Any) -> str:
+    from awa_cli.jobs import to_json
+
+    return to_json(payload, "payload")
+
+
+def _resolution_event(action: str, row: JobRow, error: str, parked_attempt: int) -> AnyEvent:
+    match action:
+        case "complete":
+            return JobEvent.Completed(row, row.args, 0.0, row.output)
+        case "fail":
+            return JobEvent.Exhausted(row, row.args, error, parked_attempt)
+        case _:
+            return JobEvent.Retried(row, row.args, "", parked_attempt, row.run_at)
+
+
+# Resolutions match a job waiting on the callback, or one whose handler registered it and
+# has not parked yet (its later park is then a harmless stale no-op).
+_CALLBACK_GUARD = """
+    callback_id = %(callback_id)s AND state IN ('waiting_external', 'running')
+    AND (%(lease)s::bigint IS NULL OR run_lease = %(lease)s::bigint)
+"""
+
+_RESOLVE = {
+    "complete": f"""
+        UPDATE awa.jobs SET state = 'completed', finalized_at = now(), callback_timeout_at = NULL,
+            callback_in_handler = false, callback_result = %(payload)s::jsonb,
+            heartbeat_at = NULL, deadline_at = NULL
+        WHERE {_CALLBACK_GUARD}
+        RETURNING *, attempt AS parked_attempt""",
+    "fail": f"""
+        UPDATE awa.jobs SET state = 'failed', finalized_at = now(), callback_timeout_at = NULL,
+            callback_in_handler = false, heartbeat_at = NULL, deadline_at = NULL,
+            errors = errors || jsonb_build_array(
+                jsonb_set(jsonb_set(%(entry)s::jsonb, '{{attempt}}', to_jsonb(attempt)),
+                          '{{error}}', to_jsonb(%(error)s::text)))
+        WHERE {_CALLBACK_GUARD}
+        RETURNING *, attempt AS parked_attempt""",
+    "retry": f"""
+        UPDATE awa.jobs AS j SET state = 'available', attempt = 0, run_at = now(),
+            callback_id = NULL, callback_timeout_at = NULL, callback_in_handler = false,
+            heartbeat_at = NULL, deadline_at = NULL
+        FROM (SELECT id, attempt FROM awa.jobs WHERE {_CALLBACK_GUARD} FOR UPDATE) AS before
+        WHERE j.id = before.id
+        RETURNING j.*, before.attempt AS parked_attempt""",
+}
+
+# A handler waiting inside wait_for_callback gets the payload and keeps running; a job
+# parked by WaitForCallback becomes claimable again (its attempt refunded, so the re-entry
+# continues the same attempt); a handler that registered but has not parked yet finds the
+# payload when it parks or waits.
+_RESUME = f"""
+UPDATE awa.jobs SET
+    callback_result = %(payload)s::jsonb,
+    state = CASE WHEN state = 'waiting_external' AND NOT callback_in_handler
+                 THEN 'available'::awa.job_state ELSE 'running'::awa.job_state END,
+    attempt = CASE WHEN state = 'waiting_external' AND NOT callback_in_handler
+                   THEN attempt - 1 ELSE attempt END,
+    run_at = CASE WHEN state = 'waiting_external' AND NOT callback_in_handler THEN now() ELSE run_at END,
+    heartbeat_at = CASE WHEN state = 'waiting_external' AND NOT callback_in_handler THEN NULL ELSE now() END,
+    callback_id = CASE WHEN state = 'running' THEN callback_id END,
+    callback_timeout_at = CASE WHEN state = 'running' THEN callback_timeout_at END,
+    callback_in_handler = false
+WHERE callback_id = %(callback_id)s AND state IN ('waiting_external', 'running')
+RETURNING *
+"""
+
+_HEARTBEAT_CALLBACK = f"""
+UPDATE awa.jobs SET callback_timeout_at = now() + %(timeout)s * interval '1 second'
+WHERE {_CALLBACK_GUARD}
+RETURNING *
 """
 
 _CANCEL = """

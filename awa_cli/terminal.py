@@ -46,6 +46,8 @@ class Terminal:
                 table.add_row(*("" if v is None else str(v) for v in row))
             self.out.print(table)
             return
-        self.data("\t".join(columns))
-        for row in rows:
-            self.data("\t".join("" if v is None else str(v) for v in row))
+        # Piped: plain tab-separated lines, written as they are (rich would expand tabs).
+        lines = ["\t".join(columns)]
+        lines += ["\t".join("" if v is None else str(v) for v in row) for row in rows]
+        sys.stdout.write("\n".join(lines) + "\n")
+        sys.stdout.flush()

@@ -38,10 +38,11 @@ class CliContext:
 
     def database_url(self) -> str | None:
         """The configured URL, or None when the embedded server is to be used."""
+        config = self.config  # an explicit --config is validated even when the URL is given
         return (
             self.database_url_option
             or self.env.get("AWA_DATABASE_URL")
-            or self.config.database.url
+            or config.database.url
         )
 
     def dsn(self) -> str:

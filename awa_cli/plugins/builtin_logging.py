@@ -1,14 +1,21 @@
-"""Built-in plugin: one structured log line per committed event."""
+"""Built-in plugin: every committed event as one structured log line.
+
+The line is logfmt (``action=job_completed job_id=7 kind=send_email ...``; values with spaces,
+quotes, ``=`` or newlines are JSON-quoted, so a multi-line error stays on one line). The same
+fields are attached to the log record as ``extra`` for structured handlers.
+"""
 
 from __future__ import annotations
 
+import json
 import logging
 from typing import Any
 
-from awa_cli.plugins.hookspecs import hookspec  # noqa: F401 - documents where the spec lives
 from awa_cli.plugins.marker import hookimpl
 
 log = logging.getLogger("awa.events")
+
+_EVENT_FIELDS = ("duration", "error", "reason", "next_run_at")
 
 
 def describe(event: Any) -> dict[str, Any]:
@@ -22,14 +29,34 @@ def describe(event: Any) -> dict[str, Any]:
         "state": str(job.state),
         "attempt": job.attempt,
     }
-    for name in ("duration", "error", "reason", "next_run_at"):
+    if job.callback_id is not None:
+        fields["callback_id"] = str(job.callback_id)
+    for name in _EVENT_FIELDS:
         if hasattr(event, name):
-            fields[name] = str(getattr(event, name)) if name in ("reason", "next_run_at") else getattr(event, name)
+            value = getattr(event, name)
+            if name == "duration":
+                value = round(float(value), 6)
+            elif value is not None and not isinstance(value, (int, float)):
+                value = str(value)
+            fields[name] = value
     return fields
 
 
+def logfmt(fields: dict[str, Any]) -> str:
+    """``key=value`` pairs on one line; empty values are left out."""
+    parts = []
+    for key, value in fields.items():
+        if value is None or value == "":
+            continue
+        text = str(value)
+        if any(c in text for c in ' ="\n\r\t\\') or not text:
+            text = json.dumps(text)
+        parts.append(f"{key}={text}")
+    return " ".join(parts)
+
+
 @hookimpl
-def awa_job_event(event: Any) -> None:
+async def awa_job_event(event: Any) -> None:
+    """Log the event at INFO on the ``awa.events`` logger (async: no thread hop per event)."""
     fields = describe(event)
-    text = " ".join(f"{k}={v}" for k, v in fields.items() if v not in (None, ""))
-    log.info(text, extra=fields)
+    log.info(logfmt(fields), extra=fields)

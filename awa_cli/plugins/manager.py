@@ -2,12 +2,17 @@
 
 Load order: built-in plugins, then installed entry points (group ``awa_cli``), then the
 modules named in ``[app] plugins``. A plugin that fails to load is reported by name and the
-others still load.
+others still load. Nothing here runs at import time: every call of
+:func:`build_plugin_host` builds a fresh manager.
+
+awa never calls ``pm.hook.*`` (pluggy cannot await): :class:`PluginHost` calls each
+implementation itself, in load order, with the semantics described in ``hookspecs.py``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import importlib
 import inspect
 import logging
 from collections.abc import Callable, Iterable
@@ -24,6 +29,7 @@ log = logging.getLogger("awa.plugins")
 
 ENTRY_POINT_GROUP = "awa_cli"
 BUILTIN_PLUGINS = ("awa_cli.plugins.builtin_logging",)
+HOOK_NAMES = tuple(name for name in vars(hookspecs) if name.startswith("awa_"))
 
 
 @dataclass(frozen=True)
@@ -36,31 +42,51 @@ class LoadedPlugin:
         return {"name": self.name, "origin": self.origin, "hooks": list(self.hooks)}
 
 
+@dataclass(frozen=True)
+class FailedPlugin:
+    name: str
+    origin: str
+    error: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "origin": self.origin, "error": self.error}
+
+
 @dataclass
 class PluginHost:
     """The plugin manager plus what was loaded and what failed."""
 
     pm: pluggy.PluginManager
     loaded: list[LoadedPlugin] = field(default_factory=list)
-    failed: list[tuple[str, str, str]] = field(default_factory=list)  # (name, origin, error)
+    failed: list[FailedPlugin] = field(default_factory=list)
 
-    def _impls(self, hook_name: str) -> list[tuple[str, Callable[..., Any]]]:
-        caller = getattr(self.pm.hook, hook_name)
-        # pluggy lists implementations last-registered first; call in load order.
-        return [(impl.plugin_name, impl.function) for impl in reversed(caller.get_hookimpls())]
+    def implementations(self, hook_name: str) -> list[tuple[str, Callable[..., Any]]]:
+        """(plugin name, callable taking the spec's keyword arguments), in call order.
+
+        Call order is load order, ``tryfirst`` implementations first and ``trylast`` ones
+        last (pluggy itself calls last-registered first). Hook wrappers are skipped.
+        """
+        impls = getattr(self.pm.hook, hook_name).get_hookimpls()
+        plain = [i for i in impls if not (i.hookwrapper or getattr(i, "wrapper", False))]
+        first = [i for i in plain if i.tryfirst]
+        last = [i for i in plain if i.trylast]
+        middle = [i for i in plain if not i.tryfirst and not i.trylast]
+        return [(i.plugin_name, _bind(i)) for i in (*first, *middle, *last)]
 
     def event_hooks(self) -> list[tuple[str, Callable[[Any], Any]]]:
-        """``awa_job_event`` implementations, for the dispatcher."""
-        return self._impls("awa_job_event")
+        """``awa_job_event`` implementations as ``fn(event)``, for the dispatcher."""
+        return [(name, _positional(fn, "event")) for name, fn in self.implementations("awa_job_event")]
 
     async def worker_started(self, worker: Any) -> None:
+        """Call every ``awa_worker_started``; failures are logged, never raised."""
         await self._call_each("awa_worker_started", worker=worker)
 
     async def worker_stopping(self, worker: Any) -> None:
+        """Call every ``awa_worker_stopping``; failures are logged, never raised."""
         await self._call_each("awa_worker_stopping", worker=worker)
 
     async def _call_each(self, hook_name: str, **kwargs: Any) -> None:
-        for name, fn in self._impls(hook_name):
+        for name, fn in self.implementations(hook_name):
             try:
                 if inspect.iscoroutinefunction(fn):
                     await fn(**kwargs)
@@ -68,16 +94,38 @@ class PluginHost:
                     result = await asyncio.to_thread(fn, **kwargs)
                     if inspect.isawaitable(result):
                         await result
-            except Exception as exc:  # noqa: BLE001 - a plugin never takes the worker down
+            except asyncio.CancelledError:
+                raise
+            except BaseException as exc:  # noqa: BLE001 - a plugin never takes the worker down
                 log.error("plugin %s failed in %s: %s: %s", name, hook_name, type(exc).__name__, exc,
-                          extra={"action": "plugin_failed", "plugin": name})
+                          exc_info=exc, extra={"action": "plugin_failed", "plugin": name})
 
 
-def _hook_names(plugin: Any) -> tuple[str, ...]:
-    return tuple(
-        name for name in dir(hookspecs)
-        if name.startswith("awa_") and callable(getattr(plugin, name, None))
-    )
+def _bind(impl: Any) -> Callable[..., Any]:
+    """The implementation, called with only the arguments it declares (pluggy's rule)."""
+    fn = impl.function
+    wanted = tuple(impl.argnames)
+    if inspect.iscoroutinefunction(fn):
+
+        async def call_async(**kwargs: Any) -> Any:
+            return await fn(**{k: kwargs[k] for k in wanted})
+
+        return call_async
+
+    def call(**kwargs: Any) -> Any:
+        return fn(**{k: kwargs[k] for k in wanted})
+
+    return call
+
+
+def _positional(fn: Callable[..., Any], arg: str) -> Callable[[Any], Any]:
+    if inspect.iscoroutinefunction(fn):
+
+        async def call_async(value: Any) -> Any:
+            return await fn(**{arg: value})
+
+        return call_async
+    return lambda value: fn(**{arg: value})
 
 
 def build_plugin_host(
@@ -87,7 +135,12 @@ def build_plugin_host(
     report: Callable[[str], None] | None = None,
     entry_points: bool = True,
 ) -> PluginHost:
-    """Build a fresh plugin manager: built-ins, entry points, then ``[app] plugins``."""
+    """Build a fresh plugin manager: built-ins, entry points, then ``[app] plugins``.
+
+    ``config_plugins`` are ``module`` or ``module:attr`` specs, imported with ``base_dir``
+    (the config file's folder) and the current directory on ``sys.path``. ``report`` gets one
+    line per plugin that failed to load.
+    """
     pm = pluggy.PluginManager("awa_cli")
     pm.add_hookspecs(hookspecs)
     host = PluginHost(pm)
@@ -95,17 +148,20 @@ def build_plugin_host(
     def register(name: str, origin: str, load: Callable[[], Any]) -> None:
         try:
             plugin = load()
+            if pm.is_registered(plugin):
+                log.info("plugin %s (%s) is already loaded as %s", name, origin,
+                         pm.get_name(plugin), extra={"action": "plugin_duplicate", "plugin": name})
+                return
             pm.register(plugin, name=name)
         except Exception as exc:  # noqa: BLE001 - report by name, keep loading the rest
-            message = f"plugin {name!r} ({origin}) failed to load: {type(exc).__name__}: {exc}"
-            host.failed.append((name, origin, f"{type(exc).__name__}: {exc}"))
+            error = f"{type(exc).__name__}: {exc}"
+            message = f"plugin {name!r} ({origin}) failed to load: {error}"
+            host.failed.append(FailedPlugin(name, origin, error))
             log.error(message, extra={"action": "plugin_load_failed", "plugin": name})
             if report is not None:
                 report(f"warning: {message}")
             return
-        host.loaded.append(LoadedPlugin(name, origin, _hook_names(plugin)))
-
-    import importlib
+        host.loaded.append(LoadedPlugin(name, origin, _hook_names(pm, plugin)))
 
     for module_name in BUILTIN_PLUGINS:
         register(module_name, "builtin", lambda m=module_name: importlib.import_module(m))
@@ -118,3 +174,9 @@ def build_plugin_host(
     for spec in config_plugins:
         register(spec, "config", lambda s=spec: import_target(s, base_dir, None))
     return host
+
+
+def _hook_names(pm: pluggy.PluginManager, plugin: Any) -> tuple[str, ...]:
+    """The hooks a registered plugin implements, in the order of ``hookspecs.py``."""
+    implemented = {caller.name for caller in pm.get_hookcallers(plugin) or ()}
+    return tuple(name for name in HOOK_NAMES if name in implemented)

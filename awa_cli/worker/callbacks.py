@@ -22,18 +22,25 @@ log = logging.getLogger("awa.worker")
 WAIT_POLL_SECONDS = 2.0
 
 _REGISTER = """
-UPDATE awa.jobs SET callback_id = %(callback_id)s,
+UPDATE awa.jobs SET callback_id = %(callback_id)s, callback_result = NULL,
     callback_timeout_at = now() + %(timeout)s * interval '1 second'
 WHERE id = %(id)s AND run_lease = %(lease)s AND state = 'running'
 RETURNING id
 """
 
-# The handler keeps its slot; no heartbeat or deadline applies while it waits.
+# The handler keeps its slot; no heartbeat or deadline applies while it waits. A callback
+# resumed before the wait began (callback_result set) is returned at once instead.
 _BEGIN_WAIT = """
-UPDATE awa.jobs SET state = 'waiting_external', callback_in_handler = true,
-    heartbeat_at = NULL, deadline_at = NULL
+UPDATE awa.jobs SET
+    state = CASE WHEN callback_result IS NULL THEN 'waiting_external'::awa.job_state
+                 ELSE 'running'::awa.job_state END,
+    callback_in_handler = callback_result IS NULL,
+    callback_id = CASE WHEN callback_result IS NULL THEN callback_id END,
+    callback_timeout_at = CASE WHEN callback_result IS NULL THEN callback_timeout_at END,
+    heartbeat_at = CASE WHEN callback_result IS NULL THEN NULL ELSE now() END,
+    deadline_at = CASE WHEN callback_result IS NULL THEN NULL ELSE deadline_at END
 WHERE id = %(id)s AND run_lease = %(lease)s AND state = 'running' AND callback_id = %(callback_id)s
-RETURNING id
+RETURNING callback_result IS NOT NULL AS resumed, callback_result
 """
 
 _POLL_WAIT = """
@@ -69,9 +76,13 @@ class CallbackServices:
             cur = await conn.execute(
                 _BEGIN_WAIT, {"id": job.id, "lease": job.run_lease, "callback_id": token.id}
             )
-            if await cur.fetchone() is None:
+            begun = await cur.fetchone()
+            if begun is None:
                 self._waiters.pop(job.id, None)
                 raise CallbackWaitAborted(f"job {job.id} is no longer running this attempt")
+        if begun[0]:
+            self._waiters.pop(job.id, None)
+            return begun[1]
         job._waiting_in_handler = True
         try:
             while True:

@@ -62,7 +62,7 @@ async def execute(
     finally:
         job._seal()
     duration = time.monotonic() - started
-    return decide(
+    result_ = decide(
         row,
         args=args,
         result=result,
@@ -74,3 +74,6 @@ async def execute(
         staged=job._staged.items,
         staging_failure=job._staged.failure,
     )
+    if result_.action == "park":
+        result_.discarded = len(job._staged.items)
+    return result_

@@ -184,7 +184,7 @@ async def test_heartbeat_touches_every_running_job(dsn: str) -> None:
 
     with awa.Client(dsn) as client:
         client.insert_many([Work(i) for i in range(5)])
-    async with running_worker(app, dsn, heartbeat_interval=0.2):
+    async with running_worker(app, dsn, heartbeat_interval=0.2, maintenance=False):
         await wait_until(lambda: states(dsn).get("running") == 5)
         with psycopg.connect(dsn, autocommit=True) as conn:
             conn.execute("UPDATE awa.jobs SET heartbeat_at = now() - interval '1 hour'")

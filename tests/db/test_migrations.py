@@ -1,0 +1,357 @@
+"""Migrations (awa_cli.db.migrations) against real databases, the schema they make, and the
+SQL files shipped inside the wheel."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import uuid
+import zipfile
+from collections.abc import Iterator
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from awa_cli.db import migrations
+from awa_cli.db.migrations import migrate_dsn
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# DESIGN §2: the columns of awa.jobs and their types (format_type spelling).
+JOB_COLUMNS = {
+    "id": "bigint",
+    "kind": "text",
+    "queue": "text",
+    "args": "jsonb",
+    "state": "awa.job_state",
+    "priority": "smallint",
+    "attempt": "integer",
+    "max_attempts": "integer",
+    "run_at": "timestamp with time zone",
+    "run_lease": "bigint",
+    "heartbeat_at": "timestamp with time zone",
+    "deadline_at": "timestamp with time zone",
+    "deadline_duration": "double precision",
+    "callback_id": "uuid",
+    "callback_timeout_at": "timestamp with time zone",
+    "errors": "jsonb",
+    "metadata": "jsonb",
+    "tags": "text[]",
+    "unique_key": "bytea",
+    "unique_states": "awa.job_state[]",
+    "output": "jsonb",
+    "ordering_key": "text",
+    "created_at": "timestamp with time zone",
+    "attempted_at": "timestamp with time zone",
+    "finalized_at": "timestamp with time zone",
+}
+
+JOB_STATES = [
+    "scheduled", "available", "running", "waiting_external",
+    "retryable", "completed", "failed", "cancelled",
+]
+
+
+@pytest.fixture
+def fresh_dsn(pg_server: Any) -> Iterator[str]:
+    """An empty database (no awa schema) on the session's server, dropped afterwards."""
+    name = f"awa_fresh_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(pg_server.dsn_for("postgres"), autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield pg_server.dsn_for(name)
+    finally:
+        with psycopg.connect(pg_server.dsn_for("postgres"), autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def _ledger(dsn: str) -> list[tuple[int, str]]:
+    with psycopg.connect(dsn) as conn:
+        return conn.execute("SELECT version, name FROM awa.schema_migrations ORDER BY version").fetchall()
+
+
+def test_available_finds_the_packaged_migrations_in_order() -> None:
+    found = migrations.available()
+    assert found, "no migrations found in awa_cli.sql"
+    assert found[0].version == 1 and found[0].name == "initial"
+    assert [m.version for m in found] == sorted(m.version for m in found)
+    assert len({m.version for m in found}) == len(found)
+    assert "CREATE TABLE awa.jobs" in found[0].sql
+
+
+@pytest.mark.integration
+def test_migrate_a_fresh_database_then_nothing(fresh_dsn: str) -> None:
+    with psycopg.connect(fresh_dsn) as conn:
+        assert conn.execute("SELECT to_regclass('awa.jobs')").fetchone() == (None,)
+        before = migrations.status(conn)
+    assert [(s.version, s.applied_at) for s in before] == [(m.version, None) for m in migrations.available()]
+    applied = migrate_dsn(fresh_dsn)
+    assert [m.version for m in applied] == [m.version for m in migrations.available()]
+    assert applied[0].version == 1
+    assert _ledger(fresh_dsn)[0] == (1, "initial")
+    assert len(_ledger(fresh_dsn)) == len(migrations.available())
+    assert migrate_dsn(fresh_dsn) == []
+    with psycopg.connect(fresh_dsn) as conn:
+        assert conn.execute("SELECT to_regclass('awa.jobs') IS NOT NULL").fetchone() == (True,)
+        after = migrations.status(conn)
+        # the advisory lock was released
+        assert conn.execute(
+            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'"
+        ).fetchone() == (0,)
+    assert all(s.applied_at is not None for s in after)
+
+
+@pytest.mark.integration
+def test_concurrent_migrates_on_a_fresh_database(fresh_dsn: str) -> None:
+    runners = 4
+    barrier = threading.Barrier(runners)
+    results: list[Any] = []
+    lock = threading.Lock()
+
+    def run() -> None:
+        barrier.wait(timeout=10)
+        try:
+            outcome: Any = migrate_dsn(fresh_dsn)
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            outcome = exc
+        with lock:
+            results.append(outcome)
+
+    threads = [threading.Thread(target=run) for _ in range(runners)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    errors = [r for r in results if isinstance(r, BaseException)]
+    assert not errors, errors
+    assert len(results) == runners
+    applied = [m.version for r in results for m in r]
+    assert sorted(applied) == [m.version for m in migrations.available()]  # each applied once
+    assert _ledger(fresh_dsn)[0] == (1, "initial")
+    with psycopg.connect(fresh_dsn) as conn:
+        assert conn.execute(
+            "SELECT count(*) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+            " WHERE n.nspname = 'awa' AND c.relname = 'jobs'"
+        ).fetchone() == (1,)
+        assert conn.execute("SELECT count(*) FROM pg_namespace WHERE nspname = 'awa'").fetchone() == (1,)
+
+
+@pytest.mark.integration
+def test_concurrent_awa_migrate_processes(fresh_dsn: str) -> None:
+    awa = Path(sys.executable).parent / "awa"
+    if not awa.exists():
+        found = shutil.which("awa")
+        assert found, "the awa console script is not installed"
+        awa = Path(found)
+    env = {**os.environ, "NO_COLOR": "1"}
+    env.pop("AWA_CONFIG", None)
+    procs = [
+        subprocess.Popen(
+            [str(awa), "--config", os.devnull, "--database-url", fresh_dsn, "migrate", "--json"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+        )
+        for _ in range(2)
+    ]
+    outputs = [p.communicate(timeout=60) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outputs
+    import json
+
+    applied = sorted(name for out, _ in outputs for name in json.loads(out)["applied"])
+    assert applied == [f"{m.version:04d}_{m.name}" for m in migrations.available()]
+    assert _ledger(fresh_dsn)[0] == (1, "initial")
+
+
+# -- the schema --------------------------------------------------------------------------------
+
+
+@pytest.mark.integration
+def test_jobs_columns(db: psycopg.Connection) -> None:
+    rows = db.execute(
+        """
+        SELECT a.attname, format_type(a.atttypid, a.atttypmod)
+        FROM pg_attribute a
+        WHERE a.attrelid = 'awa.jobs'::regclass AND a.attnum > 0 AND NOT a.attisdropped
+        """
+    ).fetchall()
+    columns = dict(rows)
+    missing = set(JOB_COLUMNS) - set(columns)
+    assert not missing, f"awa.jobs lacks {sorted(missing)}"
+    assert {name: columns[name] for name in JOB_COLUMNS} == JOB_COLUMNS
+    identity = db.execute(
+        "SELECT attidentity FROM pg_attribute WHERE attrelid = 'awa.jobs'::regclass AND attname = 'id'"
+    ).fetchone()
+    assert identity is not None and identity[0] in ("a", "d")
+
+
+@pytest.mark.integration
+def test_column_defaults_and_checks(db: psycopg.Connection) -> None:
+    row = db.execute(
+        "INSERT INTO awa.jobs (kind) VALUES ('k')"
+        " RETURNING queue, state::text, priority, max_attempts, attempt, run_lease, errors, metadata, tags"
+    ).fetchone()
+    assert row == ("default", "available", 2, 25, 0, 0, [], {}, [])
+    db.rollback()
+    for column, value in [("priority", 0), ("priority", 5), ("max_attempts", 0), ("max_attempts", 1001)]:
+        with pytest.raises(psycopg.errors.CheckViolation):
+            db.execute(f"INSERT INTO awa.jobs (kind, {column}) VALUES ('k', %s)", (value,))
+        db.rollback()
+    for kind in ("", "x" * 201):
+        with pytest.raises(psycopg.errors.CheckViolation):
+            db.execute("INSERT INTO awa.jobs (kind) VALUES (%s)", (kind,))
+        db.rollback()
+    with pytest.raises(psycopg.errors.CheckViolation):
+        db.execute("INSERT INTO awa.jobs (kind, tags) VALUES ('k', %s)", ([str(i) for i in range(21)],))
+    db.rollback()
+
+
+@pytest.mark.integration
+def test_job_state_enum_in_order(db: psycopg.Connection) -> None:
+    labels = db.execute(
+        "SELECT e.enumlabel FROM pg_enum e WHERE e.enumtypid = 'awa.job_state'::regtype ORDER BY e.enumsortorder"
+    ).fetchall()
+    assert [label for (label,) in labels] == JOB_STATES
+
+
+def _indexes(db: psycopg.Connection) -> dict[str, dict[str, Any]]:
+    rows = db.execute(
+        """
+        SELECT c.relname, i.indisunique, pg_get_expr(i.indpred, i.indrelid),
+               pg_get_indexdef(i.indexrelid)
+        FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
+        WHERE i.indrelid = 'awa.jobs'::regclass
+        """
+    ).fetchall()
+    return {name: {"unique": unique, "predicate": pred, "def": definition} for name, unique, pred, definition in rows}
+
+
+@pytest.mark.integration
+def test_jobs_indexes(db: psycopg.Connection) -> None:
+    idx = _indexes(db)
+
+    claim = idx["jobs_claim_idx"]
+    assert not claim["unique"] and claim["predicate"] is not None
+    assert "(queue, priority, run_at, id)" in claim["def"]
+    for state in ("available", "scheduled", "retryable"):
+        assert state in claim["predicate"]
+    for state in ("running", "completed", "failed", "cancelled", "waiting_external"):
+        assert state not in claim["predicate"]
+
+    unique = idx["jobs_unique_key_idx"]
+    assert unique["unique"] and "(unique_key)" in unique["def"]
+    assert "unique_key IS NOT NULL" in unique["predicate"]
+    assert "unique_states" in unique["predicate"]
+
+    callback = idx["jobs_callback_id_idx"]
+    assert callback["unique"] and "(callback_id)" in callback["def"]
+
+    heartbeat = idx["jobs_heartbeat_idx"]
+    assert "(heartbeat_at)" in heartbeat["def"] and "running" in heartbeat["predicate"]
+    deadline = idx["jobs_deadline_idx"]
+    assert "(deadline_at)" in deadline["def"] and "running" in deadline["predicate"]
+    timeout = idx["jobs_callback_timeout_idx"]
+    assert "(callback_timeout_at)" in timeout["def"] and "waiting_external" in timeout["predicate"]
+
+
+@pytest.mark.integration
+def test_unique_index_holds_only_in_unique_states(db: psycopg.Connection) -> None:
+    insert = (
+        "INSERT INTO awa.jobs (kind, unique_key, unique_states, state)"
+        " VALUES ('k', '\\x01', '{available}', %s::awa.job_state)"
+    )
+    db.execute(insert, ("available",))
+    with pytest.raises(psycopg.errors.UniqueViolation):
+        db.execute(insert, ("available",))
+    db.rollback()
+    db.execute(insert, ("available",))
+    db.execute(insert, ("completed",))  # not in its unique_states: does not hold the key
+    db.execute(insert, ("failed",))
+    db.commit()
+    assert db.execute("SELECT count(*) FROM awa.jobs").fetchone() == (3,)
+
+
+@pytest.mark.integration
+def test_callback_ids_are_unique(db: psycopg.Connection) -> None:
+    cid = uuid.uuid4()
+    db.execute("INSERT INTO awa.jobs (kind, callback_id) VALUES ('k', %s)", (cid,))
+    with pytest.raises(psycopg.errors.UniqueViolation):
+        db.execute("INSERT INTO awa.jobs (kind, callback_id) VALUES ('k', %s)", (cid,))
+    db.rollback()
+
+
+# -- packaging -------------------------------------------------------------------------------
+
+
+def test_sql_is_found_through_importlib_resources() -> None:
+    entry = resources.files("awa_cli.sql").joinpath("0001_initial.sql")
+    assert entry.is_file()
+    assert "CREATE TYPE awa.job_state" in entry.read_text(encoding="utf-8")
+
+
+def _copy_project(dest: Path) -> Path:
+    """A clean copy of the sources, so building leaves no build/ or egg-info in the checkout."""
+    ignore = shutil.ignore_patterns(
+        ".venv", ".git", "build", "dist", "*.egg-info", "__pycache__", ".awa", "tests", ".pytest_cache"
+    )
+    shutil.copytree(ROOT, dest, ignore=ignore)
+    return dest
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    src = _copy_project(tmp_path_factory.mktemp("src") / "awa")
+    out = tmp_path_factory.mktemp("dist")
+    cmd = [sys.executable, "-m", "build", "--wheel", "--outdir", str(out)]
+    # An isolated build fetches the pinned setuptools; offline, fall back to the venv's own
+    # (which needs setuptools >= 70.1 or the wheel package for bdist_wheel).
+    proc = subprocess.run(cmd, cwd=src, capture_output=True, text=True, timeout=300)
+    if proc.returncode != 0 and importlib.util.find_spec("setuptools") is not None:
+        proc = subprocess.run(cmd + ["--no-isolation", "--skip-dependency-check"], cwd=src,
+                              capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    wheels = list(out.glob("awa_worker-*.whl"))
+    assert len(wheels) == 1, list(out.iterdir())
+    return wheels[0]
+
+
+def test_wheel_ships_the_migrations(wheel: Path) -> None:
+    with zipfile.ZipFile(wheel) as zf:
+        names = set(zf.namelist())
+        assert "awa_cli/sql/0001_initial.sql" in names
+        assert "awa_cli/sql/__init__.py" in names
+        packaged = zf.read("awa_cli/sql/0001_initial.sql").decode()
+        entry_points = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))
+        assert "awa = awa_cli.cli:main" in zf.read(entry_points).decode()
+    assert packaged == (ROOT / "sql" / "0001_initial.sql").read_text(encoding="utf-8")
+    for m in migrations.available():
+        assert f"awa_cli/sql/{m.version:04d}_{m.name}.sql" in names
+
+
+def test_installed_wheel_finds_its_migrations(wheel: Path, tmp_path: Path) -> None:
+    """Unpack the wheel as an install would and import awa_cli from it, not from the checkout."""
+    site = tmp_path / "site"
+    with zipfile.ZipFile(wheel) as zf:
+        zf.extractall(site)
+    code = (
+        "import awa_cli, json; from importlib import resources;"
+        "from awa_cli.db import migrations;"
+        "f = resources.files('awa_cli.sql').joinpath('0001_initial.sql');"
+        "print(json.dumps({'file': awa_cli.__file__, 'found': f.is_file(),"
+        " 'versions': [m.version for m in migrations.available()]}))"
+    )
+    env = {**os.environ, "PYTHONPATH": str(site)}
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                          cwd=tmp_path, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    import json
+
+    result = json.loads(proc.stdout)
+    assert result["file"].startswith(str(site))
+    assert result["found"] is True
+    assert result["versions"][0] == 1
