@@ -225,6 +225,11 @@ class AsyncClient:
         await self._ready()
         return await self.core.heartbeat_callback(callback_id, seconds_)
 
+    async def waiting_job(self, callback_id: Any, run_lease: int | None = None) -> JobRow:
+        """The job waiting on ``callback_id``, unchanged (CallbackNotFound if none)."""
+        await self._ready()
+        return await self.core.waiting_job(callback_id, run_lease)
+
     async def resolve_callback(
         self,
         callback_id: Any,

@@ -41,7 +41,7 @@ def _resolve(ctx: CliContext, callback_id: str, bare: bool, json_flag: bool, ver
 
     async def run(client: Any) -> Any:
         if app is not None:
-            waiting = await client.core.waiting_job(callback_id)
+            waiting = await client.waiting_job(callback_id)
             if waiting.kind not in app.tasks:
                 raise ResolutionRefused(
                     f"job {waiting.id} has kind {waiting.kind!r}, which the loaded app does not "
