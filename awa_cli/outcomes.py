@@ -150,8 +150,8 @@ def decide(
 
     base = AttemptResult(job=job, action="complete", args=args, duration=duration)
     last_attempt = job.attempt >= job.max_attempts
-    if exc is None and staging_failure is not None:
-        exc = staging_failure  # a failed stage fails the attempt even if the handler swallowed it
+    if staging_failure is not None and not isinstance(exc, TerminalError):
+        exc = staging_failure  # any failed stage fails the attempt terminally, even if swallowed
     if exc is not None:
         message, tb = describe_exception(exc)
         terminal = isinstance(exc, TerminalError) or last_attempt
@@ -342,7 +342,8 @@ class OutcomeCore:
         except Exception as exc:  # noqa: BLE001 - a spec raised: the transition rolled back
             item.error = exc
             log.error(
-                "follow-up failed; attempt rolled back and left for rescue",
+                "follow-up of job %s failed; the attempt was rolled back and is left for rescue: %s",
+                result.job.id, exc,
                 extra={"action": "follow_up_failed", "job_id": result.job.id, "error": str(exc)},
             )
             return item

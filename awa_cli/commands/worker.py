@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
+import sys
+from collections.abc import Mapping
 from typing import Any
 
 import click
@@ -58,8 +60,13 @@ def build_worker(ctx: CliContext, queue_options: tuple[str, ...]) -> Any:
     )
 
 
-async def run_until_signalled(worker: Any) -> None:
-    """Run the worker; the first SIGTERM/SIGINT drains gracefully, a second exits at once."""
+async def run_until_signalled(worker: Any, env: Mapping[str, str] | None = None) -> None:
+    """Run the worker; the first SIGTERM/SIGINT drains gracefully, a second exits at once.
+
+    With ``env`` the service manager (or the supervisor) is told READY/STOPPING (notify.py).
+    """
+    from awa_cli.worker.notify import notify_worker_lifecycle
+
     loop = asyncio.get_running_loop()
     stop_requested = asyncio.Event()
     signals_seen = 0
@@ -77,12 +84,16 @@ async def run_until_signalled(worker: Any) -> None:
         loop.add_signal_handler(signum, on_signal, signum)
     run_task = loop.create_task(worker.run())
     stop_task = loop.create_task(stop_requested.wait())
-    await asyncio.wait({run_task, stop_task}, return_when=asyncio.FIRST_COMPLETED)
-    if run_task.done():
-        run_task.result()
-        return
-    await worker.shutdown()
-    await run_task
+    notify_task = loop.create_task(notify_worker_lifecycle(worker, stop_requested, env or {}))
+    try:
+        await asyncio.wait({run_task, stop_task}, return_when=asyncio.FIRST_COMPLETED)
+        if run_task.done():
+            run_task.result()
+            return
+        await worker.shutdown()
+        await run_task
+    finally:
+        notify_task.cancel()
 
 
 @click.command(name="worker")
@@ -92,11 +103,30 @@ async def run_until_signalled(worker: Any) -> None:
               help="Worker processes to supervise (default: [worker] processes).")
 @pass_context
 def command(ctx: CliContext, queues: tuple[str, ...], processes: int | None) -> None:
-    """Run the worker daemon in the foreground until SIGTERM/SIGINT."""
+    """Run the worker daemon in the foreground until SIGTERM/SIGINT.
+
+    The first SIGTERM or SIGINT drains: stop claiming, let running jobs finish (up to
+    [worker] shutdown_timeout), flush their outcomes, release the maintenance lock, exit 0.
+    A second signal exits at once with status 1.
+
+    With more than one process a supervisor starts that many worker processes, restarts one
+    that dies (with backoff) and forwards the drain to them; it runs no jobs itself.
+
+    Under systemd (NOTIFY_SOCKET set) it reports READY, STATUS, STOPPING and WATCHDOG.
+    """
     processes = processes or ctx.config.worker.processes
     if processes > 1:
-        from awa_cli.worker.supervisor import supervise
+        from awa_cli.worker.supervisor import SupervisorPlan, supervise
 
-        raise SystemExit(supervise(ctx, queues, processes))
+        config = ctx.config
+        sizes = parse_queue_options(queues) if queues else {n: q.concurrency for n, q in config.queues.items()}
+        argv = [sys.executable, "-m", "awa_cli", *(["--config", str(config.path)] if config.path else []),
+                *(["-v"] * ctx.verbose), *(["-q"] if ctx.terminal.quiet else []),
+                "worker", *(f"--queue={q}" for q in queues), "--processes", "1"]
+        # The URL goes by environment, not argv (ps shows argv); resolved once, so the
+        # children share one embedded server rather than race to start it.
+        env = {**ctx.env, "AWA_DATABASE_URL": ctx.dsn()}
+        plan = SupervisorPlan(argv, env, processes, sizes, config.worker.shutdown_timeout)
+        raise SystemExit(supervise(plan, ctx.env))
     worker = build_worker(ctx, queues)
-    asyncio.run(run_until_signalled(worker))
+    asyncio.run(run_until_signalled(worker, ctx.env))

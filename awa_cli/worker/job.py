@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 import uuid
 from datetime import timedelta
@@ -111,8 +112,8 @@ class Job:
     # -- output --------------------------------------------------------------------------
     def set_output(self, value: Any) -> None:
         """Record a JSON-serialisable output, stored with the completion."""
-        to_json(value, "output")
-        self._output, self._has_output = value, True
+        # Stored as its JSON form: what passes here is exactly what the completion writes.
+        self._output, self._has_output = json.loads(to_json(value, "output")), True
 
     # -- staged follow-ups ---------------------------------------------------------------
     def enqueue_on_completion(self, args: Any, **insert_options: Any) -> None:

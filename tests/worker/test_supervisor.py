@@ -1,0 +1,227 @@
+"""`awa worker --processes N` as real processes: children run the jobs, a killed child is
+restarted, SIGTERM/SIGINT drain, a second signal kills, a dead supervisor leaves no orphans."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+
+import awa_cli as awa
+from awa_cli.worker.supervisor import Backoff
+from tests.apps.recording import SIDE_TABLE
+from tests.helpers import job_row, states
+
+ROOT = Path(__file__).resolve().parents[2]
+STARTED = re.compile(r"action=child_started slot=(\d+) pid=(\d+)")
+
+
+class Supervised:
+    """A real `awa worker --processes N` in its own session, its stderr in a file."""
+
+    def __init__(self, tmp_path: Path, dsn: str, processes: int = 2, shutdown_timeout: str = "10s",
+                 modules: str = '["tests.apps.recording"]') -> None:
+        config = tmp_path / "awa.toml"
+        config.write_text(f"[app]\nmodules = {modules}\n[queues.default]\nconcurrency = 5\n"
+                          f'[worker]\nshutdown_timeout = "{shutdown_timeout}"\n')
+        self.log_path = tmp_path / "stderr.log"
+        env = {**os.environ, "AWA_DATABASE_URL": dsn, "PYTHONPATH": str(ROOT)}
+        for name in ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID"):
+            env.pop(name, None)
+        with self.log_path.open("w") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "awa_cli", "--config", str(config), "worker",
+                 "--processes", str(processes)],
+                env=env, cwd=ROOT, stderr=log, stdin=subprocess.DEVNULL, start_new_session=True,
+            )
+
+    def log(self) -> str:
+        return self.log_path.read_text()
+
+    def wait_log(self, pattern: str, count: int = 1, timeout: float = 15.0) -> list[re.Match[str]]:
+        deadline = time.monotonic() + timeout
+        while True:
+            matches = list(re.finditer(pattern, self.log()))
+            if len(matches) >= count:
+                return matches
+            assert time.monotonic() < deadline, f"no {count}x {pattern!r} in:\n{self.log()}"
+            assert self.proc.poll() is None or pattern.startswith("supervisor stopped"), self.log()
+            time.sleep(0.05)
+
+    def children(self) -> dict[int, int]:
+        """Slot number → pid of its latest child."""
+        return {int(m.group(1)): int(m.group(2)) for m in STARTED.finditer(self.log())}
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+
+
+@pytest.fixture
+def side_table(dsn: str) -> str:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(SIDE_TABLE)
+    return dsn
+
+
+@pytest.fixture
+def supervised(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[list[Supervised]]:
+    started: list[Supervised] = []
+    yield started
+    for s in started:
+        s.stop()
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def wait_gone(pids: list[int], timeout: float = 15.0) -> None:
+    deadline = time.monotonic() + timeout
+    while any(alive(p) for p in pids):
+        assert time.monotonic() < deadline, [p for p in pids if alive(p)]
+        time.sleep(0.05)
+
+
+def executions(dsn: str, job_id: int | None = None) -> list[int]:
+    with psycopg.connect(dsn) as conn:
+        if job_id is None:
+            return [r[0] for r in conn.execute("SELECT pid FROM awa_test.executions").fetchall()]
+        return [r[0] for r in conn.execute(
+            "SELECT pid FROM awa_test.executions WHERE job_id = %s", (job_id,)).fetchall()]
+
+
+def wait_running(dsn: str, job_id: int, timeout: float = 15.0) -> int:
+    deadline = time.monotonic() + timeout
+    while not (pids := executions(dsn, job_id)):
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    return pids[0]
+
+
+def test_backoff_doubles_to_a_ceiling_and_resets_after_a_stable_run() -> None:
+    backoff = Backoff(initial=0.5, maximum=30.0, stable_after=60.0)
+    delays = [backoff.next_delay(uptime=1.0) for _ in range(9)]
+    assert delays == [0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 30.0, 30.0, 30.0]
+    assert backoff.next_delay(uptime=61.0) == 0.5
+    assert backoff.next_delay(uptime=1.0) == 1.0
+
+
+@pytest.mark.integration
+def test_children_run_the_jobs_a_killed_child_is_restarted_and_sigterm_drains(
+    side_table: str, tmp_path: Path, supervised: list[Supervised]
+) -> None:
+    dsn = side_table
+    s = Supervised(tmp_path, dsn)
+    supervised.append(s)
+    s.wait_log(r"all 2 worker processes ready")
+    first = s.children()
+    assert sorted(first) == [1, 2] and s.proc.pid not in first.values()
+
+    with awa.Client(dsn) as client:
+        client.insert_many([{"n": i} for i in range(40)], kind="record")
+    deadline = time.monotonic() + 15
+    while states(dsn).get("completed", 0) < 40:
+        assert time.monotonic() < deadline, states(dsn)
+        time.sleep(0.05)
+    # The supervisor runs no jobs; its children do.
+    assert set(executions(dsn)) <= set(first.values())
+
+    os.kill(first[1], signal.SIGKILL)
+    s.wait_log(rf"action=child_exited slot=1 pid={first[1]} signal=SIGKILL")
+    s.wait_log(r"action=child_restarting slot=1 delay=0\.5\b")
+    s.wait_log(r"action=child_ready slot=1 ", count=2)
+    restarted = s.children()
+    assert restarted[1] != first[1] and restarted[2] == first[2]
+    assert not alive(first[1])
+
+    with awa.Client(dsn) as client:
+        slow = client.insert({"n": -1, "sleep": 2.0}, kind="record")
+    wait_running(dsn, slow.id)
+    s.proc.send_signal(signal.SIGTERM)
+    assert s.proc.wait(timeout=20) == 0, s.log()
+    assert job_row(dsn, slow.id).state == "completed"  # finished in flight, not interrupted
+    assert len(executions(dsn, slow.id)) == 1
+    wait_gone(list(restarted.values()), timeout=2)
+    log = s.log()
+    assert len(re.findall(r"action=child_exited slot=\d pid=\d+ status=0 ", log)) == 2
+    assert "supervisor stopped (exit 0)" in log
+
+
+@pytest.mark.integration
+def test_ctrl_c_on_the_terminal_drains_each_child_once(
+    side_table: str, tmp_path: Path, supervised: list[Supervised]
+) -> None:
+    dsn = side_table
+    s = Supervised(tmp_path, dsn)
+    supervised.append(s)
+    s.wait_log(r"all 2 worker processes ready")
+    with awa.Client(dsn) as client:
+        slow = client.insert({"n": -1, "sleep": 1.5}, kind="record")
+    wait_running(dsn, slow.id)
+    # The terminal sends SIGINT to its whole foreground process group. Children in that group
+    # would see it beside the forwarded SIGTERM, take it as a second signal and abort.
+    os.killpg(s.proc.pid, signal.SIGINT)
+    assert s.proc.wait(timeout=20) == 0, s.log()
+    assert job_row(dsn, slow.id).state == "completed"
+    assert "second signal" not in s.log()
+
+
+@pytest.mark.integration
+def test_a_second_signal_kills_the_children_at_once(
+    side_table: str, tmp_path: Path, supervised: list[Supervised]
+) -> None:
+    dsn = side_table
+    s = Supervised(tmp_path, dsn, shutdown_timeout="60s")
+    supervised.append(s)
+    s.wait_log(r"all 2 worker processes ready")
+    children = list(s.children().values())
+    with awa.Client(dsn) as client:
+        stuck = client.insert({"n": -1, "sleep": 60}, kind="record")
+    wait_running(dsn, stuck.id)
+    s.proc.send_signal(signal.SIGTERM)
+    s.wait_log(r"received SIGTERM: stopping")
+    started = time.monotonic()
+    s.proc.send_signal(signal.SIGTERM)
+    assert s.proc.wait(timeout=10) == 1, s.log()
+    assert time.monotonic() - started < 5
+    wait_gone(children, timeout=2)
+    assert len(re.findall(r"action=child_exited .*signal=SIGKILL", s.log())) == 2
+
+
+@pytest.mark.integration
+def test_children_drain_when_the_supervisor_is_killed(
+    side_table: str, tmp_path: Path, supervised: list[Supervised]
+) -> None:
+    dsn = side_table
+    s = Supervised(tmp_path, dsn)
+    supervised.append(s)
+    s.wait_log(r"all 2 worker processes ready")
+    children = list(s.children().values())
+    s.proc.kill()  # only the supervisor: no chance to forward anything
+    s.proc.wait()
+    wait_gone(children, timeout=15)
+    assert s.log().count("supervisor gone: draining") == 2
+
+
+def test_a_config_error_in_the_children_stops_the_supervisor(tmp_path: Path, supervised: list[Supervised]) -> None:
+    s = Supervised(tmp_path, "postgresql://nobody@127.0.0.1:1/none", modules="[]")
+    supervised.append(s)
+    assert s.proc.wait(timeout=20) == 2, s.log()
+    log = s.log()
+    assert "no [app] modules configured" in log
+    assert "(usage or config error) before it was ready: not restarting" in log
+    assert "restarting in" not in log
