@@ -317,16 +317,12 @@ def write(directory: Path, pages: dict[str, str]) -> None:
 
 
 def shipped_pages() -> Path:
-    """The pages installed with the package (or the checkout's, in a development install)."""
+    """The pages installed with the package (``awa_cli/man``), or the checkout's ``man/`` in a
+    development install."""
     from importlib import resources
 
-    try:
-        shipped = Path(str(resources.files("awa_cli.man")))
-        if shipped.is_dir():
-            return shipped
-    except ModuleNotFoundError:
-        pass
-    return CHECKOUT / "man"
+    shipped = Path(str(resources.files("awa_cli"))) / "man"
+    return shipped if shipped.is_dir() else CHECKOUT / "man"
 
 
 def main(argv: list[str] | None = None) -> int:
