@@ -79,3 +79,12 @@ __all__ = [
     "insert_async",
     "kind_for",
 ]
+
+
+def __getattr__(name: str) -> object:
+    """``awa.testing`` (the test harness) without importing it explicitly."""
+    if name == "testing":
+        import importlib
+
+        return importlib.import_module("awa_cli.testing")
+    raise AttributeError(f"module 'awa_cli' has no attribute {name!r}")

@@ -9,9 +9,10 @@ next still runs.
 
 Every hook gets its own copy of the args, rebuilt from the committed row (never the object
 the handler saw, which it may have mutated): typed hooks get the registered type, untyped
-hooks and plugins a dict. Async hooks are awaited on the loop; sync hooks run on the
-dispatcher's own small thread pool, so a slow one stalls neither the event loop nor the
-handlers' threads nor the loop's default executor (which psycopg uses to resolve hosts).
+hooks and plugins a dict. Async hooks are awaited on the loop; sync hooks run on a small
+thread pool of their own (one per process, shared by every worker and client in it), so a
+slow one stalls neither the event loop nor the handlers' threads nor the loop's default
+executor (which psycopg uses to resolve hosts).
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ import asyncio
 import copy
 import inspect
 import logging
+import os
+import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
@@ -34,7 +37,27 @@ log = logging.getLogger("awa.dispatch")
 
 EventHook = tuple[str, Callable[[Any], Any]]
 
-HOOK_THREADS = 8
+HOOK_THREADS = 16
+
+_pool_lock = threading.Lock()
+_hook_threads: ThreadPoolExecutor | None = None
+
+
+def hook_threads() -> ThreadPoolExecutor:
+    """The process-wide pool sync hooks run on (created on first use)."""
+    global _hook_threads
+    with _pool_lock:
+        if _hook_threads is None:
+            _hook_threads = ThreadPoolExecutor(HOOK_THREADS, thread_name_prefix="awa-hook")
+        return _hook_threads
+
+
+def _forget_pool_in_child() -> None:
+    global _hook_threads, _pool_lock
+    _hook_threads, _pool_lock = None, threading.Lock()  # the parent's threads do not exist here
+
+
+os.register_at_fork(after_in_child=_forget_pool_in_child)
 
 
 class Dispatcher:
@@ -42,7 +65,6 @@ class Dispatcher:
         self.app = app
         self.plugin_hooks = list(plugin_hooks)
         self._tasks: set[asyncio.Task[None]] = set()
-        self._threads: ThreadPoolExecutor | None = None
         self.failures = 0
 
     def dispatch(self, event: AnyEvent) -> None:
@@ -94,9 +116,7 @@ class Dispatcher:
             if inspect.iscoroutinefunction(fn):
                 await fn(event)
             else:
-                if self._threads is None:
-                    self._threads = ThreadPoolExecutor(HOOK_THREADS, thread_name_prefix="awa-hook")
-                result = await asyncio.get_running_loop().run_in_executor(self._threads, fn, event)
+                result = await asyncio.get_running_loop().run_in_executor(hook_threads(), fn, event)
                 if inspect.isawaitable(result):
                     await result
         except asyncio.CancelledError:

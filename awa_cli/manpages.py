@@ -43,8 +43,10 @@ def escape(text: str, *, verbatim: bool = False) -> str:
 
 def lines_of(text: str, *, verbatim: bool = False) -> list[str]:
     """Escaped lines; one starting with a control character is protected."""
-    return [("\\&" + line if line.startswith((".", "'")) else line)
-            for line in escape(text, verbatim=verbatim).split("\n")]
+    return [
+        ("\\&" + line if line.startswith((".", "'")) else line)
+        for line in escape(text, verbatim=verbatim).split("\n")
+    ]
 
 
 def paragraphs(text: str) -> list[str]:
@@ -77,7 +79,11 @@ def option_tag(spec: str) -> str:
 
 def header(name: str, section: int, summary: str) -> list[str]:
     summary = summary.rstrip(".")
-    return [f".TH {escape(name.upper())} {section} {MANUAL}", ".SH NAME", f"{escape(name)} \\- {escape(summary)}"]
+    return [
+        f".TH {escape(name.upper())} {section} {MANUAL}",
+        ".SH NAME",
+        f"{escape(name)} \\- {escape(summary)}",
+    ]
 
 
 # --- the command pages -----------------------------------------------------------------------
@@ -85,19 +91,37 @@ def header(name: str, section: int, summary: str) -> list[str]:
 
 EXIT_STATUS = [
     ("0", "Success."),
-    ("1", "The operation failed: the database is unreachable, a follow-up spec raised, a "
-          "resolution was refused."),
-    ("2", "Usage, config or validation error: bad JSON, a malformed callback id, a value out of range."),
+    (
+        "1",
+        (
+            "The operation failed: the database is unreachable, a follow-up spec raised, a "
+            "resolution was refused."
+        ),
+    ),
+    (
+        "2",
+        "Usage, config or validation error: bad JSON, a malformed callback id, a value out of range.",
+    ),
     ("4", "The job or callback was not found."),
 ]
 
 ENVIRONMENT = [
     ("AWA_CONFIG", "The config file when --config is not given (default ./awa.toml)."),
-    ("AWA_DATABASE_URL", "The PostgreSQL URL when --database-url is not given; it takes "
-                         "precedence over [database] url."),
+    (
+        "AWA_DATABASE_URL",
+        (
+            "The PostgreSQL URL when --database-url is not given; it takes "
+            "precedence over [database] url."
+        ),
+    ),
     ("NO_COLOR", "When set, no colours."),
-    ("NOTIFY_SOCKET", "Set by systemd for Type=notify services: awa worker reports READY, "
-                      "STATUS, STOPPING and, with WATCHDOG_USEC, WATCHDOG pings."),
+    (
+        "NOTIFY_SOCKET",
+        (
+            "Set by systemd for Type=notify services: awa worker reports READY, "
+            "STATUS, STOPPING and, with WATCHDOG_USEC, WATCHDOG pings."
+        ),
+    ),
 ]
 
 
@@ -120,10 +144,16 @@ def _usage(command: click.Command, ctx: click.Context) -> str:
 
 def _synopsis(path: list[str], command: click.Command, ctx: click.Context) -> list[str]:
     words = " ".join(path[1:])
-    return [".SH SYNOPSIS", f".B awa", f"[\\fIGLOBAL OPTIONS\\fR] \\fB{escape(words)}\\fR {escape(_usage(command, ctx))}"]
+    return [
+        ".SH SYNOPSIS",
+        ".B awa",
+        f"[\\fIGLOBAL OPTIONS\\fR] \\fB{escape(words)}\\fR {escape(_usage(command, ctx))}",
+    ]
 
 
-def _subcommands(group: click.Group, ctx: click.Context, path: list[str]) -> Iterator[tuple[list[str], click.Command, click.Context]]:
+def _subcommands(
+    group: click.Group, ctx: click.Context, path: list[str]
+) -> Iterator[tuple[list[str], click.Command, click.Context]]:
     """Every command under ``group``, depth first, in name order."""
     for name in sorted(group.list_commands(ctx)):
         sub = group.get_command(ctx, name)
@@ -139,7 +169,10 @@ def _common_sections(see_also: list[str]) -> list[str]:
     out = [".SH EXIT STATUS"]
     for code, text in EXIT_STATUS:
         out += [".TP", f".B {code}", *lines_of(text)]
-    out += [".SH SEE ALSO", ", ".join(f"\\fB{escape(page[:-3])}\\fR{page[-3:]}" for page in see_also)]
+    out += [
+        ".SH SEE ALSO",
+        ", ".join(f"\\fB{escape(page[:-3])}\\fR{page[-3:]}" for page in see_also),
+    ]
     return out
 
 
@@ -158,8 +191,13 @@ def command_page(name: str, command: click.Command, root_ctx: click.Context) -> 
             out += [f'.SS "{escape(" ".join(sub_path))} {escape(_usage(sub, sub_ctx))}"']
             out += paragraphs(sub.help or sub.short_help or "")
             out += _options(sub, sub_ctx)
-    out += [".SH GLOBAL OPTIONS", "See \\fBawa\\fR(1): \\-\\-config, \\-\\-database\\-url, \\-\\-json, "
-            "\\-\\-no\\-color, \\-v, \\-q."]
+    out += [
+        ".SH GLOBAL OPTIONS",
+        (
+            "See \\fBawa\\fR(1): \\-\\-config, \\-\\-database\\-url, "
+            "\\-\\-json, \\-\\-no\\-color, \\-v, \\-q."
+        ),
+    ]
     out += _common_sections(["awa(1)", "awa.toml(5)"])
     return "\n".join(out) + "\n"
 
@@ -173,11 +211,20 @@ def root_page(cli: click.Group, root_ctx: click.Context, names: list[str]) -> st
     for name in names:
         command = cli.get_command(root_ctx, name)
         assert command is not None
-        out += [".TP", f"\\fBawa\\-{escape(name)}\\fR(1)", *lines_of(command.get_short_help_str(limit=1000))]
+        out += [
+            ".TP",
+            f"\\fBawa\\-{escape(name)}\\fR(1)",
+            *lines_of(command.get_short_help_str(limit=1000)),
+        ]
     out.append(".SH ENVIRONMENT")
     for variable, text in ENVIRONMENT:
         out += [".TP", f".B {variable}", *lines_of(text)]
-    out += [".SH FILES", ".TP", ".I ./awa.toml", "The default config file; see \\fBawa.toml\\fR(5)."]
+    out += [
+        ".SH FILES",
+        ".TP",
+        ".I ./awa.toml",
+        "The default config file; see \\fBawa.toml\\fR(5).",
+    ]
     out += _common_sections([f"awa-{name}(1)" for name in names] + ["awa.toml(5)"])
     return "\n".join(out) + "\n"
 
@@ -249,7 +296,9 @@ def config_reference() -> list[tuple[str, list[tuple[str, Any, str | None]]]]:
             continue  # path, base_dir
         if table == "queues":
             table, values = "queues.NAME", next(iter(values.values()))
-        out.append((table, [(key, value, doc.keys.get((table, key))) for key, value in values.items()]))
+        out.append(
+            (table, [(key, value, doc.keys.get((table, key))) for key, value in values.items()])
+        )
     return out
 
 
@@ -260,14 +309,22 @@ def _toml_value(value: Any) -> str:
 def config_page() -> str:
     doc = parse_example(EXAMPLE_CONFIG.read_text(encoding="utf-8"))
     out = header("awa.toml", 5, "configuration of the awa CLI and worker")
-    out += [".SH SYNOPSIS", "\\fI./awa.toml\\fR, \\fB$AWA_CONFIG\\fR, or \\fBawa \\-\\-config\\fR \\fIPATH\\fR"]
+    out += [
+        ".SH SYNOPSIS",
+        "\\fI./awa.toml\\fR, \\fB$AWA_CONFIG\\fR, or \\fBawa \\-\\-config\\fR \\fIPATH\\fR",
+    ]
     out.append(".SH DESCRIPTION")
     for index, text in enumerate(doc.preamble[1:]):  # the first is the title NAME gives
         if index:
             out.append(".PP")
         out += lines_of(text)
-    out += [".PP", "Unknown tables and keys, wrong types and out\\-of\\-range values are errors naming "
-            "the key; \\fBawa config check\\fR validates a file."]
+    out += [
+        ".PP",
+        (
+            "Unknown tables and keys, wrong types and out\\-of\\-range values are errors "
+            "naming the key; \\fBawa config check\\fR validates a file."
+        ),
+    ]
     out.append(".SH TABLES")
     for table, keys in config_reference():
         out.append(f".SS [{escape(table)}]")
@@ -290,11 +347,10 @@ def generate() -> dict[str, str]:
     from awa_cli.cli import cli
 
     root_ctx = click.Context(cli, info_name="awa", **cli.context_settings)
-    names = [n for n in sorted(cli.list_commands(root_ctx)) if not cli.get_command(root_ctx, n).hidden]  # type: ignore[union-attr]
-    pages = {"man1/awa.1": root_page(cli, root_ctx, names)}
-    for name in names:
-        command = cli.get_command(root_ctx, name)
-        assert command is not None
+    commands = {name: cli.get_command(root_ctx, name) for name in sorted(cli.list_commands(root_ctx))}
+    shown = {name: c for name, c in commands.items() if c is not None and not c.hidden}
+    pages = {"man1/awa.1": root_page(cli, root_ctx, list(shown))}
+    for name, command in shown.items():
         pages[f"man1/awa-{name}.1"] = command_page(name, command, root_ctx)
     pages["man5/awa.toml.5"] = config_page()
     return pages
@@ -303,13 +359,16 @@ def generate() -> dict[str, str]:
 def stale(directory: Path, pages: dict[str, str]) -> list[str]:
     """Pages missing, different or extra in ``directory``."""
     on_disk = {str(p.relative_to(directory)) for p in directory.glob("man[0-9]/*.[0-9]")}
-    differ = [rel for rel, text in pages.items()
-              if not (directory / rel).is_file() or (directory / rel).read_text(encoding="utf-8") != text]
+    differ = [
+        rel
+        for rel, text in pages.items()
+        if not (directory / rel).is_file() or (directory / rel).read_text(encoding="utf-8") != text
+    ]
     return sorted(set(differ) | (on_disk - set(pages)))
 
 
 def write(directory: Path, pages: dict[str, str]) -> None:
-    for stale_page in set(p for p in directory.glob("man[0-9]/*.[0-9]")) - {directory / r for r in pages}:
+    for stale_page in set(directory.glob("man[0-9]/*.[0-9]")) - {directory / r for r in pages}:
         stale_page.unlink()
     for rel, text in pages.items():
         (directory / rel).parent.mkdir(parents=True, exist_ok=True)
@@ -326,10 +385,24 @@ def shipped_pages() -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog=REGENERATE, description="Generate or install awa's man pages.")
-    parser.add_argument("--output", type=Path, default=CHECKOUT / "man", help="where to write (default: the checkout's man/)")
-    parser.add_argument("--check", action="store_true", help="only report stale pages; exit 1 if any")
-    parser.add_argument("--install", type=Path, metavar="DIR", help="copy the shipped pages to DIR/man1 and DIR/man5")
+    parser = argparse.ArgumentParser(
+        prog=REGENERATE, description="Generate or install awa's man pages."
+    )
+    parser.add_argument(
+        "--output",
+        type=Path,
+        default=CHECKOUT / "man",
+        help="where to write (default: the checkout's man/)",
+    )
+    parser.add_argument(
+        "--check", action="store_true", help="only report stale pages; exit 1 if any"
+    )
+    parser.add_argument(
+        "--install",
+        type=Path,
+        metavar="DIR",
+        help="copy the shipped pages to DIR/man1 and DIR/man5",
+    )
     args = parser.parse_args(argv)
     if args.install:
         source = shipped_pages()

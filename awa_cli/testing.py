@@ -172,6 +172,28 @@ class AsyncAwaTestClient:
     async def get_job(self, job_id: int) -> JobRow:
         return await self.client.get_job(job_id)
 
+    # Callback resolutions through this client's core; a handler of this client waiting inside
+    # ``wait_for_callback`` is woken at once (a worker's LISTEN does that; here nothing listens).
+    async def complete_external(self, callback_id: Any, payload: Any = None, run_lease: int | None = None) -> JobRow:
+        return await self._woken(self.core.resolve_external(callback_id, "complete", payload=payload,
+                                                            run_lease=run_lease))
+
+    async def fail_external(self, callback_id: Any, error: str, run_lease: int | None = None) -> JobRow:
+        return await self._woken(self.core.resolve_external(callback_id, "fail", error=error, run_lease=run_lease))
+
+    async def retry_external(self, callback_id: Any, run_lease: int | None = None) -> JobRow:
+        return await self._woken(self.core.resolve_external(callback_id, "retry", run_lease=run_lease))
+
+    async def resume_external(self, callback_id: Any, payload: Any = None) -> JobRow:
+        return await self._woken(self.core.resume_external(callback_id, payload))
+
+    async def _woken(self, resolution: Any) -> JobRow:
+        await self.client._ready()
+        try:
+            return await resolution
+        finally:
+            self.services.wake_all_waiters()
+
     async def claim(self, kind: str, queue: str | None = None) -> JobRow | None:
         """Claim one job of ``kind`` the way a worker does; None when none is claimable."""
         pool = await self.client._ready()
@@ -247,6 +269,18 @@ class AwaTestClient:
 
     def get_job(self, job_id: int) -> JobRow:
         return self._runner.run(self.aio.get_job(job_id))
+
+    def complete_external(self, callback_id: Any, payload: Any = None, run_lease: int | None = None) -> JobRow:
+        return self._runner.run(self.aio.complete_external(callback_id, payload, run_lease))
+
+    def fail_external(self, callback_id: Any, error: str, run_lease: int | None = None) -> JobRow:
+        return self._runner.run(self.aio.fail_external(callback_id, error, run_lease))
+
+    def retry_external(self, callback_id: Any, run_lease: int | None = None) -> JobRow:
+        return self._runner.run(self.aio.retry_external(callback_id, run_lease))
+
+    def resume_external(self, callback_id: Any, payload: Any = None) -> JobRow:
+        return self._runner.run(self.aio.resume_external(callback_id, payload))
 
     def work_one(
         self,

@@ -47,8 +47,12 @@ def test_every_command_group_has_a_page() -> None:
 
 
 def test_every_config_key_is_documented_in_the_example() -> None:
-    undocumented = [f"[{table}] {key}" for table, keys in manpages.config_reference()
-                    for key, _, description in keys if not description]
+    undocumented = [
+        f"[{table}] {key}"
+        for table, keys in manpages.config_reference()
+        for key, _, description in keys
+        if not description
+    ]
     assert not undocumented, f"describe these in awa.toml.example: {undocumented}"
 
 
@@ -62,33 +66,69 @@ def test_config_page_shows_keys_and_defaults() -> None:
 @pytest.mark.skipif(shutil.which("groff") is None, reason="groff is not installed")
 def test_pages_render_without_warnings() -> None:
     for page in sorted(MAN.glob("man[0-9]/*.[0-9]")):
-        proc = subprocess.run(["groff", "-man", "-Tutf8", "-ww", "-z", str(page)],
-                              capture_output=True, text=True, timeout=20)
+        proc = subprocess.run(
+            ["groff", "-man", "-Tutf8", "-ww", "-z", str(page)],
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=20,
+        )
         assert proc.returncode == 0 and not proc.stderr, (page.name, proc.stderr)
 
 
 def test_check_and_install_from_the_command_line(tmp_path: Path) -> None:
-    check = subprocess.run([sys.executable, "-m", "awa_cli.manpages", "--check", "--output", str(tmp_path)],
-                           capture_output=True, text=True, timeout=30)
+    check = subprocess.run(
+        [sys.executable, "-m", "awa_cli.manpages", "--check", "--output", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=30,
+    )
     assert check.returncode == 1 and "stale:" in check.stderr
-    install = subprocess.run([sys.executable, "-m", "awa_cli.manpages", "--install", str(tmp_path / "share")],
-                             capture_output=True, text=True, timeout=30)
+    install = subprocess.run(
+        [sys.executable, "-m", "awa_cli.manpages", "--install", str(tmp_path / "share")],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=30,
+    )
     assert install.returncode == 0, install.stderr
-    assert (tmp_path / "share/man1/awa-worker.1").read_text() == (MAN / "man1/awa-worker.1").read_text()
+    assert (tmp_path / "share/man1/awa-worker.1").read_text() == (
+        MAN / "man1/awa-worker.1"
+    ).read_text()
     assert (tmp_path / "share/man5/awa.toml.5").is_file()
 
 
 def test_wheel_ships_the_man_pages(tmp_path: Path) -> None:
     """Build the wheel, unpack it as an install would, install the pages from it."""
     src = tmp_path / "src"
-    shutil.copytree(ROOT, src, ignore=shutil.ignore_patterns(
-        ".venv", ".git", "build", "dist", "*.egg-info", "__pycache__", ".awa", "tests", ".pytest_cache"))
+    shutil.copytree(
+        ROOT,
+        src,
+        ignore=shutil.ignore_patterns(
+            ".venv",
+            ".git",
+            "build",
+            "dist",
+            "*.egg-info",
+            "__pycache__",
+            ".awa",
+            "tests",
+            ".pytest_cache",
+        ),
+    )
     cmd = [sys.executable, "-m", "build", "--wheel", "--outdir", str(tmp_path / "dist")]
     # An isolated build fetches setuptools; offline, fall back to the venv's own.
-    proc = subprocess.run(cmd, cwd=src, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(cmd, cwd=src, capture_output=True, text=True, check=False, timeout=120)
     if proc.returncode != 0 and importlib.util.find_spec("setuptools") is not None:
-        proc = subprocess.run(cmd + ["--no-isolation", "--skip-dependency-check"], cwd=src,
-                              capture_output=True, text=True, timeout=120)
+        proc = subprocess.run(
+            cmd + ["--no-isolation", "--skip-dependency-check"],
+            cwd=src,
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=120,
+        )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     (wheel,) = (tmp_path / "dist").glob("awa_worker-*.whl")
     site = tmp_path / "site"
@@ -99,8 +139,16 @@ def test_wheel_ships_the_man_pages(tmp_path: Path) -> None:
     assert expected and expected <= names, sorted(expected - names)
 
     env = {**os.environ, "PYTHONPATH": str(site)}
-    install = subprocess.run([sys.executable, "-m", "awa_cli.manpages", "--install", str(tmp_path / "share")],
-                             capture_output=True, text=True, env=env, cwd=tmp_path, timeout=30)
+    install = subprocess.run(
+        [sys.executable, "-m", "awa_cli.manpages", "--install", str(tmp_path / "share")],
+        capture_output=True,
+        text=True,
+        check=False,
+        env=env,
+        cwd=tmp_path,
+        timeout=30,
+    )
     assert install.returncode == 0, install.stderr
-    assert install.stdout.split() == [str(tmp_path / "share" / p.removeprefix("awa_cli/man/"))
-                                      for p in sorted(expected)]
+    assert install.stdout.split() == [
+        str(tmp_path / "share" / p.removeprefix("awa_cli/man/")) for p in sorted(expected)
+    ]

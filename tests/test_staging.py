@@ -267,8 +267,7 @@ async def test_stage_after_wait_for_callback_builds_the_follow_up_from_the_paylo
     job = await tc.insert(StageA(1, "wait_then_stage"))
     work = asyncio.create_task(tc.work_one(StageA))
     await wait_until(lambda: job_row(dsn, job.id).state == "waiting_external")
-    await tc.client.resume_external(job_row(dsn, job.id).callback_id, {"item_id": 77})
-    tc.services.wake_waiter(str(job.id))
+    await tc.resume_external(job_row(dsn, job.id).callback_id, {"item_id": 77})  # wakes the waiting handler
     result = await asyncio.wait_for(work, 10)
     assert result.outcome == "completed"
     assert [r.args for r in rows_of(dsn, "stage_b")] == [{"item_id": 77}]
@@ -552,3 +551,47 @@ async def test_a_worker_that_does_not_know_the_follow_up_kind_fails_it_terminall
     assert result.outcome == "failed"
     entry = result.job.errors[-1]
     assert entry["error"] == "unknown job kind: deployed_later" and entry["terminal"] is True
+
+
+class StagedMetrics:
+    """A metrics plugin reading the worker's staged counters (as a Prometheus exporter would)."""
+
+    def __init__(self) -> None:
+        self.worker: Any = None
+        self.on_completed: list[dict[str, int]] = []
+        self.final: dict[str, int] | None = None
+
+    @awa.hookimpl
+    def awa_worker_started(self, worker: Any) -> None:
+        self.worker = worker
+
+    @awa.hookimpl
+    def awa_job_event(self, event: Any) -> None:
+        if isinstance(event, awa.JobEvent.Completed) and event.job.kind == "stage_a":
+            self.on_completed.append(self.worker.core.counters.snapshot())
+
+    @awa.hookimpl
+    def awa_worker_stopping(self, worker: Any) -> None:
+        self.final = worker.core.counters.snapshot()
+
+
+METRICS = StagedMetrics()
+
+
+@pytest.mark.asyncio
+async def test_a_metrics_plugin_reads_the_staged_counters(dsn: str) -> None:
+    from awa_cli.plugins.manager import build_plugin_host
+
+    global METRICS
+    METRICS = StagedMetrics()
+    host = build_plugin_host([f"{__name__}:METRICS"], entry_points=False)
+    assert not host.failed, host.failed
+    async with awa.AsyncClient(dsn) as client:
+        done = await client.insert(StageA(1, "ok"), queue="stage_a")
+        parked = await client.insert(StageA(2, "park"), queue="stage_a")
+    async with running_worker(staging_app(Shared()), dsn, {"stage_a": 2}, plugins=host):
+        await wait_until(lambda: job_row(dsn, done.id).state == "completed")
+        await wait_until(lambda: job_row(dsn, parked.id).state == "waiting_external")
+        await wait_until(lambda: len(METRICS.on_completed) == 1)
+    assert METRICS.on_completed[0]["inserted"] == 1  # counted before the event is dispatched
+    assert METRICS.final == {"inserted": 1, "duplicate": 0, "discarded": 2}

@@ -16,9 +16,15 @@ UNITS = ROOT / "systemd"
 WORKER_UNITS = ["awa-worker.service", "awa-worker@.service"]
 SERVICES = [*WORKER_UNITS, "awa-rescue.service"]
 HARDENING = {
-    "NoNewPrivileges": "yes", "ProtectSystem": "strict", "ProtectHome": "yes", "PrivateTmp": "yes",
-    "PrivateDevices": "yes", "ProtectKernelTunables": "yes", "ProtectKernelModules": "yes",
-    "ProtectControlGroups": "yes", "RestrictAddressFamilies": "AF_UNIX AF_INET AF_INET6",
+    "NoNewPrivileges": "yes",
+    "ProtectSystem": "strict",
+    "ProtectHome": "yes",
+    "PrivateTmp": "yes",
+    "PrivateDevices": "yes",
+    "ProtectKernelTunables": "yes",
+    "ProtectKernelModules": "yes",
+    "ProtectControlGroups": "yes",
+    "RestrictAddressFamilies": "AF_UNIX AF_INET AF_INET6",
 }
 
 
@@ -34,7 +40,9 @@ def parse_unit(path: Path) -> dict[str, dict[str, list[str]]]:
             current = sections.setdefault(line[1:-1], {})
             continue
         key, sep, value = line.partition("=")
-        assert sep and current is not None, f"{path.name}:{number}: not KEY=VALUE in a section: {raw!r}"
+        assert sep and current is not None, (
+            f"{path.name}:{number}: not KEY=VALUE in a section: {raw!r}"
+        )
         assert not value.endswith("\\"), f"{path.name}:{number}: keep values on one line"
         current.setdefault(key.strip(), []).append(value.strip())
     return sections
@@ -95,7 +103,9 @@ def _systemd_analyze() -> str | None:
     path = shutil.which("systemd-analyze")
     if path is None:
         return None
-    probe = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=20)
+    probe = subprocess.run(
+        [path, "--version"], capture_output=True, text=True, check=False, timeout=20
+    )
     return path if probe.returncode == 0 else None
 
 
@@ -109,6 +119,13 @@ def test_systemd_analyze_verify(tmp_path: Path) -> None:
     # ExecStart's /usr/bin/env must exist; Documentation= man pages are looked up in man/.
     assert Path("/usr/bin/env").is_file()
     env = {"PATH": "/usr/bin:/bin", "MANPATH": str(ROOT / "man"), "SYSTEMD_LOG_LEVEL": "notice"}
-    proc = subprocess.run([str(_systemd_analyze()), "verify", *units], capture_output=True, text=True,
-                          env=env, cwd=tmp_path, timeout=60)
+    proc = subprocess.run(
+        [str(_systemd_analyze()), "verify", *units],
+        capture_output=True,
+        text=True,
+        check=False,
+        env=env,
+        cwd=tmp_path,
+        timeout=60,
+    )
     assert proc.returncode == 0 and not proc.stderr.strip(), proc.stdout + proc.stderr

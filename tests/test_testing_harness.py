@@ -295,3 +295,19 @@ def test_pytest_plugin_is_a_pytest11_entry_point() -> None:
 
     pyproject = tomllib.loads((Path(__file__).parent.parent / "pyproject.toml").read_text(encoding="utf-8"))
     assert pyproject["project"]["entry-points"]["pytest11"] == {"awa": "awa_cli.testing_plugin"}
+
+
+@pytest.mark.integration
+def test_a_parked_job_resolved_through_the_test_client(dsn: str) -> None:
+    with AwaTestClient(dsn, app) as tc:
+        tc.insert(ImportOrder(1, "external"))
+        parked = tc.work_one(ImportOrder)
+        assert parked.outcome == "waiting_external" and parked.job.callback_id is not None
+        done = tc.complete_external(parked.job.callback_id, {"ok": True})
+        assert done.state == "completed" and done.callback_result == {"ok": True}
+
+
+def test_awa_testing_is_reachable_from_the_package() -> None:
+    import awa_cli
+
+    assert awa_cli.testing.HandlerJob is HandlerJob

@@ -34,7 +34,9 @@ class Notifier(Protocol):
 
 def format_message(fields: Mapping[str, str | int]) -> bytes:
     """``READY=1\\nSTATUS=...``; a value never spans lines (a newline would end it)."""
-    return "\n".join(f"{key}={' '.join(str(value).splitlines())}" for key, value in fields.items()).encode()
+    return "\n".join(
+        f"{key}={' '.join(str(value).splitlines())}" for key, value in fields.items()
+    ).encode()
 
 
 def parse_message(data: bytes) -> dict[str, str]:
@@ -61,8 +63,12 @@ class SystemdNotifier:
         except OSError as exc:
             if not self._warned:
                 self._warned = True
-                log.warning("cannot notify the service manager at %s: %s", self.address.lstrip("\0"), exc,
-                            extra={"action": "notify_failed"})
+                log.warning(
+                    "cannot notify the service manager at %s: %s",
+                    self.address.lstrip("\0"),
+                    exc,
+                    extra={"action": "notify_failed"},
+                )
 
     def close(self) -> None:
         self._sock.close()
@@ -110,8 +116,13 @@ def supervisor_link(env: Mapping[str, str]) -> SupervisorLink | None:
         try:
             return SupervisorLink(int(fd))
         except OSError as exc:
-            log.warning("%s=%s is not a usable socket: %s", SUPERVISOR_FD_ENV, fd, exc,
-                        extra={"action": "notify_failed"})
+            log.warning(
+                "%s=%s is not a usable socket: %s",
+                SUPERVISOR_FD_ENV,
+                fd,
+                exc,
+                extra={"action": "notify_failed"},
+            )
     return None
 
 
@@ -139,7 +150,9 @@ async def watchdog_pings(notifier: Notifier, interval: float) -> None:
         await asyncio.sleep(interval)
 
 
-async def notify_worker_lifecycle(worker: Any, stop_requested: asyncio.Event, env: Mapping[str, str]) -> None:
+async def notify_worker_lifecycle(
+    worker: Any, stop_requested: asyncio.Event, env: Mapping[str, str]
+) -> None:
     """For the single-process ``awa worker``: READY once the worker listens, STATUS, WATCHDOG
     pings, STOPPING when the drain begins. Supervised, the same messages go to the supervisor,
     and the supervisor closing the link requests a drain. Runs until cancelled."""
@@ -163,8 +176,11 @@ async def notify_worker_lifecycle(worker: Any, stop_requested: asyncio.Event, en
             notifier.send(READY=1, STATUS=f"running 1 worker: {status}")
         await stopping
         timeout = worker.timings.shutdown_timeout
-        notifier.send(STOPPING=1, STATUS=f"draining (up to {timeout:g}s)",
-                      EXTEND_TIMEOUT_USEC=int((timeout + 15) * 1_000_000))
+        notifier.send(
+            STOPPING=1,
+            STATUS=f"draining (up to {timeout:g}s)",
+            EXTEND_TIMEOUT_USEC=int((timeout + 15) * 1_000_000),
+        )
         await asyncio.Event().wait()  # keep the watchdog going through the drain
     finally:
         for task in tasks:

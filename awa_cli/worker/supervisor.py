@@ -32,6 +32,7 @@ from awa_cli.worker.notify import (
     SYSTEMD_ENV,
     Notifier,
     parse_message,
+    queues_summary,
     systemd_notifier,
     watchdog_interval,
     watchdog_pings,
@@ -39,6 +40,7 @@ from awa_cli.worker.notify import (
 
 log = logging.getLogger("awa.supervisor")
 
+# The CLI's exit statuses (cli.py; this layer does not import the CLI).
 EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_USAGE = 2
@@ -115,27 +117,40 @@ class Supervisor:
         if self.notifier and self.watchdog:
             helpers.append(loop.create_task(watchdog_pings(self.notifier, self.watchdog)))
         self._status()
-        log.info("supervising %d worker processes: %s", self.plan.processes, self._queues(),
-                 extra={"action": "supervisor_started"})
+        log.info(
+            "supervising %d worker processes: %s",
+            self.plan.processes,
+            self._queues(),
+            extra={"action": "supervisor_started"},
+        )
         slots = [loop.create_task(self._keep_running(slot)) for slot in self.slots]
         await asyncio.gather(*slots)
         for task in helpers:
             task.cancel()
         await asyncio.gather(*helpers, return_exceptions=True)
-        log.info("supervisor stopped (exit %d)", self.exit_code, extra={"action": "supervisor_stopped"})
+        log.info(
+            "supervisor stopped (exit %d)", self.exit_code, extra={"action": "supervisor_stopped"}
+        )
         return self.exit_code
 
     def _on_signal(self, signum: int) -> None:
         self.signals_seen += 1
         name = signal.Signals(signum).name
         if self.signals_seen > 1:
-            log.warning("received %s again: killing the worker processes", name,
-                        extra={"action": "supervisor_abort"})
+            log.warning(
+                "received %s again: killing the worker processes",
+                name,
+                extra={"action": "supervisor_abort"},
+            )
             self.exit_code = EXIT_FAILED
             self._signal_children(signal.SIGKILL)
             return
-        log.info("received %s: stopping %d worker processes", name, self._running(),
-                 extra={"action": "supervisor_signal"})
+        log.info(
+            "received %s: stopping %d worker processes",
+            name,
+            self._running(),
+            extra={"action": "supervisor_signal"},
+        )
         self._begin_stop()
 
     def _begin_stop(self) -> None:
@@ -143,15 +158,21 @@ class Supervisor:
             return
         self.stop_requested.set()
         timeout = self.plan.shutdown_timeout
-        self._notify(STOPPING=1, STATUS=f"draining {self._running()} workers (up to {timeout:g}s)",
-                     EXTEND_TIMEOUT_USEC=int((timeout + KILL_GRACE) * 1_000_000))
+        self._notify(
+            STOPPING=1,
+            STATUS=f"draining {self._running()} workers (up to {timeout:g}s)",
+            EXTEND_TIMEOUT_USEC=int((timeout + KILL_GRACE) * 1_000_000),
+        )
         self._signal_children(signal.SIGTERM)
         asyncio.get_running_loop().call_later(timeout + KILL_GRACE, self._kill_stragglers)
 
     def _kill_stragglers(self) -> None:
         if self._running():
-            log.warning("worker processes still running after %gs: killing them",
-                        self.plan.shutdown_timeout + KILL_GRACE, extra={"action": "supervisor_abort"})
+            log.warning(
+                "worker processes still running after %gs: killing them",
+                self.plan.shutdown_timeout + KILL_GRACE,
+                extra={"action": "supervisor_abort"},
+            )
             self.exit_code = EXIT_FAILED
             self._signal_children(signal.SIGKILL)
 
@@ -172,8 +193,12 @@ class Supervisor:
                     self.exit_code = EXIT_FAILED
                 return
             if code == EXIT_USAGE and not slot.ever_ready:
-                log.error("worker %d exited with status 2 (usage or config error) before it was "
-                          "ready: not restarting", slot.number, extra={"action": "supervisor_give_up"})
+                log.error(
+                    "worker %d exited with status 2 (usage or config error) before it was "
+                    "ready: not restarting",
+                    slot.number,
+                    extra={"action": "supervisor_give_up"},
+                )
                 self.exit_code = EXIT_USAGE
                 self._begin_stop()
                 return
@@ -190,8 +215,11 @@ class Supervisor:
         ours, theirs = socket.socketpair()
         try:
             process = await asyncio.create_subprocess_exec(
-                *self.plan.argv, env=child_env(self.plan.env, theirs.fileno()),
-                pass_fds=(theirs.fileno(),), start_new_session=True, stdin=asyncio.subprocess.DEVNULL,
+                *self.plan.argv,
+                env=child_env(self.plan.env, theirs.fileno()),
+                pass_fds=(theirs.fileno(),),
+                start_new_session=True,
+                stdin=asyncio.subprocess.DEVNULL,
             )
         finally:
             theirs.close()
@@ -207,8 +235,14 @@ class Supervisor:
         ours.close()
         slot.process, slot.ready = None, False
         how = {"signal": signal.Signals(-code).name} if code < 0 else {"status": code}
-        _child_event(logging.INFO if code == 0 else logging.WARNING, "child_exited",
-                     slot=slot.number, pid=process.pid, **how, uptime=round(uptime, 1))
+        _child_event(
+            logging.INFO if code == 0 else logging.WARNING,
+            "child_exited",
+            slot=slot.number,
+            pid=process.pid,
+            **how,
+            uptime=round(uptime, 1),
+        )
         if not self.stop_requested.is_set():
             self._status()
         return code, uptime
@@ -223,8 +257,12 @@ class Supervisor:
                     return
                 if parse_message(data).get("READY") == "1" and not slot.ready:
                     slot.ready = slot.ever_ready = True
-                    _child_event(logging.INFO, "child_ready", slot=slot.number,
-                                 pid=slot.process.pid if slot.process else 0)
+                    _child_event(
+                        logging.INFO,
+                        "child_ready",
+                        slot=slot.number,
+                        pid=slot.process.pid if slot.process else 0,
+                    )
                     self._on_child_ready()
         finally:
             writer.transport.abort()
@@ -234,7 +272,11 @@ class Supervisor:
             return
         if not self.announced_ready and all(s.ready for s in self.slots):
             self.announced_ready = True
-            log.info("all %d worker processes ready", self.plan.processes, extra={"action": "supervisor_ready"})
+            log.info(
+                "all %d worker processes ready",
+                self.plan.processes,
+                extra={"action": "supervisor_ready"},
+            )
             self._notify(READY=1, STATUS=self._status_text())
         else:
             self._status()
@@ -257,7 +299,7 @@ class Supervisor:
         return f"{ready}/{self.plan.processes} workers ready: {self._queues()}"
 
     def _queues(self) -> str:
-        return ", ".join(f"{name}={n}" for name, n in self.plan.queues.items())
+        return queues_summary(self.plan.queues)
 
     def _running(self) -> int:
         return sum(1 for s in self.slots if s.process is not None and s.process.returncode is None)

@@ -117,27 +117,55 @@ def test_watchdog_interval() -> None:
     assert watchdog_interval({"WATCHDOG_USEC": "0"}) is None
     assert watchdog_interval({"WATCHDOG_USEC": "30000000"}) == 15.0
     assert watchdog_interval({"WATCHDOG_USEC": "500000", "WATCHDOG_PID": str(os.getpid())}) == 0.25
-    assert watchdog_interval({"WATCHDOG_USEC": "500000", "WATCHDOG_PID": "1"}) is None  # another process's
+    assert (
+        watchdog_interval({"WATCHDOG_USEC": "500000", "WATCHDOG_PID": "1"}) is None
+    )  # another process's
 
 
 @pytest.mark.integration
 @pytest.mark.parametrize("processes", [1, 2])
-def test_worker_speaks_the_notify_protocol(dsn: str, tmp_path: Path, notify_dir: Path, processes: int) -> None:
+def test_worker_speaks_the_notify_protocol(
+    dsn: str, tmp_path: Path, notify_dir: Path, processes: int
+) -> None:
     config = tmp_path / "awa.toml"
-    config.write_text('[app]\nmodules = ["tests.apps.recording"]\n'
-                      '[queues.default]\nconcurrency = 3\n[queues.email]\nconcurrency = 2\n'
-                      '[worker]\nshutdown_timeout = "5s"\n')
+    config.write_text(
+        '[app]\nmodules = ["tests.apps.recording"]\n'
+        "[queues.default]\nconcurrency = 3\n[queues.email]\nconcurrency = 2\n"
+        '[worker]\nshutdown_timeout = "5s"\n'
+    )
     server = NotifySocket(str(notify_dir / "notify.sock"))
-    env = {**os.environ, "AWA_DATABASE_URL": dsn, "PYTHONPATH": str(ROOT),
-           "NOTIFY_SOCKET": server.address, "WATCHDOG_USEC": "500000"}
+    env = {
+        **os.environ,
+        "AWA_DATABASE_URL": dsn,
+        "PYTHONPATH": str(ROOT),
+        "NOTIFY_SOCKET": server.address,
+        "WATCHDOG_USEC": "500000",
+    }
     env.pop("WATCHDOG_PID", None)
-    proc = subprocess.Popen([sys.executable, "-m", "awa_cli", "--config", str(config), "-q", "worker",
-                             "--processes", str(processes)], env=env, cwd=ROOT,
-                            stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "awa_cli",
+            "--config",
+            str(config),
+            "-q",
+            "worker",
+            "--processes",
+            str(processes),
+        ],
+        env=env,
+        cwd=ROOT,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
-        pid, ready = server.wait_for("READY")
+        _, ready = server.wait_for("READY")
         assert ready["READY"] == "1"
-        assert ready["STATUS"] == f"running {processes} worker{'s' if processes > 1 else ''}: default=3, email=2"
+        assert (
+            ready["STATUS"]
+            == f"running {processes} worker{'s' if processes > 1 else ''}: default=3, email=2"
+        )
         for _ in range(3):
             server.wait_for("WATCHDOG", timeout=2)
         proc.send_signal(signal.SIGTERM)

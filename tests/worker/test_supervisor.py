@@ -21,27 +21,73 @@ from tests.apps.recording import SIDE_TABLE
 from tests.helpers import job_row, states
 
 ROOT = Path(__file__).resolve().parents[2]
+# A plugin recording which processes ran the worker hooks (marker files named hook-pid).
+HOOK_PIDS_PLUGIN = """
+import os
+from pathlib import Path
+
+import awa_cli
+
+HOOKS = Path(__file__).with_name("hooks")
+
+
+@awa_cli.hookimpl
+def awa_worker_started(worker):
+    (HOOKS / f"started-{os.getpid()}").touch()
+
+
+@awa_cli.hookimpl
+def awa_worker_stopping(worker):
+    (HOOKS / f"stopping-{os.getpid()}").touch()
+"""
 STARTED = re.compile(r"action=child_started slot=(\d+) pid=(\d+)")
 
 
 class Supervised:
     """A real `awa worker --processes N` in its own session, its stderr in a file."""
 
-    def __init__(self, tmp_path: Path, dsn: str, processes: int = 2, shutdown_timeout: str = "10s",
-                 modules: str = '["tests.apps.recording"]') -> None:
+    def __init__(
+        self,
+        tmp_path: Path,
+        dsn: str,
+        processes: int = 2,
+        shutdown_timeout: str = "10s",
+        modules: str = '["tests.apps.recording"]',
+    ) -> None:
+        (tmp_path / "hookpids.py").write_text(HOOK_PIDS_PLUGIN)
+        self.hooks = tmp_path / "hooks"
+        self.hooks.mkdir()
         config = tmp_path / "awa.toml"
-        config.write_text(f"[app]\nmodules = {modules}\n[queues.default]\nconcurrency = 5\n"
-                          f'[worker]\nshutdown_timeout = "{shutdown_timeout}"\n')
+        config.write_text(
+            f'[app]\nmodules = {modules}\nplugins = ["hookpids"]\n'
+            "[queues.default]\nconcurrency = 5\n"
+            f'[worker]\nshutdown_timeout = "{shutdown_timeout}"\n'
+        )
         self.log_path = tmp_path / "stderr.log"
         env = {**os.environ, "AWA_DATABASE_URL": dsn, "PYTHONPATH": str(ROOT)}
         for name in ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID"):
             env.pop(name, None)
         with self.log_path.open("w") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "awa_cli", "--config", str(config), "worker",
-                 "--processes", str(processes)],
-                env=env, cwd=ROOT, stderr=log, stdin=subprocess.DEVNULL, start_new_session=True,
+                [
+                    sys.executable,
+                    "-m",
+                    "awa_cli",
+                    "--config",
+                    str(config),
+                    "worker",
+                    "--processes",
+                    str(processes),
+                ],
+                env=env,
+                cwd=ROOT,
+                stderr=log,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
             )
+
+    def hook_pids(self, hook: str) -> set[int]:
+        return {int(p.name.split("-")[1]) for p in self.hooks.glob(f"{hook}-*")}
 
     def log(self) -> str:
         return self.log_path.read_text()
@@ -100,8 +146,12 @@ def executions(dsn: str, job_id: int | None = None) -> list[int]:
     with psycopg.connect(dsn) as conn:
         if job_id is None:
             return [r[0] for r in conn.execute("SELECT pid FROM awa_test.executions").fetchall()]
-        return [r[0] for r in conn.execute(
-            "SELECT pid FROM awa_test.executions WHERE job_id = %s", (job_id,)).fetchall()]
+        return [
+            r[0]
+            for r in conn.execute(
+                "SELECT pid FROM awa_test.executions WHERE job_id = %s", (job_id,)
+            ).fetchall()
+        ]
 
 
 def wait_running(dsn: str, job_id: int, timeout: float = 15.0) -> int:
@@ -169,6 +219,7 @@ def test_ctrl_c_on_the_terminal_drains_each_child_once(
     s = Supervised(tmp_path, dsn)
     supervised.append(s)
     s.wait_log(r"all 2 worker processes ready")
+    children = set(s.children().values())
     with awa.Client(dsn) as client:
         slow = client.insert({"n": -1, "sleep": 1.5}, kind="record")
     wait_running(dsn, slow.id)
@@ -178,6 +229,8 @@ def test_ctrl_c_on_the_terminal_drains_each_child_once(
     assert s.proc.wait(timeout=20) == 0, s.log()
     assert job_row(dsn, slow.id).state == "completed"
     assert "second signal" not in s.log()
+    # The worker hooks fired in each worker process, never in the supervisor.
+    assert s.hook_pids("started") == children == s.hook_pids("stopping")
 
 
 @pytest.mark.integration
@@ -217,7 +270,9 @@ def test_children_drain_when_the_supervisor_is_killed(
     assert s.log().count("supervisor gone: draining") == 2
 
 
-def test_a_config_error_in_the_children_stops_the_supervisor(tmp_path: Path, supervised: list[Supervised]) -> None:
+def test_a_config_error_in_the_children_stops_the_supervisor(
+    tmp_path: Path, supervised: list[Supervised]
+) -> None:
     s = Supervised(tmp_path, "postgresql://nobody@127.0.0.1:1/none", modules="[]")
     supervised.append(s)
     assert s.proc.wait(timeout=20) == 2, s.log()

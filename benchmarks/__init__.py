@@ -1,0 +1,1 @@
+"""awa's own benchmark runner: ``python -m benchmarks`` (see benchmarks/README.md)."""

@@ -1,0 +1,42 @@
+"""The jobs the benchmarks run: no-op handlers, one with a completed follow-up spec."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import awa_cli as awa
+
+app = awa.App()
+
+
+@dataclass
+class Noop:
+    n: int = 0
+
+
+@dataclass
+class NoopWithFollowUp:
+    n: int = 0
+
+
+@dataclass
+class FollowUp:
+    n: int = 0
+
+
+@app.task(Noop, queue="bench")
+async def noop(job: awa.Job) -> None:
+    return None
+
+
+@app.task(NoopWithFollowUp, queue="bench")
+async def noop_with_follow_up(job: awa.Job) -> None:
+    return None
+
+
+@app.task(FollowUp, queue="follow_ups")
+async def follow_up(job: awa.Job) -> None:
+    return None
+
+
+app.on_completed_enqueue(NoopWithFollowUp, FollowUp, lambda args, job: FollowUp(args.n))

@@ -1,0 +1,165 @@
+"""The measures. Each takes the server, a fresh migrated database and the job count, and
+returns numbers; workers run as real ``awa worker`` processes."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+import awa_cli as awa
+from benchmarks.app import Noop, NoopWithFollowUp
+from benchmarks.server import BenchServer, process_cpu
+
+ROOT = Path(__file__).resolve().parents[1]
+AWA = str(Path(sys.executable).parent / "awa")
+
+
+@contextlib.contextmanager
+def worker_process(dsn: str, concurrency: int = 10, processes: int = 1, app: str = "benchmarks.app") -> Iterator[subprocess.Popen[bytes]]:
+    """A real ``awa worker`` on queue ``bench``; stopped with SIGTERM afterwards."""
+    with tempfile.TemporaryDirectory() as tmp:
+        config = Path(tmp) / "awa.toml"
+        config.write_text(f'[app]\nmodules = ["{app}"]\n[queues.bench]\nconcurrency = {concurrency}\n')
+        env = {**os.environ, "AWA_DATABASE_URL": dsn, "PYTHONPATH": str(ROOT)}
+        cmd = [AWA, "--config", str(config), "-q", "worker", "--processes", str(processes)]
+        proc = subprocess.Popen(cmd, env=env, cwd=ROOT)
+        try:
+            yield proc
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+
+def wait_for_state(dsn: str, state: str, count: int, timeout: float = 600, kind: str | None = None) -> None:
+    deadline = time.monotonic() + timeout
+    query = "SELECT count(*) FROM awa.jobs WHERE state = %s" + (" AND kind = %s" if kind else "")
+    params: tuple[Any, ...] = (state, kind) if kind else (state,)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        while conn.execute(query, params).fetchone()[0] < count:  # type: ignore[index]
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{count} {state} jobs not reached in {timeout}s")
+            time.sleep(0.02)
+
+
+def pre_enqueue(dsn: str, args: list[Any]) -> None:
+    with awa.Client(dsn) as client:
+        for i in range(0, len(args), 5000):
+            client.insert_many(args[i:i + 5000], queue="bench")
+
+
+def _drain(server: BenchServer, dsn: str, jobs: int, make: Any, processes: int = 1) -> dict[str, Any]:
+    pre_enqueue(dsn, [make(i) for i in range(jobs)])
+    before = server.snapshot(dsn)
+    with worker_process(dsn, processes=processes) as proc:
+        wait_for_state(dsn, "completed", jobs, kind=None if make is Noop else "noop_with_follow_up")
+        worker_cpu = process_cpu(proc.pid, children=False) + _children_cpu(proc.pid)
+    after = server.snapshot(dsn)
+    with psycopg.connect(dsn) as conn:
+        span = conn.execute(
+            "SELECT extract(epoch FROM max(finalized_at) - min(attempted_at)) FROM awa.jobs "
+            "WHERE state = 'completed' AND queue = 'bench'"
+        ).fetchone()[0]  # type: ignore[index]
+    return {
+        "jobs_per_s": jobs / float(span),
+        "seconds": float(span),
+        "commits_per_job": (after["commits"] - before["commits"]) / jobs,
+        "wal_bytes_per_job": server.wal_bytes(before["lsn"], after["lsn"]) / jobs,
+        "cpu_worker_s": worker_cpu,
+        "cpu_postgres_s": after["cpu"] - before["cpu"],
+    }
+
+
+def _children_cpu(pid: int) -> float:
+    try:
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    except FileNotFoundError:
+        return 0.0
+    return sum(process_cpu(int(c)) + _children_cpu(int(c)) for c in children)
+
+
+def drain(server: BenchServer, dsn: str, jobs: int) -> dict[str, Any]:
+    """Pre-enqueued no-op jobs, concurrency 10: first claim → last durable completion."""
+    return _drain(server, dsn, jobs, Noop)
+
+
+def drain_follow_up(server: BenchServer, dsn: str, jobs: int) -> dict[str, Any]:
+    """The drain with one on_completed_enqueue spec per job (a per-job transaction each)."""
+    return _drain(server, dsn, jobs, NoopWithFollowUp)
+
+
+def drain_processes_2(server: BenchServer, dsn: str, jobs: int) -> dict[str, Any]:
+    """The drain with ``--processes 2``."""
+    return _drain(server, dsn, jobs, Noop, processes=2)
+
+
+def enqueue_one(server: BenchServer, dsn: str, jobs: int) -> dict[str, Any]:
+    """``insert`` one by one, each in its own transaction."""
+    count = min(jobs, 5000)
+
+    async def run() -> float:
+        async with awa.AsyncClient(dsn) as client:
+            start = time.perf_counter()
+            for i in range(count):
+                await client.insert(Noop(i), queue="bench")
+            return time.perf_counter() - start
+
+    before = server.snapshot(dsn)
+    elapsed = asyncio.run(run())
+    after = server.snapshot(dsn)
+    return {"jobs_per_s": count / elapsed, "commits_per_job": (after["commits"] - before["commits"]) / count,
+            "wal_bytes_per_job": server.wal_bytes(before["lsn"], after["lsn"]) / count}
+
+
+def insert_many(server: BenchServer, dsn: str, jobs: int) -> dict[str, Any]:
+    """``insert_many`` in batches of 1,000."""
+    batches = max(1, jobs * 5 // 1000)
+    payload = [[Noop(b * 1000 + i) for i in range(1000)] for b in range(batches)]
+
+    async def run() -> float:
+        async with awa.AsyncClient(dsn) as client:
+            start = time.perf_counter()
+            for batch in payload:
+                await client.insert_many(batch, queue="bench")
+            return time.perf_counter() - start
+
+    before = server.snapshot(dsn)
+    elapsed = asyncio.run(run())
+    after = server.snapshot(dsn)
+    total = batches * 1000
+    return {"jobs_per_s": total / elapsed, "commits_per_job": (after["commits"] - before["commits"]) / total,
+            "wal_bytes_per_job": server.wal_bytes(before["lsn"], after["lsn"]) / total}
+
+
+def pickup_latency(server: BenchServer, dsn: str, jobs: int) -> dict[str, Any]:
+    """An idle worker; 500 jobs enqueued 5 ms apart: handler start − enqueue commit."""
+    count = 500
+    commits: dict[int, float] = {}
+    with worker_process(dsn, concurrency=10, app="benchmarks.latency_app"):
+        with awa.Client(dsn) as client:
+            client.list_jobs(limit=1)
+            time.sleep(1.5)  # the worker is up and idle
+            for i in range(count):
+                row = client.insert({"n": i}, kind="stamp", queue="bench")
+                commits[row.id] = time.time()
+                time.sleep(0.005)
+        wait_for_state(dsn, "completed", count)
+    with psycopg.connect(dsn) as conn:
+        started = dict(conn.execute("SELECT id, (output->>'started')::float8 FROM awa.jobs").fetchall())
+    latencies = sorted((started[i] - commits[i]) * 1000 for i in commits)
+    q = statistics.quantiles(latencies, n=100)
+    return {"p50_ms": statistics.median(latencies), "p95_ms": q[94], "p99_ms": q[98], "max_ms": latencies[-1]}
