@@ -21,5 +21,8 @@ def with_options(dsn: str, **options: str) -> str:
     """The DSN with extra connection parameters (e.g. application_name)."""
     params = conninfo_to_dict(dsn)
     for key, value in options.items():
-        params.setdefault(key, value)
+        if key == "options" and params.get("options"):
+            params["options"] = f"{params['options']} {value}"  # server settings add up
+        else:
+            params.setdefault(key, value)
     return make_conninfo(**params)  # type: ignore[arg-type]

@@ -76,10 +76,14 @@ class QueueRunner:
         poll = self.worker.timings.poll_interval
         backoff = 0.1
         while not self.worker.stopping:
+            # Cleared before claiming, so a wake-up that arrives while we claim (a NOTIFY, a
+            # freed slot) is kept and the next wait returns at once.
+            self._wake.clear()
             timeout: float | None = poll
             if self.free > 0:
                 try:
-                    rows = await self.claim(self.free)
+                    requested = self.free
+                    rows = await self.claim(requested)
                     backoff = 0.1
                 except (psycopg.OperationalError, psycopg.InterfaceError, OSError) as exc:
                     log.warning("claim on queue %s failed, retrying in %.1fs: %s", self.spec.name, backoff, exc,
@@ -87,7 +91,6 @@ class QueueRunner:
                     await asyncio.sleep(backoff)
                     backoff = min(backoff * 2, 5.0)
                     continue
-                requested = self.free
                 for row in rows:
                     self._start(row)
                 self._has_work = len(rows) >= requested
@@ -96,14 +99,13 @@ class QueueRunner:
                 timeout = await self._until_next_due(poll)
             else:
                 timeout = None  # a freed slot wakes us
-            self._wake.clear()
             try:
                 await asyncio.wait_for(self._wake.wait(), timeout=timeout)
             except TimeoutError:
                 pass
 
     async def claim(self, limit: int) -> list[JobRow]:
-        async with self.worker.pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
+        async with self.worker.claim_pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
             await cur.execute(
                 CLAIM, {"queue": self.spec.name, "limit": limit, "deadline": self.spec.deadline}
             )

@@ -102,6 +102,17 @@ class Worker:
             kwargs={"autocommit": True},
             reconnect_timeout=0,  # never give up: the database may be restarting
         )
+        # Claims and heartbeats need no durable commit: a claim lost in a server crash only
+        # makes the job claimable again, and any completion's durable commit is ordered after
+        # its claim in the WAL. Outcomes use the durable pool.
+        self.claim_pool = AsyncConnectionPool(
+            with_options(self.dsn, options="-c synchronous_commit=off"),
+            min_size=1,
+            max_size=len(self.queues) + 1,
+            open=False,
+            kwargs={"autocommit": True},
+            reconnect_timeout=0,
+        )
         self.core = OutcomeCore(self.pool, app, self.dispatcher)
         self.services = WorkerServices(pool=self.pool, core=self.core)
         self.finalizer = Finalizer(self.core, self._finalized)
@@ -118,6 +129,7 @@ class Worker:
     async def run(self) -> None:
         """Run until :meth:`shutdown` is called (or the task is cancelled)."""
         await self.pool.open(wait=False)
+        await self.claim_pool.open(wait=False)
         self.finalizer.start()
         loop = asyncio.get_running_loop()
         self._runner_tasks = [
@@ -172,6 +184,7 @@ class Worker:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         await self.pool.close()
+        await self.claim_pool.close()
         self._threads.shutdown(wait=False, cancel_futures=True)
         log.info("worker %s stopped", self.id, extra={"action": "worker_stopped"})
         self._stopped.set()
@@ -206,7 +219,7 @@ class Worker:
         jobs = [j for j in self.running.values() if not j._waiting_in_handler]
         if not jobs:
             return
-        async with self.pool.connection() as conn:
+        async with self.claim_pool.connection() as conn:
             cur = await conn.execute(_HEARTBEAT, {"ids": [j.id for j in jobs], "leases": [j.run_lease for j in jobs]})
             alive = {row[0] for row in await cur.fetchall()}
         for job in jobs:
