@@ -140,6 +140,6 @@ def hook_name(fn: Callable[..., Any]) -> str:
 
 def event_for_hook(event: AnyEvent, args_type: type | None) -> AnyEvent:
     """The event with a fresh copy of the committed args: as ``args_type``, or a dict."""
-    if args_type is None:
-        return event.with_args(copy.deepcopy(dict(event.job.args)))  # type: ignore[return-value]
-    return event.with_args(rebuild_args(args_type, copy.deepcopy(dict(event.job.args))))  # type: ignore[return-value]
+    data = copy.deepcopy(dict(event.job.args))
+    args = data if args_type is None else rebuild_args(args_type, data)
+    return event.with_args(args)  # type: ignore[return-value]

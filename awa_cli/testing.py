@@ -166,8 +166,13 @@ class AsyncAwaTestClient:
             await self.client.close()
 
     async def insert(self, args: Any, **insert_options: Any) -> JobRow:
-        """Enqueue a job (an unset queue is the queue its kind was registered with)."""
-        return await self.client.insert(args, **insert_options)
+        """Enqueue a job (an unset kind or queue is resolved from this client's app)."""
+        from awa_cli.client import _insert_on, prepare_insert
+
+        prepared = prepare_insert(args, dict(insert_options), self.app)
+        pool = await self.client._ready()
+        async with pool.connection() as conn:
+            return await _insert_on(conn, prepared)
 
     async def get_job(self, job_id: int) -> JobRow:
         return await self.client.get_job(job_id)
@@ -264,7 +269,7 @@ class AwaTestClient:
             self.client.close()
 
     def insert(self, args: Any, **insert_options: Any) -> JobRow:
-        """Enqueue a job (an unset queue is the queue its kind was registered with)."""
+        """Enqueue a job (an unset kind or queue is resolved from this client's app)."""
         return self._runner.run(self.aio.insert(args, **insert_options))
 
     def get_job(self, job_id: int) -> JobRow:

@@ -188,6 +188,7 @@ def test_work_one_with_a_given_handler_a_kind_string_a_queue_and_a_client(dsn: s
         result = tc.work_one("import_order", stub, queue="elsewhere")
         assert result.outcome == "retryable" and result.follow_up_ids == []  # only Completed inserts
         assert tc.work_one(ImportOrder).outcome == "completed"  # the app's own handler this time
+        assert tc.insert(ImportOrder(3)).queue == "imports"  # resolved from the test client's app
         assert client.list_jobs(kind="ship_order")[0].args == {"order_id": 1, "warehouse": "north"}
 
 
