@@ -589,9 +589,10 @@ async def test_a_metrics_plugin_reads_the_staged_counters(dsn: str) -> None:
     async with awa.AsyncClient(dsn) as client:
         done = await client.insert(StageA(1, "ok"), queue="stage_a")
         parked = await client.insert(StageA(2, "park"), queue="stage_a")
-    async with running_worker(staging_app(Shared()), dsn, {"stage_a": 2}, plugins=host):
+    async with running_worker(staging_app(Shared()), dsn, {"stage_a": 2}, plugins=host) as worker:
         await wait_until(lambda: job_row(dsn, done.id).state == "completed")
         await wait_until(lambda: job_row(dsn, parked.id).state == "waiting_external")
         await wait_until(lambda: len(METRICS.on_completed) == 1)
+        await wait_until(lambda: worker.finalizer.in_flight == 0)  # counted once the core returned
     assert METRICS.on_completed[0]["inserted"] == 1  # counted before the event is dispatched
     assert METRICS.final == {"inserted": 1, "duplicate": 0, "discarded": 2}
