@@ -96,8 +96,12 @@ class App:
 
     def __init__(self) -> None:
         self.tasks: dict[str, Task] = {}
-        self.hooks: dict[str, list[Hook]] = {}
-        self.follow_ups: dict[tuple[str, Outcome], list[FollowUpSpec]] = {}
+        # In registration order. A typed hook or spec is keyed by its args type and its kind
+        # is looked up when used, so registering the task (with a kind= override, or from an
+        # app merged in later) after the hook still routes it right.
+        self._hooks: list[tuple[str | type, Hook]] = []
+        self._specs: list[tuple[str | type, FollowUpSpec]] = []
+        self._index: tuple[dict[str, list[Hook]], dict[tuple[str, Outcome], list[FollowUpSpec]]] | None = None
 
     # -- tasks ---------------------------------------------------------------------------
     def task(
@@ -123,6 +127,7 @@ class App:
                 f"kind {task.kind!r} is registered twice: {_name(existing.fn)} and {_name(task.fn)}"
             )
         self.tasks[task.kind] = task
+        self._index = None
 
     def queue_for(self, kind: str) -> str | None:
         task = self.tasks.get(kind)
@@ -143,7 +148,7 @@ class App:
         """Register a typed hook: ``event.args`` is rebuilt as ``args_type``."""
 
         def register(fn: Callable[..., Any]) -> Callable[..., Any]:
-            self._add_hook(self.kind_of_type(args_type), Hook(fn, args_type))
+            self._add_hook(args_type, Hook(fn, args_type))
             return fn
 
         return register
@@ -157,10 +162,33 @@ class App:
 
         return register if fn is None else register(fn)
 
-    def _add_hook(self, kind: str, hook: Hook) -> None:
+    def _add_hook(self, key: str | type, hook: Hook) -> None:
         if not callable(hook.fn):
-            raise RegistrationError(f"hook for kind {kind!r} is not callable: {hook.fn!r}")
-        self.hooks.setdefault(kind, []).append(hook)
+            raise RegistrationError(f"hook for {_key_name(key)} is not callable: {hook.fn!r}")
+        self._hooks.append((key, hook))
+        self._index = None
+
+    def _kind(self, key: str | type) -> str:
+        return key if isinstance(key, str) else self.kind_of_type(key)
+
+    def _indexed(self) -> tuple[dict[str, list[Hook]], dict[tuple[str, Outcome], list[FollowUpSpec]]]:
+        if self._index is None:
+            hooks: dict[str, list[Hook]] = {}
+            for key, hook in self._hooks:
+                hooks.setdefault(self._kind(key), []).append(hook)
+            specs: dict[tuple[str, Outcome], list[FollowUpSpec]] = {}
+            for key, spec in self._specs:
+                specs.setdefault((self._kind(key), spec.outcome), []).append(spec)
+            self._index = (hooks, specs)
+        return self._index
+
+    @property
+    def hooks(self) -> dict[str, list[Hook]]:
+        """Hooks by kind, in registration order."""
+        return self._indexed()[0]
+
+    def hooks_for(self, kind: str) -> list[Hook]:
+        return self._indexed()[0].get(kind, [])
 
     # -- follow-ups ----------------------------------------------------------------------
     on_completed_enqueue = _follow_up_registrar(Outcome.COMPLETED, False)
@@ -186,29 +214,35 @@ class App:
     ) -> None:
         if not callable(fn):
             raise RegistrationError(f"follow-up spec for {trigger!r} is not callable: {fn!r}")
-        if isinstance(trigger, str):
-            kind, trigger_type = trigger, None
-        else:
-            kind, trigger_type = self.kind_of_type(trigger), trigger
-        spec = FollowUpSpec(outcome, kind, trigger_type, follow_up, fn, returns_request)
-        self.follow_ups.setdefault((kind, outcome), []).append(spec)
+        trigger_type = None if isinstance(trigger, str) else trigger
+        spec = FollowUpSpec(outcome, _key_name(trigger), trigger_type, follow_up, fn, returns_request)
+        self._specs.append((trigger, spec))
+        self._index = None
+
+    @property
+    def follow_ups(self) -> dict[tuple[str, Outcome], list[FollowUpSpec]]:
+        """Follow-up specs by (kind, outcome), in registration order."""
+        return self._indexed()[1]
 
     def specs_for(self, kind: str, outcome: Outcome) -> list[FollowUpSpec]:
-        return self.follow_ups.get((kind, outcome), [])
+        return self._indexed()[1].get((kind, outcome), [])
 
     def has_specs(self, kind: str, outcome: Outcome) -> bool:
-        return bool(self.follow_ups.get((kind, outcome)))
+        return bool(self._indexed()[1].get((kind, outcome)))
 
     # -- composition ---------------------------------------------------------------------
     def merge(self, other: App) -> App:
         """Add another app's registrations to this one (a kind registered twice is an error)."""
         for task in other.tasks.values():
             self._add_task(task)
-        for kind, hooks in other.hooks.items():
-            self.hooks.setdefault(kind, []).extend(hooks)
-        for key, specs in other.follow_ups.items():
-            self.follow_ups.setdefault(key, []).extend(specs)
+        self._hooks.extend(other._hooks)
+        self._specs.extend(other._specs)
+        self._index = None
         return self
+
+
+def _key_name(key: str | type) -> str:
+    return key if isinstance(key, str) else f"{getattr(key, '__name__', key)}"
 
 
 def _name(fn: Callable[..., Any]) -> str:

@@ -69,12 +69,13 @@ class Dispatcher:
 
     def dispatch(self, event: AnyEvent) -> None:
         """Schedule the hooks for a committed event; returns at once (never raises)."""
-        hooks = self.app.hooks.get(event.job.kind, []) if self.app else []
-        if not hooks and not self.plugin_hooks:
+        hooks = self.app.hooks_for(event.job.kind) if self.app else []
+        plugins = [h for h in self.plugin_hooks if _enabled(h[1], event)]
+        if not hooks and not plugins:
             return
         try:
             task = asyncio.get_running_loop().create_task(
-                self._run(event, list(hooks)), name=f"awa-hooks-{event.name}-{event.job.id}"
+                self._run(event, hooks, plugins), name=f"awa-hooks-{event.name}-{event.job.id}"
             )
         except RuntimeError as exc:  # no running loop: nothing to run the hooks on
             log.error("event %s of job %s dropped: %s", event.name, event.job.id, exc,
@@ -95,7 +96,7 @@ class Dispatcher:
         _, pending = await asyncio.wait(tasks, timeout=timeout)
         return not pending
 
-    async def _run(self, event: AnyEvent, hooks: list[Hook]) -> None:
+    async def _run(self, event: AnyEvent, hooks: list[Hook], plugins: list[EventHook]) -> None:
         for hook in hooks:
             name = hook_name(hook.fn)
             try:
@@ -108,8 +109,9 @@ class Dispatcher:
                 )
                 continue
             await self._call(name, hook.fn, typed)
-        for name, fn in self.plugin_hooks:
-            await self._call(name, fn, event_for_hook(event, None))
+        for name, fn in plugins:
+            reads_args = getattr(fn, "awa_reads_args", True)
+            await self._call(name, fn, event_for_hook(event, None) if reads_args else event)
 
     async def _call(self, name: str, fn: Callable[[Any], Any], event: AnyEvent) -> None:
         try:
@@ -129,6 +131,13 @@ class Dispatcher:
                 exc_info=exc,
                 extra={"action": "hook_failed", "job_id": event.job.id, "hook": name},
             )
+
+
+def _enabled(fn: Callable[..., Any], event: AnyEvent) -> bool:
+    """A hook may carry an ``awa_enabled(event)`` predicate (the built-in logger's level check),
+    so events nobody would see cost no task."""
+    predicate = getattr(fn, "awa_enabled", None)
+    return predicate is None or bool(predicate(event))
 
 
 def hook_name(fn: Callable[..., Any]) -> str:

@@ -230,8 +230,30 @@ FROM unnest(%(ids)s::bigint[], %(leases)s::bigint[], %(states)s::awa.job_state[]
      AS v(id, lease, state, delay, error, output, refund, callback_id)
 WHERE j.id = v.id AND j.run_lease = v.lease AND j.state = 'running'
   AND (v.callback_id IS NULL OR j.callback_id = v.callback_id)
-RETURNING j.*
+RETURNING {returning}
 """
+
+
+# The batch path returns only what the UPDATE changed; the committed row is the claimed row
+# with those changes (see committed_row). The per-job path returns the whole row.
+_FINALIZE_CHANGED = _FINALIZE.format(
+    returning="j.id, j.state::text AS state, j.run_at, j.attempt, j.finalized_at, j.callback_id, "
+    "j.callback_timeout_at"
+)
+_FINALIZE_FULL = _FINALIZE.format(returning="j.*")
+
+
+def committed_row(result: AttemptResult, changed: dict[str, Any]) -> JobRow:
+    """The row as committed: the claimed row plus the columns the finalisation changed."""
+    claimed = result.job
+    errors = claimed.errors if result.error_entry is None else [*claimed.errors, result.error_entry]
+    state = JobState(changed["state"])
+    output = result.output if (result.has_output and state is JobState.COMPLETED) else claimed.output
+    return claimed.evolve(
+        state=state, run_at=changed["run_at"], attempt=changed["attempt"], errors=errors,
+        output=output, heartbeat_at=None, deadline_at=None, finalized_at=changed["finalized_at"],
+        callback_id=changed["callback_id"], callback_timeout_at=changed["callback_timeout_at"],
+    )
 
 
 def _finalize_params(results: Sequence[AttemptResult]) -> dict[str, Any]:
@@ -306,11 +328,12 @@ class OutcomeCore:
     async def _finalize_batch(self, results: Sequence[AttemptResult]) -> list[Finalized]:
         async with self.pool.connection() as conn:
             async with conn.cursor(row_factory=dict_row) as cur:
-                await cur.execute(_FINALIZE, _finalize_params(results))
-                rows = {r["id"]: JobRow.from_record(r) for r in await cur.fetchall()}
+                await cur.execute(_FINALIZE_CHANGED, _finalize_params(results))
+                changed = {r["id"]: r for r in await cur.fetchall()}
         finalized = []
         for result in results:
-            row = rows.get(result.job.id)
+            record = changed.get(result.job.id)
+            row = None if record is None else committed_row(result, record)
             item = Finalized(result.job.id, row, stale=row is None)
             if row is not None:
                 event = event_for(result, row)
@@ -325,7 +348,7 @@ class OutcomeCore:
         try:
             async with self.pool.connection() as conn, conn.transaction():
                 async with conn.cursor(row_factory=dict_row) as cur:
-                    await cur.execute(_FINALIZE, _finalize_params([result]))
+                    await cur.execute(_FINALIZE_FULL, _finalize_params([result]))
                     record = await cur.fetchone()
                 if record is None:
                     item.stale = True

@@ -61,7 +61,16 @@ class CliContext:
     def plugins(self) -> PluginHost:
         from awa_cli.plugins.manager import build_plugin_host
 
-        return build_plugin_host(self.config.app.plugins, self.config.base_dir, report=self.terminal.status)
+        port = self.config.metrics.prometheus_port
+
+        def prometheus() -> Any:
+            from awa_cli.plugins.prometheus import PrometheusPlugin
+
+            return PrometheusPlugin(port, self.env)
+
+        extra = [] if port is None else [("awa_cli.plugins.prometheus", prometheus)]
+        return build_plugin_host(self.config.app.plugins, self.config.base_dir, report=self.terminal.status,
+                                 extra_builtins=extra)
 
     @cached_property
     def app(self) -> App:

@@ -55,8 +55,21 @@ def logfmt(fields: dict[str, Any]) -> str:
     return " ".join(parts)
 
 
+def level_for(event: Any) -> int:
+    """Started is logged at DEBUG (every job has one), the outcomes at INFO."""
+    return logging.DEBUG if event.name == "started" else logging.INFO
+
+
 @hookimpl
 async def awa_job_event(event: Any) -> None:
-    """Log the event at INFO on the ``awa.events`` logger (async: no thread hop per event)."""
-    fields = describe(event)
-    log.info(logfmt(fields), extra=fields)
+    """Log the event on the ``awa.events`` logger (async: no thread hop per event)."""
+    level = level_for(event)
+    if log.isEnabledFor(level):
+        fields = describe(event)
+        log.log(level, logfmt(fields), extra=fields)
+
+
+# Read by the dispatcher: skip the call when the line would not be logged, and hand over the
+# committed args without a private copy (this hook never reads or mutates them).
+awa_job_event.awa_enabled = lambda event: log.isEnabledFor(level_for(event))  # type: ignore[attr-defined]
+awa_job_event.awa_reads_args = False  # type: ignore[attr-defined]

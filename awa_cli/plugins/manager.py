@@ -66,16 +66,26 @@ class PluginHost:
         Call order is load order, ``tryfirst`` implementations first and ``trylast`` ones
         last (pluggy itself calls last-registered first). Hook wrappers are skipped.
         """
+        return [(i.plugin_name, _bind(i)) for i in self._ordered(hook_name)]
+
+    def _ordered(self, hook_name: str) -> list[Any]:
         impls = getattr(self.pm.hook, hook_name).get_hookimpls()
         plain = [i for i in impls if not (i.hookwrapper or getattr(i, "wrapper", False))]
         first = [i for i in plain if i.tryfirst]
         last = [i for i in plain if i.trylast]
         middle = [i for i in plain if not i.tryfirst and not i.trylast]
-        return [(i.plugin_name, _bind(i)) for i in (*first, *middle, *last)]
+        return [*first, *middle, *last]
 
     def event_hooks(self) -> list[tuple[str, Callable[[Any], Any]]]:
-        """``awa_job_event`` implementations as ``fn(event)``, for the dispatcher."""
-        return [(name, _positional(fn, "event")) for name, fn in self.implementations("awa_job_event")]
+        """``awa_job_event`` implementations as ``fn(event)``, for the dispatcher (an
+        implementation taking exactly ``event`` is used as it is: no wrapper per call)."""
+        hooks = []
+        for impl in self._ordered("awa_job_event"):
+            if tuple(impl.argnames) == ("event",):
+                hooks.append((impl.plugin_name, impl.function))
+            else:
+                hooks.append((impl.plugin_name, _positional(_bind(impl), "event")))
+        return hooks
 
     async def worker_started(self, worker: Any) -> None:
         """Call every ``awa_worker_started``; failures are logged, never raised."""
@@ -119,13 +129,26 @@ def _bind(impl: Any) -> Callable[..., Any]:
 
 
 def _positional(fn: Callable[..., Any], arg: str) -> Callable[[Any], Any]:
+    """``fn`` callable with one positional value; its attributes (``awa_enabled``,
+    ``awa_reads_args``) are kept for the dispatcher."""
+    try:
+        if list(inspect.signature(fn).parameters) == [arg]:
+            return fn
+    except (TypeError, ValueError):
+        pass
     if inspect.iscoroutinefunction(fn):
 
         async def call_async(value: Any) -> Any:
             return await fn(**{arg: value})
 
-        return call_async
-    return lambda value: fn(**{arg: value})
+        call = call_async
+    else:
+
+        def call(value: Any) -> Any:
+            return fn(**{arg: value})
+
+    call.__dict__.update(getattr(fn, "__dict__", {}))
+    return call
 
 
 def build_plugin_host(
@@ -134,12 +157,14 @@ def build_plugin_host(
     *,
     report: Callable[[str], None] | None = None,
     entry_points: bool = True,
+    extra_builtins: Iterable[tuple[str, Callable[[], Any]]] = (),
 ) -> PluginHost:
     """Build a fresh plugin manager: built-ins, entry points, then ``[app] plugins``.
 
     ``config_plugins`` are ``module`` or ``module:attr`` specs, imported with ``base_dir``
     (the config file's folder) and the current directory on ``sys.path``. ``report`` gets one
-    line per plugin that failed to load.
+    line per plugin that failed to load. ``extra_builtins`` are ``(name, load)`` pairs of
+    built-ins the config enabled (the Prometheus plugin), loaded after the always-on ones.
     """
     pm = pluggy.PluginManager("awa_cli")
     pm.add_hookspecs(hookspecs)
@@ -165,6 +190,8 @@ def build_plugin_host(
 
     for module_name in BUILTIN_PLUGINS:
         register(module_name, "builtin", lambda m=module_name: importlib.import_module(m))
+    for name, load in extra_builtins:
+        register(name, "builtin", load)
     if entry_points:
         for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
             dist = ep.dist.name if ep.dist is not None else "unknown"

@@ -47,6 +47,8 @@ EXIT_USAGE = 2
 # Beyond the children's own drain bound (shutdown_timeout, plus their claim and cancel grace)
 # the supervisor stops waiting and kills them.
 KILL_GRACE = 30.0
+# Each child's slot number (1..N); the Prometheus plugin serves on prometheus_port + slot - 1.
+WORKER_SLOT_ENV = "AWA_WORKER_SLOT"
 
 
 @dataclass
@@ -90,10 +92,13 @@ class Slot:
     started_at: float = 0.0
 
 
-def child_env(env: Mapping[str, str], fd: int) -> dict[str, str]:
-    """The child's environment: no systemd variables (only the supervisor notifies), the link."""
+def child_env(env: Mapping[str, str], fd: int, slot: int | None = None) -> dict[str, str]:
+    """The child's environment: no systemd variables (only the supervisor notifies), the link,
+    and its slot number (``AWA_WORKER_SLOT``, 1..N: the metrics port is offset by it)."""
     out = {k: v for k, v in env.items() if k not in SYSTEMD_ENV}
     out[SUPERVISOR_FD_ENV] = str(fd)
+    if slot is not None:
+        out[WORKER_SLOT_ENV] = str(slot)
     return out
 
 
@@ -216,7 +221,7 @@ class Supervisor:
         try:
             process = await asyncio.create_subprocess_exec(
                 *self.plan.argv,
-                env=child_env(self.plan.env, theirs.fileno()),
+                env=child_env(self.plan.env, theirs.fileno(), slot.number),
                 pass_fds=(theirs.fileno(),),
                 start_new_session=True,
                 stdin=asyncio.subprocess.DEVNULL,

@@ -253,7 +253,7 @@ async def test_sync_and_async_plugins_see_the_committed_state(dsn: str, caplog: 
     host = build_plugin_host([RAISING, SAMPLE, SYNC], entry_points=False)
     with awa.Client(dsn) as client:
         job = client.insert(PluginJob(7))
-    with caplog.at_level(logging.INFO, logger="awa.events"):
+    with caplog.at_level(logging.DEBUG, logger="awa.events"):  # Started is logged at DEBUG
         async with running_worker(plugin_app(), dsn, plugins=host):
             await wait_until(lambda: len(sync_plugin.SEEN) == 2 and len(sample_plugin.EVENTS) == 2)
     assert sorted((name, state) for (_, name, state, _) in sync_plugin.SEEN) == [
@@ -266,6 +266,8 @@ async def test_sync_and_async_plugins_see_the_committed_state(dsn: str, caplog: 
     lines = [r.getMessage() for r in caplog.records if r.name == "awa.events" and f"job_id={job.id} " in r.getMessage()]
     assert len(lines) == 2 and all("\n" not in line for line in lines)
     assert any(line.startswith("action=job_completed ") and "state=completed" in line for line in lines)
+    levels = {r.getMessage().split()[0]: r.levelno for r in caplog.records if r.name == "awa.events"}
+    assert levels == {"action=job_started": logging.DEBUG, "action=job_completed": logging.INFO}
 
 
 # -- awa plugins -------------------------------------------------------------------------
@@ -325,3 +327,23 @@ def test_awa_plugins_reports_an_import_failure_on_stderr_and_exits_0(tmp_path: P
     if not quiet:
         assert "RuntimeError: broken_plugin cannot be imported" in result.stderr
     assert BROKEN not in result.stdout
+
+
+@pytest.mark.asyncio
+async def test_builtin_logging_costs_nothing_when_its_level_is_off(dsn: str, caplog: pytest.LogCaptureFixture) -> None:
+    """At WARNING the built-in logger is skipped by the dispatcher: no task per event."""
+    from awa_cli.dispatch import Dispatcher
+    from awa_cli.events import JobEvent
+
+    host = build_plugin_host(entry_points=False)
+    with awa.Client(dsn) as client:
+        job = client.insert(PluginJob(1))
+    dispatcher = Dispatcher(None, host.event_hooks())
+    with caplog.at_level(logging.WARNING, logger="awa.events"):
+        dispatcher.dispatch(JobEvent.Completed(job, job.args, 0.1, None))
+        assert dispatcher.pending == 0
+    with caplog.at_level(logging.INFO, logger="awa.events"):
+        dispatcher.dispatch(JobEvent.Completed(job, job.args, 0.1, None))
+        assert dispatcher.pending == 1
+        await dispatcher.drain(5)
+    assert any("action=job_completed" in r.getMessage() for r in caplog.records)

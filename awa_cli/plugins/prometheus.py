@@ -1,0 +1,192 @@
+"""Built-in plugin: Prometheus metrics, loaded only when ``[metrics] prometheus_port`` is set.
+
+Exported (from a registry of its own, never prometheus_client's global one):
+
+- ``awa_jobs_total{kind,queue,outcome}``: every event this process dispatched, outcome being
+  ``started``, ``completed``, ``retried``, ``exhausted``, ``cancelled``,
+  ``waiting_for_callback`` or ``rescued``.
+- ``awa_job_duration_seconds{kind,queue}``: histogram of the handlers' wall time
+  (``Completed.duration``). A completion by an external callback (duration 0) is not observed.
+- ``awa_job_rescues_total{reason}``: rescues by ``stale_heartbeat``, ``deadline_exceeded``,
+  ``expired_callback``.
+- ``awa_hook_failures_total``: hook and ``awa_job_event`` implementations that raised.
+- ``awa_job_staged_follow_ups_committed_total{result="inserted|duplicate"}`` and
+  ``awa_job_staged_follow_ups_discarded_total``: handler-staged follow-ups.
+- ``awa_jobs_running{queue}``: jobs this process is running now.
+
+The last three families are read from the worker at scrape time (``worker.core.counters``,
+``worker.dispatcher.failures``, ``worker.running``), so event handling only increments
+in-memory counters.
+
+The HTTP endpoint (``/metrics``) starts with the first worker of the process
+(``awa_worker_started``) and closes when the process's last worker begins its graceful stop
+(``awa_worker_stopping``). Under ``awa worker --processes N`` each worker process serves on
+``prometheus_port + slot - 1`` (slot 1..N, given by the supervisor in ``$AWA_WORKER_SLOT``):
+scrape all N ports. The supervisor itself serves nothing. Counters are per process and start
+from zero when a process restarts (Prometheus' ``rate()`` handles that).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from awa_cli.events import RescueReason
+from awa_cli.plugins.marker import hookimpl
+
+log = logging.getLogger("awa.metrics")
+
+NAME = "awa_cli.plugins.prometheus"
+SLOT_ENV = "AWA_WORKER_SLOT"  # set by the --processes supervisor for each child (1..N)
+OUTCOMES = ("started", "completed", "retried", "exhausted", "cancelled",
+            "waiting_for_callback", "rescued")
+DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+                    60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0)
+
+
+class PrometheusPlugin:
+    """The metrics of one process; register the instance with the plugin manager."""
+
+    def __init__(self, port: int | None, env: Mapping[str, str] | None = None) -> None:
+        self.port = port
+        self.env = os.environ if env is None else env
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.jobs = Counter("awa_jobs", "Job lifecycle events by kind, queue and outcome.",
+                            ("kind", "queue", "outcome"), registry=self.registry)
+        self.durations = Histogram("awa_job_duration_seconds", "Handler wall time of completed jobs.",
+                                   ("kind", "queue"), buckets=DURATION_BUCKETS, registry=self.registry)
+        self.rescues = Counter("awa_job_rescues", "Jobs rescued by maintenance, by reason.",
+                               ("reason",), registry=self.registry)
+        for reason in RescueReason:  # every reason exported from the start, at 0
+            self.rescues.labels(reason.value)
+        self.workers: list[Any] = []  # every worker this plugin saw start, in this process
+        self._stopping: set[int] = set()
+        self._children: dict[tuple[str, ...], Any] = {}
+        self._server: Any = None
+        self.serving_port: int | None = None
+        self.registry.register(_WorkerCollector(self))
+
+    # -- hooks -----------------------------------------------------------------------------
+    @hookimpl
+    async def awa_job_event(self, event: Any) -> None:
+        """Count the event (and observe a handler's duration); nothing else, no I/O."""
+        job = event.job
+        name = event.name
+        key = (job.kind, job.queue, name)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = self.jobs.labels(*key)
+        child.inc()
+        if name == "completed":
+            duration = float(getattr(event, "duration", 0.0) or 0.0)
+            if duration > 0.0:  # 0: completed by a callback resolution, no handler ran
+                hkey = ("duration", job.kind, job.queue)
+                hist = self._children.get(hkey)
+                if hist is None:
+                    hist = self._children[hkey] = self.durations.labels(job.kind, job.queue)
+                hist.observe(duration)
+        elif name == "rescued":
+            self.rescues.labels(str(getattr(event, "reason", ""))).inc()
+
+    # The dispatcher may hand this hook the committed event without a private copy of the
+    # args: it never reads them.
+    awa_job_event.awa_reads_args = False  # type: ignore[attr-defined]
+
+    @hookimpl
+    async def awa_worker_started(self, worker: Any) -> None:
+        """Track the worker; start the endpoint if this process does not serve one yet."""
+        if worker not in self.workers:
+            self.workers.append(worker)
+        self._stopping.discard(id(worker))
+        if self._server is None and self.port is not None:
+            port = self.port_for_process()
+            started = start_http_server(port, registry=self.registry)  # binds now, serves in a thread
+            self._server = started[0] if isinstance(started, tuple) else _Unclosable()
+            self.serving_port = port
+            log.info("serving Prometheus metrics on port %d", port,
+                     extra={"action": "metrics_serving", "port": port})
+
+    @hookimpl
+    async def awa_worker_stopping(self, worker: Any) -> None:
+        """Close the endpoint once every worker of the process is stopping (port released)."""
+        self._stopping.add(id(worker))
+        if self._server is not None and all(id(w) in self._stopping for w in self.workers):
+            await asyncio.to_thread(self.close)
+
+    # -- helpers ---------------------------------------------------------------------------
+    def port_for_process(self) -> int:
+        """``prometheus_port``, plus the supervisor slot minus one under ``--processes``."""
+        assert self.port is not None
+        slot = self.env.get(SLOT_ENV, "")
+        return self.port + (int(slot) - 1 if slot.isdigit() and int(slot) > 0 else 0)
+
+    def close(self) -> None:
+        server, self._server, self.serving_port = self._server, None, None
+        if server is not None:
+            server.shutdown()
+            server.server_close()
+
+
+class _Unclosable:
+    """An endpoint an old prometheus_client did not give a handle to: served until exit."""
+
+    def shutdown(self) -> None:
+        pass
+
+    def server_close(self) -> None:
+        pass
+
+
+class _WorkerCollector(Collector):
+    """The families read from the workers when Prometheus scrapes (summed over workers)."""
+
+    def __init__(self, plugin: PrometheusPlugin) -> None:
+        self.plugin = plugin
+
+    def describe(self) -> list[Metric]:
+        return list(self._families({}, (0, 0, 0), 0))
+
+    def collect(self) -> Iterator[Metric]:
+        inserted = duplicate = discarded = failures = 0
+        running: dict[str, int] = {}
+        for worker in list(self.plugin.workers):
+            counters = worker.core.counters.snapshot()
+            inserted += counters["inserted"]
+            duplicate += counters["duplicate"]
+            discarded += counters["discarded"]
+            failures += worker.dispatcher.failures
+            for queue in worker.queues:
+                running.setdefault(queue, 0)
+            for job in list(dict(worker.running).values()):  # a copy: the loop mutates it
+                running[job.queue] = running.get(job.queue, 0) + 1
+        return self._families(running, (inserted, duplicate, discarded), failures)
+
+    @staticmethod
+    def _families(running: dict[str, int], staged: tuple[int, int, int],
+                  failures: int) -> Iterator[Metric]:
+        inserted, duplicate, discarded = staged
+        committed = CounterMetricFamily(
+            "awa_job_staged_follow_ups_committed",
+            "Handler-staged follow-ups of committed completions, by result.", labels=("result",))
+        committed.add_metric(("inserted",), inserted)
+        committed.add_metric(("duplicate",), duplicate)
+        yield committed
+        yield CounterMetricFamily(
+            "awa_job_staged_follow_ups_discarded",
+            "Handler-staged follow-ups discarded (the job parked on a callback).", value=discarded)
+        yield CounterMetricFamily(
+            "awa_hook_failures", "Hook and awa_job_event implementations that raised.",
+            value=failures)
+        gauge = GaugeMetricFamily("awa_jobs_running", "Jobs running in this process, by queue.",
+                                  labels=("queue",))
+        for queue, count in sorted(running.items()):
+            gauge.add_metric((queue,), count)
+        yield gauge
+
