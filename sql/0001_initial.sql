@@ -61,7 +61,6 @@ CREATE UNIQUE INDEX jobs_callback_id_idx ON awa.jobs (callback_id) WHERE callbac
 CREATE INDEX jobs_retention_idx ON awa.jobs (state, finalized_at)
     WHERE state IN ('completed', 'failed', 'cancelled');
 CREATE INDEX jobs_rescue_pending_idx ON awa.jobs (id) WHERE rescue_pending IS NOT NULL;
-CREATE INDEX jobs_kind_idx ON awa.jobs (kind, state);
 
 -- Wake workers: one NOTIFY per queue that received runnable work in a statement.
 -- Channel: awa_<queue> (hashed when the name would not fit in an identifier).

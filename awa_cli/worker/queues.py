@@ -80,6 +80,10 @@ class QueueRunner:
             # freed slot) is kept and the next wait returns at once.
             self._wake.clear()
             timeout: float | None = poll
+            if 0 < self.free < self.spec.concurrency and self._has_work:
+                # Woken by a freed slot: yield once so handlers finishing in the same loop
+                # iteration free theirs too, and one claim fills them all.
+                await asyncio.sleep(0)
             if self.free > 0:
                 try:
                     requested = self.free

@@ -204,6 +204,16 @@ def test_loaded_as_a_builtin_only_when_a_port_is_configured(tmp_path: Path, port
     assert loaded == ([] if port is None else [{"name": NAME, "origin": "builtin", "hooks": HOOKS}])
 
 
+def test_extra_builtins_load_after_the_builtin_logger_and_the_hook_skips_the_args_copy() -> None:
+    from awa_cli.plugins.manager import build_plugin_host
+
+    host = build_plugin_host(entry_points=False, extra_builtins=[(NAME, lambda: PrometheusPlugin(None))])
+    assert [(p.name, p.origin) for p in host.loaded] == [
+        ("awa_cli.plugins.builtin_logging", "builtin"), (NAME, "builtin")]
+    [(_, hook)] = [(name, fn) for name, fn in host.event_hooks() if name == NAME]
+    assert getattr(hook, "awa_reads_args", True) is False  # it never reads event.args
+
+
 # -- the dashboard -------------------------------------------------------------------------
 @pytest.mark.asyncio
 async def test_the_dashboard_queries_only_exported_metrics_and_has_the_staged_panel() -> None:

@@ -1,0 +1,1 @@
+"""Worker scripts for the peer queues that ``python -m benchmarks --compare`` runs."""
