@@ -243,3 +243,29 @@ def test_awa_rescue_run_end_to_end(dsn: str, tmp_path: Path) -> None:
     table = subprocess.run([awa_bin, "--config", str(config), "rescue", "run"],
                            env=env, capture_output=True, text=True, timeout=60)
     assert table.returncode == 0 and "stale_heartbeat" in table.stdout
+
+
+def test_awa_rescue_run_loads_the_app_and_plugins(dsn: str, tmp_path: Path) -> None:
+    """Rescued hooks fire in the `awa rescue run` process; on_rescued follow-ups are inserted."""
+    from tests.apps.callbacks import Park
+
+    with awa.Client(dsn) as client:
+        job = client.insert(Park(3))
+    execute(dsn, "UPDATE awa.jobs SET state = 'waiting_external', attempt = 1, callback_id = gen_random_uuid(), "
+                 "callback_timeout_at = now() - interval '1 second'")
+    config = tmp_path / "awa.toml"
+    config.write_text('[app]\nmodules = ["tests.apps.callbacks"]\nplugins = ["tests.apps.callbacks"]\n')
+    events = tmp_path / "events.txt"
+    env = {**os.environ, "AWA_DATABASE_URL": dsn, "NO_COLOR": "1", "PYTHONPATH": str(ROOT),
+           "AWA_TEST_EVENTS": str(events)}
+    awa_bin = str(Path(sys.executable).parent / "awa")
+    done = subprocess.run([awa_bin, "--config", str(config), "rescue", "run", "--json"], cwd=ROOT,
+                          env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["rescued"]["expired_callback"] == [job.id]
+    assert report["rescue_follow_ups"] == {"done": 1, "failed": 0}
+    assert events.read_text().startswith(f"rescued {job.id} ")
+    with psycopg.connect(dsn) as conn:
+        alerts = conn.execute("SELECT args FROM awa.jobs WHERE kind = 'rescue_alert'").fetchall()
+    assert alerts == [({"job_id": job.id, "reason": "expired_callback"},)]

@@ -25,6 +25,8 @@ def parse_json_option(text: str, option: str) -> Any:
         return json.loads(text)
     except json.JSONDecodeError as exc:
         raise ValidationError(option, f"invalid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
+    except RecursionError:
+        raise ValidationError(option, "JSON nested too deeply") from None
 
 
 def parse_run_at(text: str) -> datetime:

@@ -36,6 +36,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("awa.worker")
 
+# How long a claim, heartbeat or finalisation waits for a pooled connection before its
+# retry loop tries again (see the pools in Worker.__init__).
+POOL_WAIT_SECONDS = 3.0
+
 
 @dataclass(frozen=True)
 class Timings:
@@ -101,6 +105,10 @@ class Worker:
             open=False,
             kwargs={"autocommit": True},
             reconnect_timeout=0,  # never give up: the database may be restarting
+            # reconnect_timeout=0 makes the pool drop a failed reconnect at once; a getconn
+            # queued behind it then waits out its whole timeout (30 s by default) before the
+            # caller's retry grows the pool again. A short timeout resumes within seconds.
+            timeout=POOL_WAIT_SECONDS,
         )
         # Claims and heartbeats need no durable commit: a claim lost in a server crash only
         # makes the job claimable again, and any completion's durable commit is ordered after
@@ -112,6 +120,7 @@ class Worker:
             open=False,
             kwargs={"autocommit": True},
             reconnect_timeout=0,
+            timeout=POOL_WAIT_SECONDS,
         )
         self.core = OutcomeCore(self.pool, app, self.dispatcher)
         self.services = WorkerServices(pool=self.pool, core=self.core)

@@ -28,3 +28,17 @@ def awa_job_event(event: awa.JobEvent.Started) -> None:
     if path:
         with open(path, "a", encoding="utf-8") as f:
             f.write(f"{event.name} {event.job.id} pid={os.getpid()}\n")
+
+
+@dataclass
+class RescueAlert:
+    job_id: int
+    reason: str
+
+
+@app.task(RescueAlert)
+async def rescue_alert(job: awa.Job) -> None:
+    return None
+
+
+app.on_rescued_enqueue(Park, RescueAlert, lambda args, job, reason: RescueAlert(job.id, str(reason)))

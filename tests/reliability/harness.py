@@ -44,7 +44,7 @@ def write_config(tmp_path: Path, concurrency: int = 10, shutdown_timeout: str = 
 
 
 def env_for(dsn: str) -> dict[str, str]:
-    env = {**os.environ, "AWA_DATABASE_URL": dsn, "PYTHONPATH": os.environ.get("XPP", "") + str(ROOT), "NO_COLOR": "1"}
+    env = {**os.environ, "AWA_DATABASE_URL": dsn, "PYTHONPATH": str(ROOT), "NO_COLOR": "1"}
     for name in ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID", "AWA_CONFIG"):
         env.pop(name, None)
     return env

@@ -1,0 +1,231 @@
+"""The peers of ``python -m benchmarks --compare``: procrastinate and pgqueuer (the ``bench`` extra).
+
+Each peer runs on a fresh database of the same server as awa's measures (which already holds
+awa's schema: harmless), with the same job count. Every peer offers:
+
+* ``drain(server, dsn, jobs)``: ``jobs`` no-op jobs pre-enqueued with the peer's bulk API, then
+  the peer's own worker in a subprocess with concurrency 10; first start → last completion, from
+  the peer's own table timestamps (``method`` says which), else wall clock from the worker's
+  first job to the last completion seen by polling.
+* ``enqueue_one(server, dsn, jobs)``: the peer's single-job enqueue, one by one, each in its own
+  transaction (min(jobs, 5,000) jobs, like awa's).
+
+Commits and WAL bytes per job, and the worker's and PostgreSQL's CPU, are measured as for awa.
+Only the peers' public APIs are used.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib.metadata
+import importlib.util
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+from benchmarks.server import BenchServer, process_cpu
+
+ROOT = Path(__file__).resolve().parents[1]
+CONCURRENCY = 10
+BATCH = 5000
+
+
+@contextlib.contextmanager
+def peer_worker(module: str, dsn: str, first_job_file: Path) -> Iterator[subprocess.Popen[bytes]]:
+    """``python -m benchmarks.peer_workers.<module>``; stopped with SIGTERM afterwards."""
+    env = {**os.environ, "BENCH_DSN": dsn, "BENCH_CONCURRENCY": str(CONCURRENCY),
+           "BENCH_FIRST_JOB_FILE": str(first_job_file), "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen([sys.executable, "-m", f"benchmarks.peer_workers.{module}"], env=env, cwd=ROOT)
+    try:
+        yield proc
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def wait_for_count(dsn: str, query: str, count: int, proc: subprocess.Popen[bytes],
+                   timeout: float = 600) -> float:
+    """Poll ``query`` (a count) until it reaches ``count``; the wall clock when it did."""
+    deadline = time.monotonic() + timeout
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        while conn.execute(query).fetchone()[0] < count:  # type: ignore[index]
+            if proc.poll() is not None:
+                raise RuntimeError(f"the worker exited with {proc.returncode} before {count} jobs were done")
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{count} jobs not done in {timeout}s")
+            time.sleep(0.02)
+        return time.time()
+
+
+def children_cpu(pid: int) -> float:
+    try:
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    except FileNotFoundError:
+        return 0.0
+    return sum(process_cpu(int(c)) + children_cpu(int(c)) for c in children)
+
+
+class Peer:
+    name = ""
+    package = ""
+    worker_module = ""
+    done_query = ""  # count of jobs completed
+    span_query = ""  # seconds from first start to last completion, from the peer's tables
+    span_method = ""
+
+    def installed(self) -> bool:
+        return importlib.util.find_spec(self.package.replace("-", "_")) is not None
+
+    def version(self) -> str:
+        return importlib.metadata.version(self.package)
+
+    def install_schema(self, dsn: str) -> None:
+        raise NotImplementedError
+
+    def enqueue_bulk(self, dsn: str, jobs: int) -> None:
+        raise NotImplementedError
+
+    def enqueue_each(self, dsn: str, count: int) -> float:
+        """Enqueue ``count`` jobs one by one; the seconds it took."""
+        raise NotImplementedError
+
+    def drain(self, server: BenchServer, dsn: str, jobs: int) -> dict[str, Any]:
+        """Pre-enqueued no-op jobs, concurrency 10: first start → last completion."""
+        self.install_schema(dsn)
+        self.enqueue_bulk(dsn, jobs)
+        before = server.snapshot(dsn)
+        with tempfile.TemporaryDirectory() as tmp:
+            first_job_file = Path(tmp) / "first_job"
+            with peer_worker(self.worker_module, dsn, first_job_file) as proc:
+                last_seen = wait_for_count(dsn, self.done_query, jobs, proc)
+                worker_cpu = process_cpu(proc.pid) + children_cpu(proc.pid)
+            first_job = float(first_job_file.read_text()) if first_job_file.exists() else None
+        after = server.snapshot(dsn)
+        with psycopg.connect(dsn) as conn:
+            span = conn.execute(self.span_query).fetchone()[0]  # type: ignore[index]
+        method = self.span_method
+        if span is None:
+            if first_job is None:
+                raise RuntimeError(f"{self.name}: no timestamps to measure the drain with")
+            span, method = last_seen - first_job, "wall clock: worker's first job → last completion seen by polling"
+        return {
+            "jobs_per_s": jobs / float(span),
+            "seconds": float(span),
+            "commits_per_job": (after["commits"] - before["commits"]) / jobs,
+            "wal_bytes_per_job": server.wal_bytes(before["lsn"], after["lsn"]) / jobs,
+            "cpu_worker_s": worker_cpu,
+            "cpu_postgres_s": after["cpu"] - before["cpu"],
+            "method": method,
+            "version": self.version(),
+        }
+
+    def enqueue_one(self, server: BenchServer, dsn: str, jobs: int) -> dict[str, Any]:
+        """The peer's single-job enqueue one by one, each in its own transaction."""
+        self.install_schema(dsn)
+        count = min(jobs, 5000)
+        before = server.snapshot(dsn)
+        elapsed = self.enqueue_each(dsn, count)
+        after = server.snapshot(dsn)
+        return {"jobs_per_s": count / elapsed, "commits_per_job": (after["commits"] - before["commits"]) / count,
+                "wal_bytes_per_job": server.wal_bytes(before["lsn"], after["lsn"]) / count,
+                "version": self.version()}
+
+
+class Procrastinate(Peer):
+    name = "procrastinate"
+    package = "procrastinate"
+    worker_module = "procrastinate_worker"
+    done_query = "SELECT count(*) FROM procrastinate_jobs WHERE status = 'succeeded'"
+    span_query = ("SELECT extract(epoch FROM max(at) FILTER (WHERE type = 'succeeded') "
+                  "- min(at) FILTER (WHERE type = 'started')) FROM procrastinate_events")
+    span_method = "procrastinate_events: first 'started' → last 'succeeded'"
+
+    def _run(self, dsn: str, body: Callable[[Any], Any]) -> Any:
+        from benchmarks.peer_workers.procrastinate_app import make_app
+
+        async def run() -> Any:
+            app, noop = make_app(dsn)
+            async with app.open_async():
+                return await body((app, noop))
+
+        return asyncio.run(run())
+
+    def install_schema(self, dsn: str) -> None:
+        async def apply(pair: Any) -> None:
+            await pair[0].schema_manager.apply_schema_async()
+        self._run(dsn, apply)
+
+    def enqueue_bulk(self, dsn: str, jobs: int) -> None:
+        async def defer(pair: Any) -> None:
+            for start in range(0, jobs, BATCH):
+                await pair[1].batch_defer_async(*({"n": i} for i in range(start, min(jobs, start + BATCH))))
+        self._run(dsn, defer)
+
+    def enqueue_each(self, dsn: str, count: int) -> float:
+        async def defer(pair: Any) -> float:
+            start = time.perf_counter()
+            for i in range(count):
+                await pair[1].defer_async(n=i)
+            return time.perf_counter() - start
+        return float(self._run(dsn, defer))
+
+
+class PgQueuer(Peer):
+    name = "pgqueuer"
+    package = "pgqueuer"
+    worker_module = "pgqueuer_worker"
+    done_query = "SELECT count(*) FROM pgqueuer_log WHERE status = 'successful'"
+    span_query = ("SELECT extract(epoch FROM max(created) FILTER (WHERE status = 'successful') "
+                  "- min(created) FILTER (WHERE status = 'picked')) FROM pgqueuer_log")
+    span_method = "pgqueuer_log: first 'picked' → last 'successful'"
+
+    def _run(self, dsn: str, body: Callable[[Any], Any]) -> Any:
+        from pgqueuer.queries import Queries
+
+        async def run() -> Any:
+            conn = await psycopg.AsyncConnection.connect(dsn, autocommit=True)
+            try:
+                return await body(Queries.from_psycopg_connection(conn))
+            finally:
+                await conn.close()
+
+        return asyncio.run(run())
+
+    def install_schema(self, dsn: str) -> None:
+        async def install(queries: Any) -> None:
+            await queries.install()
+        self._run(dsn, install)
+
+    def enqueue_bulk(self, dsn: str, jobs: int) -> None:
+        async def enqueue(queries: Any) -> None:
+            for start in range(0, jobs, BATCH):
+                n = min(jobs, start + BATCH) - start
+                payloads: list[bytes | None] = [b'{"n": %d}' % i for i in range(start, start + n)]
+                await queries.enqueue(["noop"] * n, payloads, [0] * n)
+        self._run(dsn, enqueue)
+
+    def enqueue_each(self, dsn: str, count: int) -> float:
+        async def enqueue(queries: Any) -> float:
+            start = time.perf_counter()
+            for i in range(count):
+                await queries.enqueue("noop", b'{"n": %d}' % i)
+            return time.perf_counter() - start
+        return float(self._run(dsn, enqueue))
+
+
+PEERS: dict[str, Peer] = {p.name: p for p in (Procrastinate(), PgQueuer())}
+# awa measure → the method of a peer that measures the same thing
+EQUIVALENTS = {"drain": "drain", "enqueue_one": "enqueue_one"}
