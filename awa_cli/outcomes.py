@@ -110,6 +110,7 @@ class AttemptResult:
     duration: float = 0.0
     staged: list[PreparedJob] = field(default_factory=list)
     discarded: int = 0  # staged follow-ups dropped by a WaitForCallback park
+    own_transaction: bool = False  # set by the finalizer from OutcomeCore.needs_own_transaction
     silent: bool = False  # no event (unknown kind)
 
     @property
@@ -316,8 +317,9 @@ class OutcomeCore:
 
     async def finalize_attempts(self, results: Sequence[AttemptResult]) -> list[Finalized]:
         """Finalise many attempts: batchable ones in one statement, the rest one by one."""
-        batch = [r for r in results if not self.needs_own_transaction(r)]
-        single = [r for r in results if self.needs_own_transaction(r)]
+        own = [self.needs_own_transaction(r) for r in results]
+        batch = [r for r, alone in zip(results, own) if not alone]
+        single = [r for r, alone in zip(results, own) if alone]
         done: list[Finalized] = []
         if batch:
             done.extend(await self._finalize_batch(batch))

@@ -25,26 +25,33 @@ class Finalizer:
         core: OutcomeCore,
         on_done: Callable[[AttemptResult, Finalized], None],
         max_batch: int = MAX_BATCH,
+        parallel: int = 2,
     ) -> None:
         self.core = core
         self.on_done = on_done
         self.max_batch = max_batch
+        # Two flushes in flight on separate connections: while one waits for its durable
+        # commit, the results that arrive meanwhile are already on their way.
+        self.parallel = parallel
         self._queue: asyncio.Queue[AttemptResult | None] = asyncio.Queue()
-        self._task: asyncio.Task[None] | None = None
+        self._tasks: list[asyncio.Task[None]] = []
         self.in_flight = 0
 
     def start(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(self._run(), name="awa-finalizer")
+        loop = asyncio.get_running_loop()
+        self._tasks = [loop.create_task(self._run(), name=f"awa-finalizer-{i}") for i in range(self.parallel)]
 
     def submit(self, result: AttemptResult) -> None:
+        result.own_transaction = self.core.needs_own_transaction(result)
         self.in_flight += 1
         self._queue.put_nowait(result)
 
     async def stop(self) -> None:
         """Flush everything submitted so far, then stop."""
-        self._queue.put_nowait(None)
-        if self._task is not None:
-            await self._task
+        for _ in self._tasks:
+            self._queue.put_nowait(None)
+        if self._tasks:
+            await asyncio.gather(*self._tasks)
 
     async def _run(self) -> None:
         stopping = False
@@ -56,17 +63,15 @@ class Finalizer:
             while len(batch) < self.max_batch and not self._queue.empty():
                 item = self._queue.get_nowait()
                 if item is None:
-                    stopping = True
+                    stopping = True  # this flusher's sentinel: flush what it holds, then stop
                     break
                 batch.append(item)
             await self._apply(batch)
 
     async def _apply(self, batch: list[AttemptResult]) -> None:
         # Each group is retried on its own: once a group committed it is never re-applied.
-        together = [r for r in batch if not self.core.needs_own_transaction(r)]
-        groups = ([together] if together else []) + [
-            [r] for r in batch if self.core.needs_own_transaction(r)
-        ]
+        together = [r for r in batch if not r.own_transaction]
+        groups = ([together] if together else []) + [[r] for r in batch if r.own_transaction]
         for group in groups:
             await self._apply_group(group)
 

@@ -91,7 +91,7 @@ class Job:
         self.callback_id: uuid.UUID | None = row.callback_id
         self.callback_result: Any = row.callback_result
         self._services = services
-        self._cancelled = threading.Event()
+        self._cancelled = False  # set from the loop, read from any thread: a plain flag will do
         self._output: Any = None
         self._has_output = False
         self._staged = StagedFollowUps(services.prepare_follow_up if services else _no_db_prepare)
@@ -104,10 +104,10 @@ class Job:
     # -- cancellation --------------------------------------------------------------------
     def is_cancelled(self) -> bool:
         """True once the job was cancelled, rescued or taken away from this attempt."""
-        return self._cancelled.is_set()
+        return self._cancelled
 
     def _cancel(self) -> None:
-        self._cancelled.set()
+        self._cancelled = True
 
     # -- output --------------------------------------------------------------------------
     def set_output(self, value: Any) -> None:
