@@ -14,7 +14,7 @@ import json
 import re
 import time
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any, Self
@@ -99,19 +99,26 @@ class JobRow:
     @classmethod
     def from_record(cls, record: Mapping[str, Any]) -> JobRow:
         """Build a row from a ``SELECT *`` / ``RETURNING *`` record (extra columns ignored)."""
-        values = {name: record.get(name) for name in JOB_ROW_FIELDS}
-        values["state"] = JobState(values["state"])
-        states = values["unique_states"]
+        return cls.from_values([record.get(name) for name in JOB_ROW_FIELDS])
+
+    @classmethod
+    def from_values(cls, values: Sequence[Any]) -> JobRow:
+        """Build a row from column values in ``JOB_ROW_FIELDS`` order (the hot path)."""
+        data = dict(zip(JOB_ROW_FIELDS, values))
+        data["state"] = JobState(data["state"])
+        states = data["unique_states"]
         if states is not None:
             if isinstance(states, str):  # awa.job_state[] unknown to the driver: '{a,b}'
                 states = [s for s in states.strip("{}").split(",") if s]
-            values["unique_states"] = [JobState(s) for s in states]
-        if values["unique_key"] is not None:
-            values["unique_key"] = bytes(values["unique_key"])
-        values["tags"] = list(values["tags"] or [])
-        values["errors"] = list(values["errors"] or [])
-        values["metadata"] = dict(values["metadata"] or {})
-        return cls(**values)
+            data["unique_states"] = [JobState(s) for s in states]
+        if data["unique_key"] is not None:
+            data["unique_key"] = bytes(data["unique_key"])
+        data["tags"] = list(data["tags"] or ())
+        data["errors"] = list(data["errors"] or ())
+        data["metadata"] = dict(data["metadata"] or {})
+        row = object.__new__(cls)  # frozen: fill the instance dict directly, as __init__ would
+        row.__dict__.update(data)
+        return row
 
     def evolve(self, **changes: Any) -> JobRow:
         """A copy with ``changes`` applied (a fast ``dataclasses.replace`` for hot paths)."""
@@ -144,6 +151,7 @@ class JobRow:
 
 
 JOB_ROW_FIELDS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(JobRow))
+JOB_COLUMNS = ", ".join(f"j.{name}" for name in JOB_ROW_FIELDS)  # for RETURNING in field order
 
 
 @dataclass(frozen=True)

@@ -9,10 +9,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import psycopg
-from psycopg.rows import dict_row
 
 from awa_cli.events import JobEvent
-from awa_cli.jobs import JobRow
+from awa_cli.jobs import JOB_COLUMNS, JobRow
 from awa_cli.worker.executor import execute
 
 if TYPE_CHECKING:
@@ -47,8 +46,8 @@ UPDATE awa.jobs AS j SET
                        THEN now() + coalesce(j.deadline_duration, %(deadline)s) * interval '1 second' END
 FROM next
 WHERE j.id = next.id
-RETURNING j.*
-"""
+RETURNING {columns}
+""".format(columns=JOB_COLUMNS)
 
 NEXT_DUE = """
 SELECT extract(epoch FROM min(run_at) - now()) FROM awa.jobs
@@ -109,11 +108,11 @@ class QueueRunner:
                 pass
 
     async def claim(self, limit: int) -> list[JobRow]:
-        async with self.worker.claim_pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
+        async with self.worker.claim_pool.connection() as conn, conn.cursor() as cur:
             await cur.execute(
                 CLAIM, {"queue": self.spec.name, "limit": limit, "deadline": self.spec.deadline}
             )
-            rows = [JobRow.from_record(r) for r in await cur.fetchall()]
+            rows = [JobRow.from_values(r) for r in await cur.fetchall()]
         rows.sort(key=lambda r: (r.priority, r.run_at, r.id))
         self.claimed += len(rows)
         return rows
