@@ -1,9 +1,11 @@
-"""Run awa's benchmarks: ``python -m benchmarks [--database-url URL] [--repeat N] [--json PATH]``.
+"""Run awa's benchmarks: ``python -m benchmarks [--database-url URL] [--repeat N] [--json PATH] [--compare]``.
 
 Without ``--database-url`` a throwaway PostgreSQL with durable commits (``fsync`` and
 ``synchronous_commit`` on, the defaults) is started in a temporary directory. Every run of
 every measure gets a fresh, migrated database. Prints medians, min–max and ratios, plus
 commits and WAL bytes per job and the CPU split between the worker and PostgreSQL.
+With ``--compare``, the measures that procrastinate and pgqueuer (the ``bench`` extra) also
+have run for them too, on the same server with the same job counts (benchmarks/peers.py).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from benchmarks import measures
+from benchmarks import measures, peers
 from benchmarks.server import BenchServer
 
 MEASURES = {
@@ -47,7 +49,8 @@ def fmt(stat: dict[str, float], unit: str = "") -> str:
 
 def report(results: dict[str, dict[str, Any]]) -> None:
     print()
-    print(f"{'measure':<18} {'result (median, min–max)':<44} {'commits/job':>11} {'WAL B/job':>10} {'CPU worker/pg':>14}")
+    width = max([18, *(len(name) for name in results)])
+    print(f"{'measure':<{width}} {'result (median, min–max)':<44} {'commits/job':>11} {'WAL B/job':>10} {'CPU worker/pg':>14}")
     for name, res in results.items():
         if "jobs_per_s" in res:
             main = fmt(res["jobs_per_s"], " jobs/s")
@@ -60,14 +63,34 @@ def report(results: dict[str, dict[str, Any]]) -> None:
         cpu = f"{cpu_w:.2f}s/{cpu_p:.2f}s" if cpu_w is not None and cpu_p is not None else "-"
         commits_text = "-" if commits is None else f"{commits:.3f}"
         wal_text = "-" if wal is None else f"{wal:,.0f}"
-        print(f"{name:<18} {main:<44} {commits_text:>11} {wal_text:>10} {cpu:>14}")
+        print(f"{name:<{width}} {main:<44} {commits_text:>11} {wal_text:>10} {cpu:>14}")
         if name == "pickup_latency":
-            print(f"{'':<18} p95 {fmt(res['p95_ms'], ' ms')}  p99 {fmt(res['p99_ms'], ' ms')}")
+            print(f"{'':<{width}} p95 {fmt(res['p95_ms'], ' ms')}  p99 {fmt(res['p99_ms'], ' ms')}")
     if "drain" in results:
         base = results["drain"]["jobs_per_s"]["median"]
         for other in ("drain_follow_up", "drain_processes_2"):
             if other in results:
                 print(f"ratio {other} / drain: {results[other]['jobs_per_s']['median'] / base:.2f}x")
+    for measure in peers.EQUIVALENTS:
+        for peer in peers.PEERS:
+            key = f"{peer}.{measure}"
+            if measure in results and key in results:
+                ratio = results[measure]["jobs_per_s"]["median"] / results[key]["jobs_per_s"]["median"]
+                print(f"ratio awa / {peer} ({results[key]['runs'][0]['version']}), {measure}: {ratio:.2f}x")
+
+
+def run_measure(server: BenchServer, label: str, fn: Any, repeat: int, jobs: int) -> dict[str, Any]:
+    runs = []
+    for i in range(repeat):
+        dsn = server.fresh_database(f"bench_{label.replace('.', '_')}_{i}")
+        try:
+            run = fn(server, dsn, jobs)
+        finally:
+            server.drop_database(dsn)
+        print(f"  {label} #{i + 1}: " + ", ".join(
+            f"{k}={v:,.3f}" if isinstance(v, float) else f"{k}={v}" for k, v in run.items()), flush=True)
+        runs.append(run)
+    return summarise(label, runs)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -77,6 +100,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", help="comma-separated measures: " + ",".join(MEASURES))
     parser.add_argument("--jobs", type=int, default=20_000, help="jobs per drain")
     parser.add_argument("--json", dest="json_path", help="also write the results as JSON here")
+    parser.add_argument("--compare", action="store_true",
+                        help="also run procrastinate and pgqueuer (pip install -e '.[bench]') where they "
+                             "have an equivalent measure: " + ",".join(peers.EQUIVALENTS))
     args = parser.parse_args(argv)
     chosen = args.only.split(",") if args.only else list(MEASURES)
     unknown = [m for m in chosen if m not in MEASURES]
@@ -89,16 +115,24 @@ def main(argv: list[str] | None = None) -> int:
         print(f"awa benchmarks on {platform.node()} ({os.cpu_count()} cores, Python {platform.python_version()}), "
               f"PostgreSQL {server.version()} fsync={server.setting('fsync')} "
               f"synchronous_commit={server.setting('synchronous_commit')}", flush=True)
+        compared: list[peers.Peer] = []
+        if args.compare:
+            for peer in peers.PEERS.values():
+                if peer.installed():
+                    compared.append(peer)
+                else:
+                    print(f"--compare: {peer.name} is not installed (pip install -e '.[bench]'): skipped")
         for name in chosen:
-            runs = []
-            for i in range(args.repeat):
-                dsn = server.fresh_database(f"bench_{name}_{i}")
-                run = MEASURES[name](server, dsn, args.jobs)
-                print(f"  {name} #{i + 1}: " + ", ".join(
-                    f"{k}={v:,.3f}" if isinstance(v, float) else f"{k}={v}" for k, v in run.items()), flush=True)
-                runs.append(run)
-                server.drop_database(dsn)
-            results[name] = summarise(name, runs)
+            results[name] = run_measure(server, name, MEASURES[name], args.repeat, args.jobs)
+            if name not in peers.EQUIVALENTS:
+                continue
+            for peer in compared:
+                label = f"{peer.name}.{name}"
+                try:
+                    results[label] = run_measure(server, label, getattr(peer, peers.EQUIVALENTS[name]),
+                                                 args.repeat, args.jobs)
+                except Exception as exc:  # a peer's failure must not lose awa's results
+                    print(f"  {label} failed, skipped: {type(exc).__name__}: {exc}", flush=True)
     finally:
         server.close()
         shutil.rmtree(tmp, ignore_errors=True)

@@ -85,6 +85,7 @@ class Peer:
     done_query = ""  # count of jobs completed
     span_query = ""  # seconds from first start to last completion, from the peer's tables
     span_method = ""
+    worker_config = ""
 
     def installed(self) -> bool:
         return importlib.util.find_spec(self.package.replace("-", "_")) is not None
@@ -120,7 +121,8 @@ class Peer:
         if span is None:
             if first_job is None:
                 raise RuntimeError(f"{self.name}: no timestamps to measure the drain with")
-            span, method = last_seen - first_job, "wall clock: worker's first job → last completion seen by polling"
+            span = last_seen - first_job
+            method = "wall clock: worker's first job → last completion seen by polling"
         return {
             "jobs_per_s": jobs / float(span),
             "seconds": float(span),
@@ -129,6 +131,7 @@ class Peer:
             "cpu_worker_s": worker_cpu,
             "cpu_postgres_s": after["cpu"] - before["cpu"],
             "method": method,
+            "worker": self.worker_config,
             "version": self.version(),
         }
 
@@ -139,7 +142,8 @@ class Peer:
         before = server.snapshot(dsn)
         elapsed = self.enqueue_each(dsn, count)
         after = server.snapshot(dsn)
-        return {"jobs_per_s": count / elapsed, "commits_per_job": (after["commits"] - before["commits"]) / count,
+        return {"jobs_per_s": count / elapsed,
+                "commits_per_job": (after["commits"] - before["commits"]) / count,
                 "wal_bytes_per_job": server.wal_bytes(before["lsn"], after["lsn"]) / count,
                 "version": self.version()}
 
@@ -152,6 +156,7 @@ class Procrastinate(Peer):
     span_query = ("SELECT extract(epoch FROM max(at) FILTER (WHERE type = 'succeeded') "
                   "- min(at) FILTER (WHERE type = 'started')) FROM procrastinate_events")
     span_method = "procrastinate_events: first 'started' → last 'succeeded'"
+    worker_config = "run_worker_async(queues=['bench'], concurrency=10)"
 
     def _run(self, dsn: str, body: Callable[[Any], Any]) -> Any:
         from benchmarks.peer_workers.procrastinate_app import make_app
@@ -191,6 +196,7 @@ class PgQueuer(Peer):
     span_query = ("SELECT extract(epoch FROM max(created) FILTER (WHERE status = 'successful') "
                   "- min(created) FILTER (WHERE status = 'picked')) FROM pgqueuer_log")
     span_method = "pgqueuer_log: first 'picked' → last 'successful'"
+    worker_config = "QueueManager.run(max_concurrent_tasks=10, batch_size=5), psycopg driver"
 
     def _run(self, dsn: str, body: Callable[[Any], Any]) -> Any:
         from pgqueuer.queries import Queries

@@ -71,16 +71,14 @@ CREATE FUNCTION awa.channel_for(queue text) RETURNS text
 
 CREATE FUNCTION awa.notify_inserted() RETURNS trigger
     LANGUAGE plpgsql AS $$
-DECLARE
-    q text;
 BEGIN
-    FOR q IN SELECT DISTINCT queue FROM inserted WHERE state = 'available' LOOP
-        PERFORM pg_notify(awa.channel_for(q), '');
-    END LOOP;
+    -- Identical notifications in one transaction are delivered once, so a bulk insert
+    -- into one queue wakes its workers once.
+    PERFORM pg_notify(awa.channel_for(NEW.queue), '');
     RETURN NULL;
 END $$;
 
 CREATE TRIGGER jobs_notify_inserted
     AFTER INSERT ON awa.jobs
-    REFERENCING NEW TABLE AS inserted
-    FOR EACH STATEMENT EXECUTE FUNCTION awa.notify_inserted();
+    FOR EACH ROW WHEN (NEW.state = 'available')
+    EXECUTE FUNCTION awa.notify_inserted();

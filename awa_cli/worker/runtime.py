@@ -25,7 +25,7 @@ from awa_cli.db.dsn import redact, with_options
 from awa_cli.dispatch import Dispatcher, EventHook
 from awa_cli.outcomes import AttemptResult, Finalized, OutcomeCore
 from awa_cli.worker.callbacks import CallbackServices
-from awa_cli.worker.finalizer import Finalizer
+from awa_cli.worker.finalizer import SINGLE_TRANSACTIONS, Finalizer
 from awa_cli.worker.listener import Listener
 from awa_cli.worker.queues import QueueRunner, QueueSpec
 
@@ -101,7 +101,8 @@ class Worker:
         self.pool = AsyncConnectionPool(
             self.dsn,
             min_size=2,
-            max_size=max(4, 3 + 2 * len(self.queues)),
+            # finalising (2 batch flushes + per-job transactions), maintenance, callbacks
+            max_size=6 + SINGLE_TRANSACTIONS + len(self.queues),
             open=False,
             kwargs={"autocommit": True},
             reconnect_timeout=0,  # never give up: the database may be restarting

@@ -13,8 +13,8 @@ async def main() -> None:
     app, _ = make_app(os.environ["BENCH_DSN"])
     async with app.open_async():
         # procrastinate installs its own SIGTERM/SIGINT handlers: a graceful stop.
-        await app.run_worker_async(queues=["bench"], concurrency=int(os.environ.get("BENCH_CONCURRENCY", "10")),
-                                   wait=True)
+        concurrency = int(os.environ.get("BENCH_CONCURRENCY", "10"))
+        await app.run_worker_async(queues=["bench"], concurrency=concurrency, wait=True)
 
 
 if __name__ == "__main__":
