@@ -52,6 +52,24 @@ class AwaGroup(click.Group):
             click.echo(f"Error: {one_line(exc)}", err=True)
             ctx.exit(exit_code_for(exc))
 
+    def main(self, *args: Any, standalone_mode: bool = True, **kwargs: Any) -> Any:
+        """click's main, with usage errors as one line (``Error: … (see 'awa job --help')``)."""
+        if not standalone_mode:
+            return super().main(*args, standalone_mode=False, **kwargs)
+        try:
+            result = super().main(*args, standalone_mode=False, **kwargs)
+        except click.UsageError as exc:
+            hint = f" (see '{exc.ctx.command_path} --help')" if exc.ctx is not None else ""
+            click.echo(f"Error: {exc.format_message()}{hint}", err=True)
+            sys.exit(exc.exit_code)
+        except click.ClickException as exc:
+            exc.show()
+            sys.exit(exc.exit_code)
+        except click.exceptions.Abort:
+            click.echo("Aborted.", err=True)
+            sys.exit(1)
+        sys.exit(result if isinstance(result, int) else 0)
+
 
 @click.group(cls=AwaGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.option("--config", "config_option", metavar="PATH", help="Config file (default: $AWA_CONFIG, else ./awa.toml).")
