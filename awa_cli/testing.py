@@ -43,6 +43,7 @@ from awa_cli.outcomes import AttemptResult, OutcomeCore, decide
 from awa_cli.results import ValidationError
 from awa_cli.worker.executor import execute
 from awa_cli.worker.job import Job, StagedFollowUps
+from awa_cli.worker.queues import claim_sql
 from awa_cli.worker.runtime import WorkerServices
 
 __all__ = [
@@ -56,30 +57,8 @@ __all__ = [
     "run_handler_async",
 ]
 
-# The worker's claim (awa_cli.worker.queues.CLAIM), for one job of one kind in any queue
-# (or the given one): same states, same order, same lease, heartbeat and deadline updates.
-CLAIM_ONE_OF_KIND = """
-WITH next AS (
-    SELECT id FROM awa.jobs
-    WHERE kind = %(kind)s AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
-      AND state IN ('available', 'scheduled', 'retryable')
-      AND run_at <= now()
-    ORDER BY priority, run_at, id
-    LIMIT 1
-    FOR UPDATE SKIP LOCKED
-)
-UPDATE awa.jobs AS j SET
-    state = 'running',
-    attempt = j.attempt + 1,
-    run_lease = j.run_lease + 1,
-    attempted_at = now(),
-    heartbeat_at = now(),
-    deadline_at = CASE WHEN coalesce(j.deadline_duration, 0) > 0
-                       THEN now() + j.deadline_duration * interval '1 second' END
-FROM next
-WHERE j.id = next.id
-RETURNING j.*
-"""
+# The worker's claim, for one job of one kind in any queue (or the given one).
+CLAIM_ONE_OF_KIND = claim_sql("kind = %(kind)s AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)")
 
 HOOK_WAIT_SECONDS = 5.0
 
@@ -203,7 +182,7 @@ class AsyncAwaTestClient:
         """Claim one job of ``kind`` the way a worker does; None when none is claimable."""
         pool = await self.client._ready()
         async with pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
-            await cur.execute(CLAIM_ONE_OF_KIND, {"kind": kind, "queue": queue})
+            await cur.execute(CLAIM_ONE_OF_KIND, {"kind": kind, "queue": queue, "limit": 1, "deadline": 0})
             record = await cur.fetchone()
         return None if record is None else JobRow.from_record(record)
 

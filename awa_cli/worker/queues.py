@@ -27,10 +27,14 @@ class QueueSpec:
     deadline: float = 0.0  # seconds; 0 = none (a job's deadline_duration overrides)
 
 
-CLAIM = """
+def claim_sql(which: str) -> str:
+    """The claim: lock up to ``%(limit)s`` runnable jobs matching ``which`` (SKIP LOCKED, in
+    priority → run_at → id order) and start their next attempt. The worker claims by queue;
+    the test harness (awa_cli.testing) by kind, with the very same transition."""
+    return f"""
 WITH next AS (
     SELECT id FROM awa.jobs
-    WHERE queue = %(queue)s AND state IN ('available', 'scheduled', 'retryable')
+    WHERE {which} AND state IN ('available', 'scheduled', 'retryable')
       AND run_at <= now()
     ORDER BY priority, run_at, id
     LIMIT %(limit)s
@@ -46,8 +50,11 @@ UPDATE awa.jobs AS j SET
                        THEN now() + coalesce(j.deadline_duration, %(deadline)s) * interval '1 second' END
 FROM next
 WHERE j.id = next.id
-RETURNING {columns}
-""".format(columns=JOB_COLUMNS)
+RETURNING {JOB_COLUMNS}
+"""
+
+
+CLAIM = claim_sql("queue = %(queue)s")
 
 NEXT_DUE = """
 SELECT extract(epoch FROM min(run_at) - now()) FROM awa.jobs
