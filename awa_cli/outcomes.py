@@ -30,6 +30,7 @@ import psycopg
 from psycopg.rows import dict_row
 
 from awa_cli.db import queries
+from awa_cli.db import transitions as sql
 from awa_cli.events import OUTCOME_OF_EVENT, JobEvent, Outcome, RescueReason, context_of
 from awa_cli.jobs import InsertOpts, JobRow, JobState, PreparedJob, prepare, rebuild_args
 from awa_cli.results import AwaError, CallbackNotFound, FollowUpError, ValidationError
@@ -204,46 +205,6 @@ def unknown_kind(job: JobRow) -> AttemptResult:
     )
 
 
-# A park whose callback was resumed before the handler returned (callback_result already set)
-# re-enters execution instead of waiting: it becomes available with its attempt refunded.
-_FINALIZE = """
-UPDATE awa.jobs AS j SET
-    state = CASE WHEN v.state = 'waiting_external' AND j.callback_result IS NOT NULL
-                 THEN 'available'::awa.job_state ELSE v.state END,
-    run_at = CASE WHEN v.state = 'waiting_external' AND j.callback_result IS NOT NULL THEN now()
-                  WHEN v.delay IS NULL THEN j.run_at
-                  ELSE now() + v.delay * interval '1 second' END,
-    attempt = j.attempt - v.refund
-              - CASE WHEN v.state = 'waiting_external' AND j.callback_result IS NOT NULL THEN 1 ELSE 0 END,
-    errors = CASE WHEN v.error IS NULL THEN j.errors ELSE j.errors || jsonb_build_array(v.error) END,
-    output = CASE WHEN v.state = 'completed' THEN v.output ELSE j.output END,
-    heartbeat_at = NULL,
-    deadline_at = NULL,
-    finalized_at = CASE WHEN v.state IN ('completed', 'failed', 'cancelled') THEN now() END,
-    callback_id = CASE WHEN v.state = 'waiting_external' AND j.callback_result IS NULL
-                       THEN j.callback_id END,
-    callback_timeout_at = CASE WHEN v.state = 'waiting_external' AND j.callback_result IS NULL
-                               THEN j.callback_timeout_at END,
-    callback_in_handler = false
-FROM unnest(%(ids)s::bigint[], %(leases)s::bigint[], %(states)s::awa.job_state[],
-            %(delays)s::float8[], %(errors)s::jsonb[], %(outputs)s::jsonb[], %(refunds)s::int[],
-            %(callback_ids)s::uuid[])
-     AS v(id, lease, state, delay, error, output, refund, callback_id)
-WHERE j.id = v.id AND j.run_lease = v.lease AND j.state = 'running'
-  AND (v.callback_id IS NULL OR j.callback_id = v.callback_id)
-RETURNING {returning}
-"""
-
-
-# The batch path returns only what the UPDATE changed; the committed row is the claimed row
-# with those changes (see committed_row). The per-job path returns the whole row.
-_FINALIZE_CHANGED = _FINALIZE.format(
-    returning="j.id, j.state::text AS state, j.run_at, j.attempt, j.finalized_at, j.callback_id, "
-    "j.callback_timeout_at"
-)
-_FINALIZE_FULL = _FINALIZE.format(returning="j.*")
-
-
 def committed_row(result: AttemptResult, changed: dict[str, Any]) -> JobRow:
     """The row as committed: the claimed row plus the columns the finalisation changed."""
     claimed = result.job
@@ -330,7 +291,7 @@ class OutcomeCore:
     async def _finalize_batch(self, results: Sequence[AttemptResult]) -> list[Finalized]:
         async with self.pool.connection() as conn:
             async with conn.cursor(row_factory=dict_row) as cur:
-                await cur.execute(_FINALIZE_CHANGED, _finalize_params(results))
+                await cur.execute(sql.FINALIZE_CHANGED, _finalize_params(results))
                 changed = {r["id"]: r for r in await cur.fetchall()}
         finalized = []
         for result in results:
@@ -350,7 +311,7 @@ class OutcomeCore:
         try:
             async with self.pool.connection() as conn, conn.transaction():
                 async with conn.cursor(row_factory=dict_row) as cur:
-                    await cur.execute(_FINALIZE_FULL, _finalize_params([result]))
+                    await cur.execute(sql.FINALIZE_FULL, _finalize_params([result]))
                     record = await cur.fetchone()
                 if record is None:
                     item.stale = True
@@ -396,7 +357,7 @@ class OutcomeCore:
         item = Finalized(job_id, None)
         async with self.pool.connection() as conn, conn.transaction():
             async with conn.cursor(row_factory=dict_row) as cur:
-                await cur.execute(_CANCEL, {"id": job_id})
+                await cur.execute(sql.CANCEL, {"id": job_id})
                 record = await cur.fetchone()
                 if record is None:
                     await _raise_missing_or_state(cur, job_id, "cancelled")
@@ -411,7 +372,7 @@ class OutcomeCore:
         """Make a failed, cancelled, retryable or scheduled job available now; fires nothing."""
         async with self.pool.connection() as conn, conn.transaction():
             async with conn.cursor(row_factory=dict_row) as cur:
-                await cur.execute(_RETRY, {"id": job_id})
+                await cur.execute(sql.RETRY, {"id": job_id})
                 record = await cur.fetchone()
                 if record is None:
                     await _raise_missing_or_state(cur, job_id, "retried")
@@ -440,7 +401,7 @@ class OutcomeCore:
         item = Finalized(0, None)
         async with self.pool.connection() as conn, conn.transaction():
             async with conn.cursor(row_factory=dict_row) as cur:
-                await cur.execute(_RESOLVE[action], params)
+                await cur.execute(sql.RESOLVE[action], params)
                 record = await cur.fetchone()
                 if record is None:
                     raise CallbackNotFound(f"no job is waiting on callback {params['callback_id']}")
@@ -461,7 +422,7 @@ class OutcomeCore:
         params["payload"] = _payload_json(payload)
         async with self.pool.connection() as conn, conn.transaction():
             async with conn.cursor(row_factory=dict_row) as cur:
-                await cur.execute(_RESUME, params)
+                await cur.execute(sql.RESUME, params)
                 record = await cur.fetchone()
                 if record is None:
                     raise CallbackNotFound(f"no job is waiting on callback {params['callback_id']}")
@@ -476,7 +437,7 @@ class OutcomeCore:
         """The job waiting on ``callback_id`` (unchanged), or CallbackNotFound."""
         params = _callback_params(callback_id, run_lease)
         async with self.pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
-            await cur.execute(f"SELECT * FROM awa.jobs WHERE {_CALLBACK_GUARD}", params)
+            await cur.execute(f"SELECT * FROM awa.jobs WHERE {sql.CALLBACK_GUARD}", params)
             record = await cur.fetchone()
         if record is None:
             raise CallbackNotFound(f"no job is waiting on callback {params['callback_id']}")
@@ -487,7 +448,7 @@ class OutcomeCore:
         params = _callback_params(callback_id, None)
         params["timeout"] = timeout
         async with self.pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
-            await cur.execute(_HEARTBEAT_CALLBACK, params)
+            await cur.execute(sql.HEARTBEAT_CALLBACK, params)
             record = await cur.fetchone()
         if record is None:
             raise CallbackNotFound(f"no job is waiting on callback {params['callback_id']}")
@@ -506,9 +467,9 @@ class OutcomeCore:
                   "reason": str(reason), "spec_kinds": spec_kinds}
         async with self.pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
             if dry_run:
-                await cur.execute(_RESCUE_CANDIDATES[reason], params)
+                await cur.execute(sql.RESCUE_CANDIDATES[reason], params)
                 return [JobRow.from_record(r) for r in await cur.fetchall()]
-            await cur.execute(_RESCUE.format(candidates=_RESCUE_CANDIDATES[reason]), params)
+            await cur.execute(sql.RESCUE.format(candidates=sql.RESCUE_CANDIDATES[reason]), params)
             rows = [JobRow.from_record(r) for r in await cur.fetchall()]
         for row in rows:
             self.dispatch(JobEvent.Rescued(row, row.args, reason))
@@ -561,7 +522,7 @@ class OutcomeCore:
     async def prune(self, completed_retention: float, failed_retention: float, limit: int = 1000) -> int:
         """Delete terminal jobs past their retention, in a bounded batch (releases unique keys)."""
         async with self.pool.connection() as conn:
-            cur = await conn.execute(_PRUNE, {"completed": completed_retention,
+            cur = await conn.execute(sql.PRUNE, {"completed": completed_retention,
                                               "failed": failed_retention, "limit": limit})
             return cur.rowcount
 
@@ -629,47 +590,6 @@ RESCUE_ERRORS = {
     RescueReason.EXPIRED_CALLBACK: "callback timed out",
 }
 
-_RESCUE_CANDIDATES = {
-    RescueReason.STALE_HEARTBEAT: """
-        SELECT * FROM awa.jobs WHERE state = 'running'
-          AND heartbeat_at < now() - %(staleness)s * interval '1 second'
-        ORDER BY heartbeat_at LIMIT %(limit)s FOR UPDATE SKIP LOCKED""",
-    RescueReason.DEADLINE_EXCEEDED: """
-        SELECT * FROM awa.jobs WHERE state = 'running' AND deadline_at < now()
-        ORDER BY deadline_at LIMIT %(limit)s FOR UPDATE SKIP LOCKED""",
-    RescueReason.EXPIRED_CALLBACK: """
-        SELECT * FROM awa.jobs WHERE state = 'waiting_external' AND callback_timeout_at < now()
-        ORDER BY callback_timeout_at LIMIT %(limit)s FOR UPDATE SKIP LOCKED""",
-}
-
-# Retryable with backoff, or failed on the last attempt; the callback id dies with the
-# rescue; run_lease is kept so the next claim fences the rescued attempt off.
-_RESCUE = """
-WITH candidates AS ({candidates})
-UPDATE awa.jobs AS j SET
-    state = CASE WHEN j.attempt >= j.max_attempts THEN 'failed' ELSE 'retryable' END::awa.job_state,
-    run_at = CASE WHEN j.attempt >= j.max_attempts THEN j.run_at
-                  ELSE now() + least(power(2, least(j.attempt, 62)) * (1 + random() * 0.25), 86400)
-                               * interval '1 second' END,
-    errors = j.errors || jsonb_build_array(jsonb_strip_nulls(jsonb_build_object(
-        'error', %(message)s::text, 'attempt', j.attempt, 'at', now(),
-        'terminal', CASE WHEN j.attempt >= j.max_attempts THEN true END))),
-    finalized_at = CASE WHEN j.attempt >= j.max_attempts THEN now() END,
-    heartbeat_at = NULL, deadline_at = NULL, callback_id = NULL, callback_timeout_at = NULL,
-    callback_in_handler = false,
-    rescue_pending = CASE WHEN j.kind = ANY (%(spec_kinds)s::text[]) THEN %(reason)s END
-FROM candidates WHERE j.id = candidates.id
-RETURNING j.*
-"""
-
-_PRUNE = """
-DELETE FROM awa.jobs WHERE id IN (
-    SELECT id FROM awa.jobs
-    WHERE rescue_pending IS NULL AND (
-        (state = 'completed' AND finalized_at < now() - %(completed)s * interval '1 second')
-        OR (state IN ('failed', 'cancelled') AND finalized_at < now() - %(failed)s * interval '1 second'))
-    LIMIT %(limit)s FOR UPDATE SKIP LOCKED)
-"""
 
 def parse_callback_id(value: Any) -> UUID:
     """A callback id as a UUID; anything else is a ValidationError naming ``callback_id``."""
@@ -701,79 +621,6 @@ def _resolution_event(action: str, row: JobRow, error: str, parked_attempt: int)
             return JobEvent.Exhausted(row, row.args, error, parked_attempt)
         case _:
             return JobEvent.Retried(row, row.args, "", parked_attempt, row.run_at)
-
-
-# Resolutions match a job waiting on the callback, or one whose handler registered it and
-# has not parked yet (its later park is then a harmless stale no-op).
-_CALLBACK_GUARD = """
-    callback_id = %(callback_id)s AND state IN ('waiting_external', 'running')
-    AND (%(lease)s::bigint IS NULL OR run_lease = %(lease)s::bigint)
-"""
-
-_RESOLVE = {
-    "complete": f"""
-        UPDATE awa.jobs SET state = 'completed', finalized_at = now(), callback_timeout_at = NULL,
-            callback_in_handler = false, callback_result = %(payload)s::jsonb,
-            heartbeat_at = NULL, deadline_at = NULL
-        WHERE {_CALLBACK_GUARD}
-        RETURNING *, attempt AS parked_attempt""",
-    "fail": f"""
-        UPDATE awa.jobs SET state = 'failed', finalized_at = now(), callback_timeout_at = NULL,
-            callback_in_handler = false, heartbeat_at = NULL, deadline_at = NULL,
-            errors = errors || jsonb_build_array(
-                jsonb_set(jsonb_set(%(entry)s::jsonb, '{{attempt}}', to_jsonb(attempt)),
-                          '{{error}}', to_jsonb(%(error)s::text)))
-        WHERE {_CALLBACK_GUARD}
-        RETURNING *, attempt AS parked_attempt""",
-    "retry": f"""
-        UPDATE awa.jobs AS j SET state = 'available', attempt = 0, run_at = now(),
-            callback_id = NULL, callback_timeout_at = NULL, callback_in_handler = false,
-            heartbeat_at = NULL, deadline_at = NULL
-        FROM (SELECT id, attempt FROM awa.jobs WHERE {_CALLBACK_GUARD} FOR UPDATE) AS before
-        WHERE j.id = before.id
-        RETURNING j.*, before.attempt AS parked_attempt""",
-}
-
-# A handler waiting inside wait_for_callback gets the payload and keeps running; a job
-# parked by WaitForCallback becomes claimable again (its attempt refunded, so the re-entry
-# continues the same attempt); a handler that registered but has not parked yet finds the
-# payload when it parks or waits.
-_RESUME = f"""
-UPDATE awa.jobs SET
-    callback_result = %(payload)s::jsonb,
-    state = CASE WHEN state = 'waiting_external' AND NOT callback_in_handler
-                 THEN 'available'::awa.job_state ELSE 'running'::awa.job_state END,
-    attempt = CASE WHEN state = 'waiting_external' AND NOT callback_in_handler
-                   THEN attempt - 1 ELSE attempt END,
-    run_at = CASE WHEN state = 'waiting_external' AND NOT callback_in_handler THEN now() ELSE run_at END,
-    heartbeat_at = CASE WHEN state = 'waiting_external' AND NOT callback_in_handler THEN NULL ELSE now() END,
-    callback_id = CASE WHEN state = 'running' THEN callback_id END,
-    callback_timeout_at = CASE WHEN state = 'running' THEN callback_timeout_at END,
-    callback_in_handler = false
-WHERE callback_id = %(callback_id)s AND state IN ('waiting_external', 'running')
-RETURNING *
-"""
-
-_HEARTBEAT_CALLBACK = f"""
-UPDATE awa.jobs SET callback_timeout_at = now() + %(timeout)s * interval '1 second'
-WHERE {_CALLBACK_GUARD}
-RETURNING *
-"""
-
-_CANCEL = """
-UPDATE awa.jobs SET state = 'cancelled', finalized_at = now(), heartbeat_at = NULL,
-    deadline_at = NULL, callback_id = NULL, callback_timeout_at = NULL, callback_in_handler = false
-WHERE id = %(id)s AND state NOT IN ('completed', 'failed', 'cancelled')
-RETURNING *
-"""
-
-_RETRY = """
-UPDATE awa.jobs SET state = 'available', attempt = 0, run_at = now(), finalized_at = NULL,
-    heartbeat_at = NULL, deadline_at = NULL, callback_id = NULL, callback_timeout_at = NULL,
-    callback_in_handler = false
-WHERE id = %(id)s AND state IN ('failed', 'cancelled', 'retryable', 'scheduled')
-RETURNING *
-"""
 
 
 async def _raise_missing_or_state(cur: psycopg.AsyncCursor[Any], job_id: int, verb: str) -> None:
