@@ -70,6 +70,8 @@ class QueueRunner:
         self._wake = asyncio.Event()
         self._has_work = True  # the last claim filled every free slot
         self.claimed = 0
+        self.claims = 0
+        self.next_due_queries = 0
 
     @property
     def free(self) -> int:
@@ -122,9 +124,11 @@ class QueueRunner:
             rows = [JobRow.from_values(r) for r in await cur.fetchall()]
         rows.sort(key=lambda r: (r.priority, r.run_at, r.id))
         self.claimed += len(rows)
+        self.claims += 1
         return rows
 
     async def _until_next_due(self, poll: float) -> float:
+        self.next_due_queries += 1
         try:
             async with self.worker.pool.connection() as conn:
                 cur = await conn.execute(NEXT_DUE, {"queue": self.spec.name})
