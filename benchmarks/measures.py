@@ -34,15 +34,23 @@ def worker_process(dsn: str, concurrency: int = 10, processes: int = 1, app: str
         config.write_text(f'[app]\nmodules = ["{app}"]\n[queues.bench]\nconcurrency = {concurrency}\n')
         env = {**os.environ, "AWA_DATABASE_URL": dsn, "PYTHONPATH": str(ROOT)}
         cmd = [AWA, "--config", str(config), "-q", "worker", "--processes", str(processes)]
-        proc = subprocess.Popen(cmd, env=env, cwd=ROOT)
-        try:
+        with running(cmd, env) as proc:
             yield proc
-        finally:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+
+
+@contextlib.contextmanager
+def running(cmd: list[str], env: dict[str, str]) -> Iterator[subprocess.Popen[bytes]]:
+    """A worker process, stopped with SIGTERM (then killed) when the block ends."""
+    proc = subprocess.Popen(cmd, env=env, cwd=ROOT)
+    try:
+        yield proc
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
 
 
 def wait_for_state(dsn: str, state: str, count: int, timeout: float = 600, kind: str | None = None) -> None:

@@ -21,7 +21,6 @@ import contextlib
 import importlib.metadata
 import importlib.util
 import os
-import signal
 import subprocess
 import sys
 import tempfile
@@ -32,6 +31,7 @@ from typing import Any
 
 import psycopg
 
+from benchmarks.measures import running
 from benchmarks.server import BenchServer, process_cpu
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -44,16 +44,8 @@ def peer_worker(module: str, dsn: str, first_job_file: Path) -> Iterator[subproc
     """``python -m benchmarks.peer_workers.<module>``; stopped with SIGTERM afterwards."""
     env = {**os.environ, "BENCH_DSN": dsn, "BENCH_CONCURRENCY": str(CONCURRENCY),
            "BENCH_FIRST_JOB_FILE": str(first_job_file), "PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen([sys.executable, "-m", f"benchmarks.peer_workers.{module}"], env=env, cwd=ROOT)
-    try:
+    with running([sys.executable, "-m", f"benchmarks.peer_workers.{module}"], env) as proc:
         yield proc
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 # A count(*) over a growing table costs the server real CPU; the drains are timed from the
