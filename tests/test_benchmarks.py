@@ -1,0 +1,28 @@
+"""The benchmark runner still runs (tiny sizes; no timing is asserted)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.integration]
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_benchmark_runner_end_to_end(pg_server, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    out = tmp_path / "results.json"
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks", "--database-url", pg_server.dsn_for("postgres"),
+         "--repeat", "1", "--jobs", "300", "--only", "drain,enqueue_one,insert_many", "--json", str(out)],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    results = json.loads(out.read_text())
+    assert set(results) == {"drain", "enqueue_one", "insert_many"}
+    assert results["drain"]["jobs_per_s"]["median"] > 0
+    assert results["drain"]["commits_per_job"]["median"] > 0
+    assert "jobs/s" in done.stdout
