@@ -28,6 +28,14 @@ def exit_code_for(exc: BaseException) -> int:
     return EXIT_FAILED
 
 
+_LINE_BREAKS = {c: repr(c)[1:-1] for c in "\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"}
+
+
+def single_line(text: str) -> str:
+    """``text`` with every character Python or a terminal takes as a line break escaped."""
+    return text.translate(str.maketrans(_LINE_BREAKS))
+
+
 def one_line(exc: BaseException) -> str:
     """The error as one line for people; passwords in database errors are redacted."""
     from awa_cli.db.dsn import redact
@@ -36,7 +44,7 @@ def one_line(exc: BaseException) -> str:
     message = text.splitlines()[0] if text else type(exc).__name__
     if isinstance(exc, psycopg.Error):
         message = f"database error: {message}"
-    return redact(message)
+    return single_line(redact(message))
 
 
 class AwaGroup(click.Group):
@@ -60,7 +68,7 @@ class AwaGroup(click.Group):
             result = super().main(*args, standalone_mode=False, **kwargs)
         except click.UsageError as exc:
             hint = f" (see '{exc.ctx.command_path} --help')" if exc.ctx is not None else ""
-            click.echo(f"Error: {exc.format_message()}{hint}", err=True)
+            click.echo(single_line(f"Error: {exc.format_message()}{hint}"), err=True)
             sys.exit(exc.exit_code)
         except click.ClickException as exc:
             exc.show()

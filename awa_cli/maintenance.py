@@ -134,6 +134,10 @@ class Maintenance:
             )
         except (psycopg.OperationalError, psycopg.InterfaceError, OSError) as exc:
             log.warning("maintenance sweep failed: %s", exc, extra={"action": "sweep_failed"})
+            try:
+                await self.pool.check()  # drop connections the server closed while idle
+            except Exception:  # noqa: BLE001 - still down: the next sweep retries
+                pass
 
     def _flag_local(self, rows: list[JobRow]) -> None:
         """A rescued attempt still running in this process sees ``job.is_cancelled()``."""

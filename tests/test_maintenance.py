@@ -71,7 +71,7 @@ async def test_stale_heartbeat_rescue_fences_the_late_completion(dsn: str) -> No
     with awa.Client(dsn) as client:
         job = client.insert(Slow())
     async with running_worker(app, dsn, maintenance=False, heartbeat_interval=60) as worker:
-        await wait_until(lambda: job_row(dsn, job.id).state == "running")
+        await wait_until(lambda: job.id in worker.running)  # claimed and its handler started
         claimed = job_row(dsn, job.id)
         execute(dsn, "UPDATE awa.jobs SET heartbeat_at = now() - interval '1 hour'")
         maintenance = Maintenance(worker.dsn, worker.pool, worker.core, worker.timings, worker=worker)

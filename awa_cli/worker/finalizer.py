@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
+from typing import Any
 
 import psycopg
 
@@ -18,6 +19,14 @@ log = logging.getLogger("awa.worker")
 
 MAX_BATCH = 512
 SINGLE_TRANSACTIONS = 8  # per-job transactions in flight at once (each holds a connection)
+
+
+async def recheck(pool: Any) -> None:
+    """Test the pool's idle connections and replace the broken ones (never raises)."""
+    try:
+        await pool.check()
+    except Exception as exc:  # noqa: BLE001 - the database may still be down; the caller retries
+        log.debug("pool check failed: %s", exc)
 
 
 class Finalizer:
@@ -97,6 +106,9 @@ class Finalizer:
                     len(batch), delay, exc,
                     extra={"action": "finalize_retry", "jobs": len(batch)},
                 )
+                # The server may have dropped every idle connection (a restart, terminated
+                # backends): weed them out, or each retry would draw another dead one.
+                await recheck(self.core.pool)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 5.0)
         by_id = {item.job_id: item for item in done}

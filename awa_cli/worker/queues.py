@@ -13,6 +13,7 @@ import psycopg
 from awa_cli.events import JobEvent
 from awa_cli.jobs import JOB_COLUMNS, JobRow
 from awa_cli.worker.executor import execute
+from awa_cli.worker.finalizer import recheck
 
 if TYPE_CHECKING:
     from awa_cli.worker.runtime import Worker
@@ -100,6 +101,7 @@ class QueueRunner:
                 except (psycopg.OperationalError, psycopg.InterfaceError, OSError) as exc:
                     log.warning("claim on queue %s failed, retrying in %.1fs: %s", self.spec.name, backoff, exc,
                                 extra={"action": "claim_failed", "queue": self.spec.name})
+                    await recheck(self.worker.claim_pool)
                     await asyncio.sleep(backoff)
                     backoff = min(backoff * 2, 5.0)
                     continue

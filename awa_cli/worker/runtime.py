@@ -25,7 +25,7 @@ from awa_cli.db.dsn import redact, with_options
 from awa_cli.dispatch import Dispatcher, EventHook
 from awa_cli.outcomes import AttemptResult, Finalized, OutcomeCore
 from awa_cli.worker.callbacks import CallbackServices
-from awa_cli.worker.finalizer import SINGLE_TRANSACTIONS, Finalizer
+from awa_cli.worker.finalizer import SINGLE_TRANSACTIONS, Finalizer, recheck
 from awa_cli.worker.listener import Listener
 from awa_cli.worker.queues import QueueRunner, QueueSpec
 
@@ -223,6 +223,7 @@ class Worker:
                 await self.heartbeat_once()
             except Exception as exc:  # noqa: BLE001 - keep beating after a database hiccup
                 log.warning("heartbeat failed: %s", exc, extra={"action": "heartbeat_failed"})
+                await recheck(self.claim_pool)
 
     async def heartbeat_once(self) -> None:
         """Touch every running job in one statement; flag those no longer ours."""

@@ -16,6 +16,7 @@ CASES = [
     (["no-such-command"], "No such command"),
     (["job", "show"], "Missing argument"),
     (["worker", "--processes", "0"], "--processes"),
+    (["job", "enqueue", "k", "--priority", "1\x852\u20283"], "'--priority'"),  # line breaks escaped
 ]
 
 
