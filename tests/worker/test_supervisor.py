@@ -252,7 +252,11 @@ def test_a_second_signal_kills_the_children_at_once(
     assert s.proc.wait(timeout=10) == 1, s.log()
     assert time.monotonic() - started < 5
     wait_gone(children, timeout=2)
-    assert len(re.findall(r"action=child_exited .*signal=SIGKILL", s.log())) == 2
+    # The child with the stuck job is killed; the idle one may already have drained (exit 0)
+    # before the second signal arrived.
+    killed = re.findall(r"action=child_exited .*signal=SIGKILL", s.log())
+    drained = re.findall(r"action=child_exited .*status=0", s.log())
+    assert len(killed) >= 1 and len(killed) + len(drained) == 2, s.log()
 
 
 @pytest.mark.integration
