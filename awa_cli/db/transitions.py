@@ -128,7 +128,7 @@ RESOLVE = {
 # parked by WaitForCallback becomes claimable again (its attempt refunded, so the re-entry
 # continues the same attempt); a handler that registered but has not parked yet finds the
 # payload when it parks or waits.
-RESUME = f"""
+RESUME = """
 UPDATE awa.jobs SET
     callback_result = %(payload)s::jsonb,
     state = CASE WHEN state = 'waiting_external' AND NOT callback_in_handler

@@ -10,7 +10,6 @@ import json
 import os
 import stat
 import subprocess
-import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
