@@ -71,14 +71,17 @@ CREATE FUNCTION awa.channel_for(queue text) RETURNS text
 
 CREATE FUNCTION awa.notify_inserted() RETURNS trigger
     LANGUAGE plpgsql AS $$
+DECLARE
+    q text;
 BEGIN
-    -- Identical notifications in one transaction are delivered once, so a bulk insert
-    -- into one queue wakes its workers once.
-    PERFORM pg_notify(awa.channel_for(NEW.queue), '');
+    FOR q IN SELECT DISTINCT queue FROM inserted WHERE state = 'available' LOOP
+        PERFORM pg_notify(awa.channel_for(q), '');
+    END LOOP;
     RETURN NULL;
 END $$;
 
+-- One notification per queue per statement: a bulk insert wakes its workers once.
 CREATE TRIGGER jobs_notify_inserted
     AFTER INSERT ON awa.jobs
-    FOR EACH ROW WHEN (NEW.state = 'available')
-    EXECUTE FUNCTION awa.notify_inserted();
+    REFERENCING NEW TABLE AS inserted
+    FOR EACH STATEMENT EXECUTE FUNCTION awa.notify_inserted();
