@@ -491,3 +491,29 @@ def test_insert_notifies_the_queue_channel_but_not_for_scheduled_jobs(
         client.insert_many([{"i": i} for i in range(3)], kind="k")
         got = [n.channel for n in listener.notifies(timeout=5, stop_after=1)]
         assert got == ["awa_default"]
+
+
+@pytest.mark.integration
+def test_insert_many_copy_path_round_trips_awkward_values(dsn: str) -> None:
+    """The bulk path writes COPY text itself: escapes must round-trip every value exactly."""
+    from datetime import datetime, timedelta, timezone
+
+    import awa_cli as awa
+
+    awkward = ["back\\slash", "tab\there", "new\nline", "cr\rhere", "quote\"s", "{braces}", "comma,s",
+               "\\N", "NULL", "é ∑ 😀", "\\\\t literal"]
+    args = [{"s": text, "nested": {"list": [text, 1.5, None, True]}} for text in awkward]
+    run_at = datetime.now(timezone.utc) + timedelta(hours=1)
+    with awa.Client(dsn) as client:
+        count = client.insert_many(
+            args, kind="k\tind", queue="q\\ueue", tags=awkward[:10], metadata={"m": awkward},
+            ordering_key="o\nk", run_at=run_at, priority=3, max_attempts=7, deadline_duration=2.5,
+        )
+        rows = sorted(client.list_jobs(kind="k\tind", limit=100), key=lambda r: r.id)
+    assert count == len(awkward) == len(rows)
+    for row, expected in zip(rows, args):
+        assert row.args == expected
+        assert (row.kind, row.queue, row.ordering_key) == ("k\tind", "q\\ueue", "o\nk")
+        assert row.tags == awkward[:10] and row.metadata == {"m": awkward}
+        assert (row.priority, row.max_attempts, row.deadline_duration) == (3, 7, 2.5)
+        assert row.state == "scheduled" and abs((row.run_at - run_at).total_seconds()) < 0.001
