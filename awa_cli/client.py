@@ -49,23 +49,22 @@ def prepare_insert(args: Any, options: dict[str, Any], app: App | None = None) -
     return prepare(args, opts, default_queue=default_queue)
 
 
-def _row_or_conflict(record: dict[str, Any] | None, prepared: PreparedJob, holder: Any) -> JobRow:
+def _row_or_conflict(record: Any, prepared: PreparedJob, holder: Any) -> JobRow:
     if record is None:
         raise UniqueConflict(prepared.kind, holder[0] if holder else None)
-    return JobRow.from_record(record)
+    return JobRow.from_values(record)
 
 
 def insert(conn: psycopg.Connection[Any], args: Any, **insert_options: Any) -> JobRow:
     """Enqueue inside the caller's transaction: visible on commit, gone on rollback."""
     prepared = prepare_insert(args, insert_options)
-    with conn.cursor(row_factory=dict_row) as cur:
+    with conn.cursor() as cur:
         cur.execute(queries.INSERT_ONE, queries.insert_params(prepared))
         record = cur.fetchone()
         holder = None
         if record is None:
             cur.execute(queries.FIND_UNIQUE_HOLDER, {"unique_key": prepared.unique_key})
-            found = cur.fetchone()
-            holder = (found["id"],) if found else None
+            holder = cur.fetchone()
     return _row_or_conflict(record, prepared, holder)
 
 
@@ -76,14 +75,13 @@ async def insert_async(conn: psycopg.AsyncConnection[Any], args: Any, **insert_o
 
 
 async def _insert_on(conn: psycopg.AsyncConnection[Any], prepared: PreparedJob) -> JobRow:
-    async with conn.cursor(row_factory=dict_row) as cur:
+    async with conn.cursor() as cur:
         await cur.execute(queries.INSERT_ONE, queries.insert_params(prepared))
         record = await cur.fetchone()
         holder = None
         if record is None:
             await cur.execute(queries.FIND_UNIQUE_HOLDER, {"unique_key": prepared.unique_key})
-            found = await cur.fetchone()
-            holder = (found["id"],) if found else None
+            holder = await cur.fetchone()
     return _row_or_conflict(record, prepared, holder)
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from awa_cli.jobs import PreparedJob
+from awa_cli.jobs import JOB_COLUMNS, PreparedJob
 
 # The inference clause for the partial unique index; a duplicate key skips the row instead
 # of raising, so a caller's transaction (or a follow-up's) survives a duplicate.
@@ -15,7 +15,7 @@ _ON_UNIQUE_CONFLICT = (
 )
 
 INSERT_ONE = f"""
-INSERT INTO awa.jobs (kind, queue, args, state, priority, max_attempts, run_at,
+INSERT INTO awa.jobs AS j (kind, queue, args, state, priority, max_attempts, run_at,
                       deadline_duration, metadata, tags, unique_key, unique_states, ordering_key)
 VALUES (%(kind)s, %(queue)s, %(args)s::jsonb,
         CASE WHEN %(run_at)s::timestamptz > now() THEN 'scheduled' ELSE 'available' END::awa.job_state,
@@ -23,7 +23,7 @@ VALUES (%(kind)s, %(queue)s, %(args)s::jsonb,
         %(deadline_duration)s, %(metadata)s::jsonb, %(tags)s::text[], %(unique_key)s,
         %(unique_states)s::awa.job_state[], %(ordering_key)s)
 {_ON_UNIQUE_CONFLICT}
-RETURNING *
+RETURNING {JOB_COLUMNS}
 """
 
 # One statement for a whole batch: per-row columns as arrays, shared options as scalars.
