@@ -66,6 +66,7 @@ async def sweep_once(
     if dry_run:
         return report
     report.follow_ups_done, report.follow_ups_failed = await core.rescue_follow_ups()
+    await core.flush_notifications()
     report.pruned = await core.prune(completed_retention, failed_retention)
     return report
 

@@ -132,6 +132,7 @@ class Finalized:
     duplicates: int = 0
     staged_inserted: int = 0
     staged_duplicates: int = 0
+    queues: set[str] = field(default_factory=set)  # queues that received follow-ups
 
 
 def decide(
@@ -263,11 +264,19 @@ class OutcomeCore:
         pool: AsyncConnectionPool,
         app: App | None = None,
         dispatcher: Dispatcher | None = None,
+        *,
+        defer_notify: bool = False,
     ) -> None:
         self.pool = pool
         self.app = app
         self.dispatcher = dispatcher
         self.counters = StagedCounters()
+        # With defer_notify, the pool's sessions set awa.defer_notify so the insert trigger
+        # stays silent: a NOTIFY inside a transaction holds PostgreSQL's global notify lock
+        # through the commit's WAL flush, serialising every per-job transaction. The queues
+        # that received follow-ups are notified once per batch by flush_notifications().
+        self.defer_notify = defer_notify
+        self._pending_queues: set[str] = set()
 
     # -- worker attempts -----------------------------------------------------------------
     def needs_own_transaction(self, result: AttemptResult) -> bool:
@@ -517,6 +526,8 @@ class OutcomeCore:
                 event = JobEvent.Rescued(row, row.args, RescueReason(record["rescue_pending"]))
                 await self._run_specs(conn, event, item)
                 await cur.execute("UPDATE awa.jobs SET rescue_pending = NULL WHERE id = %(id)s", {"id": job_id})
+        if self.defer_notify:
+            self._pending_queues |= item.queues
         return True
 
     async def prune(self, completed_retention: float, failed_retention: float, limit: int = 1000) -> int:
@@ -549,6 +560,7 @@ class OutcomeCore:
                 item.duplicates += 1
             else:
                 item.follow_ups.append(new_id)
+                item.queues.add(prepared.queue)
 
     def prepare_follow_up(self, args: Any, opts: InsertOpts, follow_up_type: type | None = None) -> PreparedJob:
         """Validate a follow-up: its kind is the registered kind of its args type, if any."""
@@ -570,9 +582,24 @@ class OutcomeCore:
             else:
                 item.staged_inserted += 1
                 item.follow_ups.append(new_id)
+                item.queues.add(prepared.queue)
 
     # -- after commit --------------------------------------------------------------------
+    async def flush_notifications(self) -> None:
+        """Wake the workers of queues that received follow-ups (defer_notify mode)."""
+        if not self._pending_queues:
+            return
+        queues, self._pending_queues = sorted(self._pending_queues), set()
+        try:
+            async with self.pool.connection() as conn:
+                await conn.execute(sql.NOTIFY_QUEUES, {"queues": queues})
+        except (psycopg.Error, OSError) as exc:  # the poll backstop still finds the jobs
+            log.warning("waking queues %s failed: %s", queues, exc, extra={"action": "notify_failed"})
+
     def _after_commit(self, finalized: Iterable[Finalized]) -> None:
+        if self.defer_notify:
+            for item in finalized:
+                self._pending_queues |= item.queues
         if self.dispatcher is None:
             return
         for item in finalized:

@@ -74,6 +74,11 @@ CREATE FUNCTION awa.notify_inserted() RETURNS trigger
 DECLARE
     q text;
 BEGIN
+    -- A worker's own sessions set awa.defer_notify: they notify after their commits instead
+    -- (a NOTIFY inside the transaction would serialise commits on the global notify lock).
+    IF current_setting('awa.defer_notify', true) = 'on' THEN
+        RETURN NULL;
+    END IF;
     FOR q IN SELECT DISTINCT queue FROM inserted WHERE state = 'available' LOOP
         PERFORM pg_notify(awa.channel_for(q), '');
     END LOOP;

@@ -333,3 +333,21 @@ async def test_a_follow_up_of_an_unknown_kind_fails_terminally_when_claimed(dsn:
         await wait_until(lambda: any(r.state == "failed" for r in follow_ups(dsn, "not_deployed_yet")))
     [row] = follow_ups(dsn, "not_deployed_yet")
     assert row.errors[-1]["error"] == "unknown job kind: not_deployed_yet"
+
+
+@pytest.mark.asyncio
+async def test_a_follow_up_wakes_the_workers_of_its_queue(dsn: str) -> None:
+    """Worker sessions defer the insert trigger's NOTIFY to after their commits (so per-job
+    transactions do not serialise on the notify lock); the follow-up's queue is still woken."""
+    import time
+
+    app = signup_app()
+    app.on_completed_enqueue(Signup, Welcome, lambda a, j: Welcome(a.user_id))
+    async with awa.AsyncClient(dsn, app=app) as client:
+        async with running_worker(app, dsn, {"email": 5}, poll_interval=60):  # only NOTIFY wakes it
+            async with running_worker(app, dsn, {"signup": 5}, poll_interval=60):
+                await asyncio.sleep(0.3)  # both idle, waiting on their 60 s poll
+                started = time.monotonic()
+                await client.insert(Signup(1))
+                await wait_until(lambda: any(r.state == "completed" for r in follow_ups(dsn)), timeout=10)
+                assert time.monotonic() - started < 5

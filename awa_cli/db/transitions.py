@@ -168,3 +168,6 @@ WHERE id = %(id)s AND state IN ('failed', 'cancelled', 'retryable', 'scheduled')
 RETURNING *
 """
 
+
+
+NOTIFY_QUEUES = "SELECT pg_notify(awa.channel_for(q), '') FROM unnest(%(queues)s::text[]) AS q"

@@ -89,6 +89,7 @@ class Finalizer:
             # Per-job transactions are independent: run several at once, so their durable
             # commits share WAL flushes instead of queueing behind each other.
             await asyncio.gather(*(self._apply_alone(r) for r in alone))
+            await self.core.flush_notifications()
 
     async def _apply_alone(self, result: AttemptResult) -> None:
         async with self._single_slots:

@@ -99,7 +99,7 @@ class Worker:
         total = sum(q.concurrency for q in self.queues.values())
         self._threads = ThreadPoolExecutor(max_workers=max(4, total), thread_name_prefix="awa-handler")
         self.pool = AsyncConnectionPool(
-            self.dsn,
+            with_options(self.dsn, options="-c awa.defer_notify=on"),
             min_size=2,
             # finalising (2 batch flushes + per-job transactions), maintenance, callbacks
             max_size=6 + SINGLE_TRANSACTIONS + len(self.queues),
@@ -123,7 +123,7 @@ class Worker:
             reconnect_timeout=0,
             timeout=POOL_WAIT_SECONDS,
         )
-        self.core = OutcomeCore(self.pool, app, self.dispatcher)
+        self.core = OutcomeCore(self.pool, app, self.dispatcher, defer_notify=True)
         self.services = WorkerServices(pool=self.pool, core=self.core)
         self.finalizer = Finalizer(self.core, self._finalized)
         self.runners = {
