@@ -46,7 +46,7 @@ class FollowUpSpec:
     """A registered ``on_<outcome>_enqueue[_with]``: builds follow-ups from (args, job, context)."""
 
     outcome: Outcome
-    trigger_kind: str
+    trigger_name: str  # the trigger's kind, or its args type's name (the kind is resolved late)
     trigger_type: type | None
     follow_up_type: type | None
     fn: Callable[..., Any]

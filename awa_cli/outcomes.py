@@ -15,7 +15,6 @@ in batches: one statement for many jobs.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import random
@@ -696,9 +695,3 @@ class StagedCounters:
 
 class InvalidJobState(AwaError):
     """The job is not in a state the operation applies to."""
-
-
-async def wait_gathered(tasks: Iterable[asyncio.Task[Any]], timeout: float) -> None:
-    pending = [t for t in tasks if not t.done()]
-    if pending:
-        await asyncio.wait(pending, timeout=timeout)

@@ -72,7 +72,6 @@ class QueueRunner:
         self._has_work = True  # the last claim filled every free slot
         self.claimed = 0
         self.claims = 0
-        self.next_due_queries = 0
 
     @property
     def free(self) -> int:
@@ -130,7 +129,6 @@ class QueueRunner:
         return rows
 
     async def _until_next_due(self, poll: float) -> float:
-        self.next_due_queries += 1
         try:
             async with self.worker.pool.connection() as conn:
                 cur = await conn.execute(NEXT_DUE, {"queue": self.spec.name})
