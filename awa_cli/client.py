@@ -12,7 +12,7 @@ import threading
 from collections.abc import Coroutine, Iterable
 from concurrent.futures import Future
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import timedelta, UTC
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import psycopg
@@ -101,7 +101,7 @@ def _copy_text(value: Any) -> str:
 async def _copy_jobs(conn: psycopg.AsyncConnection[Any], jobs: list[PreparedJob]) -> int:
     """Bulk insert without unique keys: one COPY in text format, built here in one buffer
     (the options are the same for every row, so their columns are encoded once)."""
-    from datetime import datetime, timezone
+    from datetime import datetime
 
     first = jobs[0]
     columns = ["priority", "max_attempts", "deadline_duration", "metadata", "tags", "ordering_key"]
@@ -111,7 +111,7 @@ async def _copy_jobs(conn: psycopg.AsyncConnection[Any], jobs: list[PreparedJob]
     if first.run_at is not None:  # the options, and so run_at, are the same for every row
         columns.append("run_at")
         shared.append(first.run_at.isoformat())
-        state = "scheduled" if first.run_at > datetime.now(timezone.utc) else "available"
+        state = "scheduled" if first.run_at > datetime.now(UTC) else "available"
     tail = "\t".join([state, *(_copy_text(v) for v in shared)]) + "\n"
     names: dict[tuple[str, str], str] = {}
     lines = []

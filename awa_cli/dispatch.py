@@ -101,7 +101,7 @@ class Dispatcher:
             name = hook_name(hook.fn)
             try:
                 typed = event_for_hook(event, hook.args_type)
-            except Exception as exc:  # noqa: BLE001
+            except Exception as exc:
                 log.warning(
                     "hook %s skipped: args of job %s do not rebuild as %s: %s",
                     name, event.job.id, getattr(hook.args_type, "__name__", hook.args_type), exc,
@@ -123,7 +123,7 @@ class Dispatcher:
                     await result
         except asyncio.CancelledError:
             raise
-        except BaseException as exc:  # noqa: BLE001 - a hook's failure is logged, never propagated
+        except BaseException as exc:
             self.failures += 1
             log.error(
                 "hook %s failed on %s of job %s: %s: %s",

@@ -16,7 +16,7 @@ import time
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta, UTC
 from typing import Any, Self
 
 from awa_cli.results import ValidationError, seconds
@@ -104,7 +104,7 @@ class JobRow:
     @classmethod
     def from_values(cls, values: Sequence[Any]) -> JobRow:
         """Build a row from column values in ``JOB_ROW_FIELDS`` order (the hot path)."""
-        data = dict(zip(JOB_ROW_FIELDS, values))
+        data = dict(zip(JOB_ROW_FIELDS, values, strict=True))
         data["state"] = JobState(data["state"])
         states = data["unique_states"]
         if states is not None:
@@ -324,7 +324,7 @@ def to_json(value: Any, field_name: str) -> str:
     return text
 
 
-def _json_default(value: Any) -> Any:  # noqa: PLR0911
+def _json_default(value: Any) -> Any:
     if isinstance(value, datetime):
         return value.isoformat()
     if isinstance(value, uuid.UUID):
@@ -372,9 +372,9 @@ def _check_run_at(value: Any) -> datetime:
     if not isinstance(value, datetime):
         raise ValidationError("run_at", f"expected a datetime, got {type(value).__name__}")
     if value.tzinfo is None:
-        value = value.replace(tzinfo=timezone.utc)
+        value = value.replace(tzinfo=UTC)
     try:
-        utc = value.astimezone(timezone.utc)
+        utc = value.astimezone(UTC)
     except OverflowError:
         raise ValidationError("run_at", "outside the years 1-9999 in UTC") from None
     return utc

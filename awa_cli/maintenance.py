@@ -137,7 +137,7 @@ class Maintenance:
             log.warning("maintenance sweep failed: %s", exc, extra={"action": "sweep_failed"})
             try:
                 await self.pool.check()  # drop connections the server closed while idle
-            except Exception:  # noqa: BLE001 - still down: the next sweep retries
+            except Exception:
                 pass
 
     def _flag_local(self, rows: list[JobRow]) -> None:

@@ -21,7 +21,7 @@ import random
 import traceback
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 from typing import TYPE_CHECKING, Any, Literal
 from uuid import UUID
 
@@ -76,7 +76,7 @@ def error_entry(message: str, attempt: int, *, terminal: bool = False, tb: str |
     entry: dict[str, Any] = {
         "error": message,
         "attempt": attempt,
-        "at": datetime.now(timezone.utc).isoformat(),
+        "at": datetime.now(UTC).isoformat(),
     }
     if terminal:
         entry["terminal"] = True
@@ -287,8 +287,8 @@ class OutcomeCore:
     async def finalize_attempts(self, results: Sequence[AttemptResult]) -> list[Finalized]:
         """Finalise many attempts: batchable ones in one statement, the rest one by one."""
         own = [self.needs_own_transaction(r) for r in results]
-        batch = [r for r, alone in zip(results, own) if not alone]
-        single = [r for r, alone in zip(results, own) if alone]
+        batch = [r for r, alone in zip(results, own, strict=True) if not alone]
+        single = [r for r, alone in zip(results, own, strict=True) if alone]
         done: list[Finalized] = []
         if batch:
             done.extend(await self._finalize_batch(batch))
@@ -333,7 +333,7 @@ class OutcomeCore:
                 item.row, item.events = row, [event] if event else []
         except (psycopg.OperationalError, psycopg.InterfaceError):
             raise  # connection trouble: the caller keeps the result and retries
-        except Exception as exc:  # noqa: BLE001 - a spec raised: the transition rolled back
+        except Exception as exc:
             item.error = exc
             log.error(
                 "follow-up of job %s failed; the attempt was rolled back and is left for rescue: %s",
@@ -503,7 +503,7 @@ class OutcomeCore:
                     done += 1
             except (psycopg.OperationalError, psycopg.InterfaceError):
                 raise
-            except Exception as exc:  # noqa: BLE001 - logged with the job id; retried next sweep
+            except Exception as exc:
                 failed += 1
                 log.error("rescue follow-up of job %s failed; retried by a later sweep: %s", job_id, exc,
                           extra={"action": "rescue_follow_up_failed", "job_id": job_id})

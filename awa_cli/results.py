@@ -105,8 +105,8 @@ JobResult = RetryAfter | Snooze | Cancel | WaitForCallback
 
 __all__ = [
     "AwaError",
-    "Cancel",
     "CallbackNotFound",
+    "Cancel",
     "FollowUpError",
     "JobNotFound",
     "JobResult",

@@ -19,7 +19,7 @@ import itertools
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 from typing import Any
 
 from psycopg.rows import dict_row
@@ -346,7 +346,7 @@ class HandlerJob(Job):
                 raise ValidationError("kind", "required when args is a dict")
             row_fields["kind"] = app.kind_of_type(type(args)) if app else kind_for(type(args))
         kind = row_fields["kind"]
-        now = datetime.now(timezone.utc)
+        now = datetime.now(UTC)
         values: dict[str, Any] = {
             "id": next(_ids), "queue": (app.queue_for(kind) if app else None) or DEFAULT_QUEUE,
             "args": args_to_dict(args), "state": JobState.RUNNING, "priority": DEFAULT_PRIORITY,
@@ -423,7 +423,7 @@ async def run_handler_async(handler: Callable[..., Any], job: HandlerJob) -> Han
         returned = handler(job)
         if inspect.isawaitable(returned):
             returned = await returned
-    except Exception as exc:  # noqa: BLE001 - every handler exception is an outcome
+    except Exception as exc:
         return _decide(job, None, exc)
     return _decide(job, returned, None)
 
@@ -434,14 +434,14 @@ def run_handler(handler: Callable[..., Any], job: HandlerJob) -> HandlerResult:
         return asyncio.run(run_handler_async(handler, job))
     try:
         returned = handler(job)
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         return _decide(job, None, exc)
     if inspect.isawaitable(returned):
         async def finish() -> Any:
             return await returned
         try:
             returned = asyncio.run(finish())
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             return _decide(job, None, exc)
     return _decide(job, returned, None)
 

@@ -7,7 +7,7 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta, timezone, UTC
 from types import SimpleNamespace
 from typing import Any
 
@@ -58,20 +58,20 @@ def test_insert_returns_a_row_with_defaults(client: Client, db: psycopg.Connecti
     assert row.attempt == 0 and row.run_lease == 0
     assert row.args == {"to": "a@example.com", "subject": "hello"}
     assert row.unique_key is None and row.tags == [] and row.metadata == {}
-    assert row.run_at <= datetime.now(timezone.utc)
+    assert row.run_at <= datetime.now(UTC)
     stored = db.execute("SELECT kind, state::text, args FROM awa.jobs WHERE id = %s", (row.id,)).fetchone()
     assert stored == ("send_email", "available", {"to": "a@example.com", "subject": "hello"})
 
 
 def test_insert_in_the_future_is_scheduled_and_past_is_available(client: Client) -> None:
-    future = client.insert({"n": 1}, kind="later", run_at=datetime.now(timezone.utc) + timedelta(minutes=5))
+    future = client.insert({"n": 1}, kind="later", run_at=datetime.now(UTC) + timedelta(minutes=5))
     assert future.state is JobState.SCHEDULED
-    past = client.insert({"n": 2}, kind="later", run_at=datetime.now(timezone.utc) - timedelta(minutes=5))
+    past = client.insert({"n": 2}, kind="later", run_at=datetime.now(UTC) - timedelta(minutes=5))
     assert past.state is JobState.AVAILABLE
 
 
 def test_insert_stores_every_option(client: Client, db: psycopg.Connection) -> None:
-    run_at = datetime(2999, 1, 2, 3, 4, 5, tzinfo=timezone.utc)
+    run_at = datetime(2999, 1, 2, 3, 4, 5, tzinfo=UTC)
     row = client.insert(
         {"b": 2, "a": 1},
         kind="custom_kind",
@@ -210,7 +210,7 @@ def test_concurrent_duplicate_inserts_one_blocked_on_the_other(dsn: str, db: psy
         def second() -> None:
             try:
                 outcome["row"] = awa_cli.insert(b, {"k": 1}, kind="race", unique_opts={})
-            except BaseException as exc:  # noqa: BLE001 - reported to the main thread
+            except BaseException as exc:
                 outcome["error"] = exc
             b.commit()
 
@@ -371,7 +371,7 @@ def test_insert_many_skips_duplicates_and_returns_the_number_inserted(
 
 
 def test_insert_many_scheduled_rows(client: Client, db: psycopg.Connection) -> None:
-    later = datetime.now(timezone.utc) + timedelta(hours=1)
+    later = datetime.now(UTC) + timedelta(hours=1)
     assert client.insert_many([{"i": i} for i in range(5)], kind="s", run_at=later) == 5
     assert _count(db, "state = 'scheduled' AND run_at = %s", (later,)) == 5
 
@@ -391,7 +391,7 @@ def test_list_jobs_filters(client: Client, db: psycopg.Connection) -> None:
     a = client.insert({"i": 1}, kind="alpha", queue="q1")
     b = client.insert({"i": 2}, kind="beta", queue="q1")
     c = client.insert({"i": 3}, kind="alpha", queue="q2")
-    d = client.insert({"i": 4}, kind="alpha", queue="q1", run_at=datetime.now(timezone.utc) + timedelta(hours=1))
+    d = client.insert({"i": 4}, kind="alpha", queue="q1", run_at=datetime.now(UTC) + timedelta(hours=1))
     assert [r.id for r in client.list_jobs()] == [d.id, c.id, b.id, a.id]  # newest first
     assert [r.id for r in client.list_jobs(kind="alpha")] == [d.id, c.id, a.id]
     assert [r.id for r in client.list_jobs(queue="q1")] == [d.id, b.id, a.id]
@@ -431,7 +431,7 @@ def test_retry(client: Client, db: psycopg.Connection) -> None:
     retried = client.retry(row.id)
     assert retried.state is JobState.AVAILABLE
     assert retried.attempt == 0 and retried.finalized_at is None
-    assert retried.run_at <= datetime.now(timezone.utc)
+    assert retried.run_at <= datetime.now(UTC)
     with pytest.raises(InvalidJobState):
         client.retry(row.id)  # available: nothing to retry
     with pytest.raises(JobNotFound):
@@ -452,7 +452,7 @@ async def test_async_client(dsn: str, db: psycopg.Connection) -> None:
         assert (row.queue, row.priority, row.max_attempts, row.state, row.attempt) == (
             "default", 2, 25, JobState.AVAILABLE, 0,
         )
-        later = await client.insert(SendEmail("x@y"), run_at=datetime.now(timezone.utc) + timedelta(minutes=1))
+        later = await client.insert(SendEmail("x@y"), run_at=datetime.now(UTC) + timedelta(minutes=1))
         assert later.state is JobState.SCHEDULED
         with pytest.raises(ValidationError):
             await client.insert(SendEmail("a@b"), priority=5)
@@ -479,7 +479,7 @@ def test_insert_notifies_the_queue_channel_but_not_for_scheduled_jobs(
         listener.execute("LISTEN awa_default")
         listener.execute("LISTEN awa_marker")
 
-        client.insert({"n": 1}, kind="k", run_at=datetime.now(timezone.utc) + timedelta(hours=1))
+        client.insert({"n": 1}, kind="k", run_at=datetime.now(UTC) + timedelta(hours=1))
         client.insert({"n": 2}, kind="k", queue="marker")  # commits after the scheduled insert
         got = [n.channel for n in listener.notifies(timeout=5, stop_after=1)]
         assert got == ["awa_marker"], "a scheduled job must not notify its queue"
@@ -496,14 +496,14 @@ def test_insert_notifies_the_queue_channel_but_not_for_scheduled_jobs(
 @pytest.mark.integration
 def test_insert_many_copy_path_round_trips_awkward_values(dsn: str) -> None:
     """The bulk path writes COPY text itself: escapes must round-trip every value exactly."""
-    from datetime import datetime, timedelta, timezone
+    from datetime import datetime, timedelta
 
     import awa_cli as awa
 
     awkward = ["back\\slash", "tab\there", "new\nline", "cr\rhere", "quote\"s", "{braces}", "comma,s",
                "\\N", "NULL", "é ∑ 😀", "\\\\t literal"]
     args = [{"s": text, "nested": {"list": [text, 1.5, None, True]}} for text in awkward]
-    run_at = datetime.now(timezone.utc) + timedelta(hours=1)
+    run_at = datetime.now(UTC) + timedelta(hours=1)
     with awa.Client(dsn) as client:
         count = client.insert_many(
             args, kind="k\tind", queue="q\\ueue", tags=awkward[:10], metadata={"m": awkward},
@@ -511,7 +511,7 @@ def test_insert_many_copy_path_round_trips_awkward_values(dsn: str) -> None:
         )
         rows = sorted(client.list_jobs(kind="k\tind", limit=100), key=lambda r: r.id)
     assert count == len(awkward) == len(rows)
-    for row, expected in zip(rows, args):
+    for row, expected in zip(rows, args, strict=True):
         assert row.args == expected
         assert (row.kind, row.queue, row.ordering_key) == ("k\tind", "q\\ueue", "o\nk")
         assert row.tags == awkward[:10] and row.metadata == {"m": awkward}

@@ -14,7 +14,7 @@ import logging
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 from typing import Any
 
 import psycopg
@@ -188,7 +188,7 @@ async def test_rescue_emits_rescued_with_its_reason(dsn: str, path: str, reason:
 async def test_operator_cancel_through_a_client_with_the_app(dsn: str, path: str) -> None:
     app = make_app()
     extra = observe(path, app)
-    job = insert(dsn, HookJob("ok"), run_at=datetime(2999, 1, 1, tzinfo=timezone.utc))
+    job = insert(dsn, HookJob("ok"), run_at=datetime(2999, 1, 1, tzinfo=UTC))
     plugin_hooks = extra["plugins"].event_hooks() if "plugins" in extra else ()
     async with awa.AsyncClient(dsn, app, plugin_hooks=plugin_hooks) as client:
         await client.cancel(job.id)

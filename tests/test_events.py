@@ -4,7 +4,7 @@ RescueReason values."""
 from __future__ import annotations
 
 import dataclasses
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 from typing import Any
 from uuid import uuid4
 
@@ -14,7 +14,7 @@ import awa_cli as awa
 from awa_cli.events import OUTCOME_OF_EVENT, JobEvent, Outcome, RescueReason, context_of
 from awa_cli.jobs import JobRow, JobState
 
-NOW = datetime(2024, 1, 2, 3, 4, 5, tzinfo=timezone.utc)
+NOW = datetime(2024, 1, 2, 3, 4, 5, tzinfo=UTC)
 
 
 def row(state: str = "completed", **changes: Any) -> JobRow:

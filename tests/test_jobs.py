@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta, timezone, UTC
 from typing import Any
 
 import pydantic
@@ -169,11 +169,11 @@ def test_run_at_outside_years_1_to_9999_in_utc(run_at: Any) -> None:
 
 def test_run_at_edges_inside_the_range_and_naive_is_utc() -> None:
     assert _prep(run_at=datetime(1, 1, 1, 5, tzinfo=timezone(timedelta(hours=5)))).run_at == datetime(
-        1, 1, 1, tzinfo=timezone.utc
+        1, 1, 1, tzinfo=UTC
     )
-    assert _prep(run_at=datetime(9999, 12, 31, 23, 59, tzinfo=timezone.utc)).run_at.year == 9999
+    assert _prep(run_at=datetime(9999, 12, 31, 23, 59, tzinfo=UTC)).run_at.year == 9999
     naive = _prep(run_at=datetime(2030, 1, 2, 3, 4)).run_at
-    assert naive == datetime(2030, 1, 2, 3, 4, tzinfo=timezone.utc)
+    assert naive == datetime(2030, 1, 2, 3, 4, tzinfo=UTC)
     offset = _prep(run_at=datetime(2030, 1, 2, 3, tzinfo=timezone(timedelta(hours=2)))).run_at
     assert offset.utcoffset() == timedelta(0) and offset.hour == 1
 

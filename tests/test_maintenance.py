@@ -173,9 +173,9 @@ async def test_exactly_one_leader_and_failover(dsn: str) -> None:
         pools.append(pool)
         cores.append(core)
     dsn_named = dsn + " application_name=awa-maint-test"
-    members = [Maintenance(dsn_named, p, c, timings) for p, c in zip(pools, cores)]
+    members = [Maintenance(dsn_named, p, c, timings) for p, c in zip(pools, cores, strict=True)]
     stopping = [asyncio.Event() for _ in members]
-    tasks = [asyncio.create_task(m.run(s)) for m, s in zip(members, stopping)]
+    tasks = [asyncio.create_task(m.run(s)) for m, s in zip(members, stopping, strict=True)]
     try:
         await wait_until(lambda: sum(m.is_leader for m in members) == 1)
         await asyncio.sleep(0.5)

@@ -7,7 +7,7 @@ import asyncio
 import json
 import uuid
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +21,7 @@ from tests.helpers import job_row, running_worker, wait_until
 
 pytestmark = [pytest.mark.integration]
 
-AT = datetime(2024, 5, 1, 12, 30, tzinfo=timezone.utc)
+AT = datetime(2024, 5, 1, 12, 30, tzinfo=UTC)
 REF = uuid.UUID("12345678-1234-5678-1234-567812345678")
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta, timezone, UTC
 from typing import Any
 
 import psycopg
@@ -147,7 +147,7 @@ def staging_app(shared: Shared) -> awa.App:
                     await asyncio.sleep(0.05)
                     try:
                         job.enqueue_on_completion(StageB(item_id=5))
-                    except BaseException as exc:  # noqa: BLE001
+                    except BaseException as exc:
                         shared.late.set_result(exc)  # type: ignore[union-attr]
                     else:
                         shared.late.set_result(None)  # type: ignore[union-attr]
@@ -421,7 +421,7 @@ def test_staging_validates_eagerly_and_raises_staging_error(args: Any, options: 
 def test_the_same_values_are_accepted_at_the_edges() -> None:
     job = HandlerJob(StageA(1))
     job.enqueue_on_completion(StageB(1), priority=1, max_attempts=1000, kind="k" * 200, queue="q" * 200,
-                              tags=[f"t{i}" for i in range(20)], run_at=datetime(9999, 12, 31, tzinfo=timezone.utc))
+                              tags=[f"t{i}" for i in range(20)], run_at=datetime(9999, 12, 31, tzinfo=UTC))
     job.enqueue_on_completion(StageB(2), priority=4, max_attempts=1, run_at=datetime(1, 1, 1, 2, tzinfo=UTC_PLUS_1))
     assert len(job.staged) == 2 and job.staging_error is None
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta, UTC
 from typing import Any
 
 import click
@@ -35,14 +35,14 @@ def parse_run_at(text: str) -> datetime:
         from awa_cli.config import ConfigError, parse_duration
 
         try:
-            return datetime.now(timezone.utc) + timedelta(seconds=parse_duration(text[1:], "--run-at"))
+            return datetime.now(UTC) + timedelta(seconds=parse_duration(text[1:], "--run-at"))
         except ConfigError as exc:
             raise ValidationError("--run-at", str(exc)) from None
     try:
         value = datetime.fromisoformat(text)
     except ValueError:
         raise ValidationError("--run-at", f"expected ISO 8601 or +DURATION, got {text!r}") from None
-    return value if value.tzinfo else value.replace(tzinfo=timezone.utc)
+    return value if value.tzinfo else value.replace(tzinfo=UTC)
 
 
 def show_row(ctx: CliContext, row: JobRow, json_flag: bool, verb: str | None = None) -> None:

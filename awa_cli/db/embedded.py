@@ -171,7 +171,7 @@ def _ensure_readable_tree(root: Path) -> None:
     probe = root / "bin" / "postgres"
     if probe.exists() and probe.stat().st_mode & stat.S_IXOTH and root.stat().st_mode & stat.S_IXOTH:
         return
-    for dirpath, dirnames, filenames in os.walk(root):
+    for dirpath, _dirnames, filenames in os.walk(root):
         d = Path(dirpath)
         d.chmod(d.stat().st_mode | stat.S_IROTH | stat.S_IXOTH)
         for name in filenames:

@@ -106,7 +106,7 @@ class PluginHost:
                         await result
             except asyncio.CancelledError:
                 raise
-            except BaseException as exc:  # noqa: BLE001 - a plugin never takes the worker down
+            except BaseException as exc:
                 log.error("plugin %s failed in %s: %s: %s", name, hook_name, type(exc).__name__, exc,
                           exc_info=exc, extra={"action": "plugin_failed", "plugin": name})
 
@@ -178,7 +178,7 @@ def build_plugin_host(
                          pm.get_name(plugin), extra={"action": "plugin_duplicate", "plugin": name})
                 return
             pm.register(plugin, name=name)
-        except Exception as exc:  # noqa: BLE001 - report by name, keep loading the rest
+        except Exception as exc:
             error = f"{type(exc).__name__}: {exc}"
             message = f"plugin {name!r} ({origin}) failed to load: {error}"
             host.failed.append(FailedPlugin(name, origin, error))

@@ -38,7 +38,7 @@ async def execute(
         return unknown_kind(row)
     try:
         args = rebuild_args(task.args_type, row.args)
-    except Exception as exc:  # noqa: BLE001 - any rebuild failure is terminal
+    except Exception as exc:
         name = getattr(task.args_type, "__name__", task.args_type)
         error = TerminalError(f"args do not rebuild as {name}: {exc}")
         return decide(row, args=dict(row.args), result=None, exc=error, duration=0.0)
@@ -57,7 +57,7 @@ async def execute(
     except asyncio.CancelledError:
         job._seal()
         error_raised = ShutdownInterrupted("worker shut down before the handler finished")
-    except Exception as exc:  # noqa: BLE001 - every handler exception is an outcome
+    except Exception as exc:
         error_raised = exc
     finally:
         job._seal()

@@ -25,7 +25,7 @@ async def recheck(pool: Any) -> None:
     """Test the pool's idle connections and replace the broken ones (never raises)."""
     try:
         await pool.check()
-    except Exception as exc:  # noqa: BLE001 - the database may still be down; the caller retries
+    except Exception as exc:
         log.debug("pool check failed: %s", exc)
 
 

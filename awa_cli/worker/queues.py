@@ -151,7 +151,7 @@ class QueueRunner:
         started = time.monotonic()
         try:
             result = await execute(worker.app, row, worker.services, worker._threads, worker.running)
-        except Exception:  # noqa: BLE001 - a bug in awa must not lose the job; rescue takes it
+        except Exception:
             log.exception("executing job %s failed inside awa", row.id, extra={"action": "execute_bug"})
             worker.running.pop(row.id, None)
             return

@@ -221,7 +221,7 @@ class Worker:
                 pass
             try:
                 await self.heartbeat_once()
-            except Exception as exc:  # noqa: BLE001 - keep beating after a database hiccup
+            except Exception as exc:
                 log.warning("heartbeat failed: %s", exc, extra={"action": "heartbeat_failed"})
                 await recheck(self.claim_pool)
 

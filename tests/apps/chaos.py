@@ -153,7 +153,7 @@ def resolve_loop(dsn: str) -> int:
             if client is not None:
                 try:
                     client.close()
-                except Exception:  # noqa: BLE001 - a broken client on a restarting server
+                except Exception:
                     pass
                 client = None
             time.sleep(0.3)

@@ -7,7 +7,7 @@ import os
 import shutil
 import subprocess
 import sys
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta, UTC
 from pathlib import Path
 from typing import Any
 
@@ -69,7 +69,7 @@ def _awa_script() -> str:
 
 
 def test_enqueue_json_then_list_and_show(awa: Any, db: psycopg.Connection) -> None:
-    before = datetime.now(timezone.utc)
+    before = datetime.now(UTC)
     result = awa(
         "job", "enqueue", "send_report",
         "--args", '{"report": 7, "to": "ops@example.com"}',
@@ -85,7 +85,7 @@ def test_enqueue_json_then_list_and_show(awa: Any, db: psycopg.Connection) -> No
     assert job["state"] == "scheduled"
     assert job["unique_key"]
     run_at = datetime.fromisoformat(job["run_at"])
-    assert before + timedelta(minutes=4, seconds=50) < run_at < datetime.now(timezone.utc) + timedelta(minutes=5, seconds=10)
+    assert before + timedelta(minutes=4, seconds=50) < run_at < datetime.now(UTC) + timedelta(minutes=5, seconds=10)
     stored = db.execute("SELECT kind, queue, priority, state::text FROM awa.jobs WHERE id = %s", (job["id"],)).fetchone()
     assert stored == ("send_report", "reports", 1, "scheduled")
     db.commit()

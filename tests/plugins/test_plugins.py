@@ -11,7 +11,7 @@ import logging
 import textwrap
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 from pathlib import Path
 from typing import Any
 
@@ -145,7 +145,7 @@ def test_hookimpl_is_the_public_marker() -> None:
 # -- call order and semantics (no database) ----------------------------------------------
 def fake_row(kind: str = "thing") -> JobRow:
     values: dict[str, Any] = {f.name: None for f in dataclasses.fields(JobRow)}
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     values.update(id=1, kind=kind, queue="default", args={"n": 1}, state=JobState.COMPLETED, priority=2,
                   attempt=1, max_attempts=25, run_at=now, run_lease=1, errors=[], metadata={}, tags=[],
                   created_at=now)
@@ -236,12 +236,12 @@ async def test_worker_calls_worker_started_and_worker_stopping(dsn: str) -> None
     host = build_plugin_host([RAISING, SAMPLE, SYNC], entry_points=False)
     async with running_worker(plugin_app(), dsn, plugins=host) as worker:
         await wait_until(lambda: bool(sample_plugin.WORKERS))
-        assert sample_plugin.WORKERS == [("started", worker)]
+        assert [("started", worker)] == sample_plugin.WORKERS
         assert raising_plugin.CALLS == ["worker_started"]  # raised; the worker runs on
         with awa.Client(dsn) as client:
             job = client.insert(PluginJob())
         await wait_until(lambda: job_row(dsn, job.id).state == "completed")
-    assert sample_plugin.WORKERS == [("started", worker), ("stopping", worker)]
+    assert [("started", worker), ("stopping", worker)] == sample_plugin.WORKERS
     assert sync_plugin.STOPPING == [True]
 
 

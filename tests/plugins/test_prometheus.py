@@ -16,7 +16,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -40,7 +40,7 @@ from tests.apps.metrics_app import (
 
 ROOT = Path(__file__).resolve().parents[2]
 DASHBOARD = ROOT / "dashboards" / "awa-grafana.json"
-NOW = datetime(2025, 1, 1, tzinfo=timezone.utc)
+NOW = datetime(2025, 1, 1, tzinfo=UTC)
 HOOKS = ["awa_job_event", "awa_worker_started", "awa_worker_stopping"]
 
 

@@ -164,7 +164,7 @@ class Loop(threading.Thread):
         while not self.stopped.wait(self.interval):
             try:
                 self.step()
-            except Exception as exc:  # noqa: BLE001 - reported by the test
+            except Exception as exc:
                 self.failures.append(f"{type(exc).__name__}: {exc}")
 
     def step(self) -> None:

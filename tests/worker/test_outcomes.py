@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 
 import pytest
 
@@ -81,7 +81,7 @@ async def test_completed(dsn: str) -> None:
 
 @pytest.mark.asyncio
 async def test_exception_with_attempts_left_is_retried_with_backoff(dsn: str) -> None:
-    before = datetime.now(timezone.utc)
+    before = datetime.now(UTC)
     row, events = await run_one(dsn, Step("raise"))
     assert row.state == "retryable" and row.attempt == 1
     delay = (row.run_at - before).total_seconds()
@@ -105,7 +105,7 @@ async def test_exception_on_last_attempt_exhausts(dsn: str) -> None:
 
 @pytest.mark.asyncio
 async def test_retry_after(dsn: str) -> None:
-    before = datetime.now(timezone.utc)
+    before = datetime.now(UTC)
     row, events = await run_one(dsn, Step("retry_after", 120))
     assert row.state == "retryable" and row.attempt == 1
     assert 119 <= (row.run_at - before).total_seconds() <= 125
@@ -138,7 +138,7 @@ async def test_cancel(dsn: str) -> None:
 
 @pytest.mark.asyncio
 async def test_snooze_does_not_use_an_attempt_and_emits_nothing(dsn: str) -> None:
-    before = datetime.now(timezone.utc)
+    before = datetime.now(UTC)
     row, events = await run_one(dsn, Step("snooze", 60))
     assert row.state == "scheduled" and row.attempt == 0
     assert 59 <= (row.run_at - before).total_seconds() <= 65

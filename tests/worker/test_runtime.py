@@ -10,7 +10,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta, UTC
 from pathlib import Path
 
 import psycopg
@@ -50,7 +50,7 @@ def recording_app(seen: list[int], *, sync: bool = False) -> awa.App:
 @pytest.mark.asyncio
 async def test_priority_then_run_at_then_id_order(dsn: str) -> None:
     seen: list[int] = []
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     with awa.Client(dsn) as client:
         client.insert(Work(1), priority=3)
         client.insert(Work(2), priority=1, run_at=now - timedelta(seconds=5))
@@ -66,7 +66,7 @@ async def test_priority_then_run_at_then_id_order(dsn: str) -> None:
 @pytest.mark.asyncio
 async def test_scheduled_job_runs_when_due_not_before(dsn: str) -> None:
     seen: list[int] = []
-    run_at = datetime.now(timezone.utc) + timedelta(seconds=1.5)
+    run_at = datetime.now(UTC) + timedelta(seconds=1.5)
     with awa.Client(dsn) as client:
         job = client.insert(Work(1), run_at=run_at)
     assert job.state == "scheduled"
