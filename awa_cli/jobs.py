@@ -286,7 +286,8 @@ def args_to_dict(args: Any, field_name: str = "args") -> dict[str, Any]:
         raise ValidationError(
             field_name, f"expected a dataclass, pydantic model or dict, got {type(args).__name__}"
         )
-    return json.loads(to_json(value, field_name))
+    result: dict[str, Any] = json.loads(to_json(value, field_name))
+    return result
 
 
 _FIELD_NAMES: dict[type, tuple[str, ...]] = {}
@@ -374,7 +375,7 @@ def _check_run_at(value: Any) -> datetime:
     if value.tzinfo is None:
         value = value.replace(tzinfo=UTC)
     try:
-        utc = value.astimezone(UTC)
+        utc: datetime = value.astimezone(UTC)
     except OverflowError:
         raise ValidationError("run_at", "outside the years 1-9999 in UTC") from None
     return utc
@@ -397,7 +398,8 @@ def _check_tags(value: Any) -> list[str]:
 def _check_metadata(value: Any) -> dict[str, Any]:
     if not isinstance(value, Mapping):
         raise ValidationError("metadata", "expected a dict")
-    return json.loads(to_json(dict(value), "metadata"))
+    result: dict[str, Any] = json.loads(to_json(dict(value), "metadata"))
+    return result
 
 
 @dataclass(frozen=True)

@@ -174,7 +174,8 @@ class AsyncAwaTestClient:
     async def _woken(self, resolution: Any) -> JobRow:
         await self.client._ready()
         try:
-            return await resolution
+            row: JobRow = await resolution
+            return row
         finally:
             self.services.wake_all_waiters()
 

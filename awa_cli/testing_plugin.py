@@ -53,7 +53,7 @@ def _with_dbname(url: str, dbname: str) -> str:
 
     params = conninfo_to_dict(url)
     params["dbname"] = dbname
-    return make_conninfo(**params)
+    return make_conninfo("", **params)
 
 
 def _admin(url: str) -> Any:

@@ -147,6 +147,7 @@ def _server_user() -> _User | None:
                 entry = None
         if entry is None:
             entry = pwd.getpwnam("nobody")
+    assert entry is not None  # getpwnam raises rather than returning None
     return _User(entry.pw_name, entry.pw_uid, entry.pw_gid)
 
 

@@ -79,7 +79,7 @@ def migrate(conn: psycopg.Connection) -> list[Migration]:
             if migration.version in applied:
                 continue
             with conn.transaction():
-                conn.execute(migration.sql)  # type: ignore[arg-type]
+                conn.execute(migration.sql.encode())  # trusted SQL text from the package
                 conn.execute(
                     "INSERT INTO awa.schema_migrations (version, name) VALUES (%s, %s)",
                     (migration.version, migration.name),

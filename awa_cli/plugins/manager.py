@@ -12,6 +12,7 @@ implementation itself, in load order, with the semantics described in ``hookspec
 from __future__ import annotations
 
 import asyncio
+import functools
 import importlib
 import inspect
 import logging
@@ -189,7 +190,7 @@ def build_plugin_host(
         host.loaded.append(LoadedPlugin(name, origin, _hook_names(pm, plugin)))
 
     for module_name in BUILTIN_PLUGINS:
-        register(module_name, "builtin", lambda m=module_name: importlib.import_module(m))
+        register(module_name, "builtin", functools.partial(importlib.import_module, module_name))
     for name, load in extra_builtins:
         register(name, "builtin", load)
     if entry_points:
@@ -199,7 +200,7 @@ def build_plugin_host(
     from awa_cli.app import import_target
 
     for spec in config_plugins:
-        register(spec, "config", lambda s=spec: import_target(s, base_dir, None))
+        register(spec, "config", functools.partial(import_target, spec, base_dir, None))
     return host
 
 

@@ -7,7 +7,7 @@ import asyncio
 import logging
 import uuid
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from awa_cli.results import AwaError
 
@@ -54,7 +54,7 @@ class CallbackWaitAborted(AwaError):
 
 @dataclass
 class CallbackServices:
-    pool: AsyncConnectionPool = field(default=None)  # type: ignore[assignment]
+    pool: AsyncConnectionPool = field(default=cast("AsyncConnectionPool", None))  # set by the worker
     _waiters: dict[int, asyncio.Event] = field(default_factory=dict)
 
     async def register_callback(self, row: JobRow, timeout: float) -> uuid.UUID:

@@ -7,7 +7,7 @@ import contextvars
 import logging
 import time
 from concurrent.futures import Executor
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from awa_cli.jobs import JobRow, rebuild_args
 from awa_cli.outcomes import AttemptResult, decide, unknown_kind
@@ -46,7 +46,8 @@ async def execute(
     if running is not None:
         running[row.id] = job
     started = time.monotonic()
-    result, error_raised = None, None
+    result: Any = None
+    error_raised: BaseException | None = None
     try:
         if task.is_async:
             result = await task.fn(job)
