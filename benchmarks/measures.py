@@ -20,7 +20,7 @@ import psycopg
 
 import awa_cli as awa
 from benchmarks.app import Noop, NoopWithFollowUp
-from benchmarks.server import BenchServer, process_cpu
+from benchmarks.server import BenchServer, tree_cpu
 
 ROOT = Path(__file__).resolve().parents[1]
 AWA = str(Path(sys.executable).parent / "awa")
@@ -86,29 +86,27 @@ def _drain(server: BenchServer, dsn: str, jobs: int, make: Any, processes: int =
     before = server.snapshot(dsn)
     with worker_process(dsn, processes=processes) as proc:
         wait_for_state(dsn, "completed", jobs, kind=None if make is Noop else "noop_with_follow_up")
-        worker_cpu = process_cpu(proc.pid, children=False) + _children_cpu(proc.pid)
+        worker_cpu = tree_cpu(proc.pid)
     after = server.snapshot(dsn)
     with psycopg.connect(dsn) as conn:
         span = conn.execute(
             "SELECT extract(epoch FROM max(finalized_at) - min(attempted_at)) FROM awa.jobs "
             "WHERE state = 'completed' AND queue = 'bench'"
         ).fetchone()[0]  # type: ignore[index]
+    return drain_result(server, jobs, float(span), before, after, worker_cpu)
+
+
+def drain_result(server: BenchServer, jobs: int, span: float, before: dict[str, Any],
+                 after: dict[str, Any], worker_cpu: float) -> dict[str, Any]:
+    """A drain's numbers: rate over the measured span, commits, WAL and CPU per the snapshots."""
     return {
-        "jobs_per_s": jobs / float(span),
-        "seconds": float(span),
+        "jobs_per_s": jobs / span,
+        "seconds": span,
         "commits_per_job": (after["commits"] - before["commits"]) / jobs,
         "wal_bytes_per_job": server.wal_bytes(before["lsn"], after["lsn"]) / jobs,
         "cpu_worker_s": worker_cpu,
         "cpu_postgres_s": after["cpu"] - before["cpu"],
     }
-
-
-def _children_cpu(pid: int) -> float:
-    try:
-        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
-    except FileNotFoundError:
-        return 0.0
-    return sum(process_cpu(int(c)) + _children_cpu(int(c)) for c in children)
 
 
 def drain(server: BenchServer, dsn: str, jobs: int) -> dict[str, Any]:

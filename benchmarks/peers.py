@@ -31,8 +31,8 @@ from typing import Any
 
 import psycopg
 
-from benchmarks.measures import running
-from benchmarks.server import BenchServer, process_cpu
+from benchmarks.measures import drain_result, running
+from benchmarks.server import BenchServer, tree_cpu
 
 ROOT = Path(__file__).resolve().parents[1]
 CONCURRENCY = 10
@@ -65,14 +65,6 @@ def wait_for_count(dsn: str, query: str, count: int, proc: subprocess.Popen[byte
                 raise TimeoutError(f"{count} jobs not done in {timeout}s")
             time.sleep(POLL_SECONDS)
         return time.time()
-
-
-def children_cpu(pid: int) -> float:
-    try:
-        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
-    except FileNotFoundError:
-        return 0.0
-    return sum(process_cpu(int(c)) + children_cpu(int(c)) for c in children)
 
 
 class Peer:
@@ -109,7 +101,7 @@ class Peer:
             first_job_file = Path(tmp) / "first_job"
             with peer_worker(self.worker_module, dsn, first_job_file) as proc:
                 last_seen = wait_for_count(dsn, self.done_query, jobs, proc)
-                worker_cpu = process_cpu(proc.pid) + children_cpu(proc.pid)
+                worker_cpu = tree_cpu(proc.pid)
             first_job = float(first_job_file.read_text()) if first_job_file.exists() else None
         after = server.snapshot(dsn)
         with psycopg.connect(dsn) as conn:
@@ -121,12 +113,7 @@ class Peer:
             span = last_seen - first_job
             method = "wall clock: worker's first job → last completion seen by polling"
         return {
-            "jobs_per_s": jobs / float(span),
-            "seconds": float(span),
-            "commits_per_job": (after["commits"] - before["commits"]) / jobs,
-            "wal_bytes_per_job": server.wal_bytes(before["lsn"], after["lsn"]) / jobs,
-            "cpu_worker_s": worker_cpu,
-            "cpu_postgres_s": after["cpu"] - before["cpu"],
+            **drain_result(server, jobs, float(span), before, after, worker_cpu),
             "method": method,
             "worker": self.worker_config,
             "version": self.version(),

@@ -75,6 +75,15 @@ class BenchServer:
         return total
 
 
+def tree_cpu(pid: int) -> float:
+    """CPU seconds of a live process and its live descendants (a worker and its children)."""
+    try:
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    except FileNotFoundError:
+        children = []
+    return process_cpu(pid) + sum(tree_cpu(int(c)) for c in children)
+
+
 def process_cpu(pid: int, children: bool = False) -> float:
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()

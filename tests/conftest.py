@@ -6,6 +6,6 @@ migrated clone per test) and ``dsn`` (that clone's connection string).
 """
 
 try:  # `python -m pytest` from the checkout, or tests/ made a package
-    from tests.pgcluster import awa_pg_noproc, db, dsn, pg_server
+    from tests.pgcluster import awa_pg_noproc, db, dsn, own_server, pg_server
 except ModuleNotFoundError:  # rootdir-relative import of this conftest's folder
-    from pgcluster import awa_pg_noproc, db, dsn, pg_server  # type: ignore[no-redef]  # noqa: F401
+    from pgcluster import awa_pg_noproc, db, dsn, own_server, pg_server  # type: ignore[no-redef]  # noqa: F401

@@ -11,6 +11,7 @@ How it fits together:
 * ``db`` (function) is pytest-postgresql's client fixture: a fresh database ``awa_tests`` cloned
   from the template for each test (a cheap file copy), dropped afterwards; an open psycopg
   connection to it.
+* ``own_server`` (function) is a whole server for one test, for tests that restart it.
 * ``dsn`` (function) is the connection string of that same clone, for code that opens its own
   connections (clients, workers, CLI invocations via ``--database-url``).
 
@@ -62,6 +63,16 @@ def pg_server() -> Iterator[PgServer]:
     cluster = start_throwaway_cluster()
     try:
         yield PgServer(cluster)
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture
+def own_server() -> Iterator[ThrowawayCluster]:
+    """A server of this test's own, so restarting it disturbs no other test."""
+    cluster = start_throwaway_cluster()
+    try:
+        yield cluster
     finally:
         cluster.stop()
 

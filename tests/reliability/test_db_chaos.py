@@ -5,13 +5,12 @@ the end state passes the same checks as the worker-kill runs (tests/reliability/
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
 import pytest
 
-from awa_cli.db.embedded import ThrowawayCluster, start_throwaway_cluster
+from awa_cli.db.embedded import ThrowawayCluster
 from awa_cli.db.migrations import migrate_dsn
 from tests.reliability.harness import (
     CliResolver,
@@ -28,14 +27,6 @@ from tests.reliability.harness import (
 pytestmark = [pytest.mark.integration]
 
 
-@pytest.fixture
-def own_server() -> Iterator[ThrowawayCluster]:
-    """A server of this test's own, so restarting it disturbs no other test."""
-    cluster = start_throwaway_cluster()
-    try:
-        yield cluster
-    finally:
-        cluster.stop()
 
 
 def completed(dsn: str) -> int:

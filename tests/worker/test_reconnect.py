@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 
 import psycopg
 import pytest
 
 import awa_cli as awa
-from awa_cli.db.embedded import ThrowawayCluster, start_throwaway_cluster
+from awa_cli.db.embedded import ThrowawayCluster
 from awa_cli.db.migrations import migrate_dsn
 from tests.helpers import running_worker, states, wait_until
 
@@ -24,14 +23,6 @@ class Tick:
     n: int
 
 
-@pytest.fixture
-def own_server() -> Iterator[ThrowawayCluster]:
-    """A server of this test's own, so restarting it disturbs no other test."""
-    cluster = start_throwaway_cluster()
-    try:
-        yield cluster
-    finally:
-        cluster.stop()
 
 
 def tick_app(executions: list[int]) -> awa.App:
