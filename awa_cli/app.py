@@ -5,6 +5,7 @@ Loading the ``[app] modules`` of ``awa.toml`` (``load_apps``) imports user code,
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import inspect
 import sys
@@ -14,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from awa_cli.events import Outcome
-from awa_cli.jobs import EnqueueRequest, kind_for
+from awa_cli.jobs import EnqueueRequest, InsertOpts, PreparedJob, kind_for, prepare
 from awa_cli.results import AwaError
 
 
@@ -239,6 +240,15 @@ class App:
         self._specs.extend(other._specs)
         self._index = None
         return self
+
+
+def prepare_job(app: App | None, args: Any, opts: InsertOpts) -> PreparedJob:
+    """Validate a job for ``app``: an unset kind is the kind its args type is registered
+    with, an unset queue the queue of its kind (DESIGN §3); without an app, the defaults."""
+    if app is not None and opts.kind is None and not isinstance(args, dict):
+        opts = dataclasses.replace(opts, kind=app.kind_of_type(type(args)))
+    default_queue = app.queue_for(opts.kind) if (app is not None and opts.kind) else None
+    return prepare(args, opts, default_queue=default_queue)
 
 
 def _key_name(key: str | type) -> str:

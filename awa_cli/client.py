@@ -19,10 +19,11 @@ import psycopg
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
 
+from awa_cli.app import prepare_job
 from awa_cli.db import queries
 from awa_cli.db.migrations import Migration, migrate_dsn
 from awa_cli.dispatch import Dispatcher, EventHook
-from awa_cli.jobs import InsertOpts, JobRow, JobState, PreparedJob, prepare, prepare_many, to_json
+from awa_cli.jobs import InsertOpts, JobRow, JobState, PreparedJob, prepare_many, to_json
 from awa_cli.outcomes import OutcomeCore
 from awa_cli.results import JobNotFound, UniqueConflict, ValidationError, seconds
 
@@ -41,12 +42,8 @@ class ResolveResult:
 
 
 def prepare_insert(args: Any, options: dict[str, Any], app: App | None = None) -> PreparedJob:
-    """Validate one insert; an unset queue is the queue the kind was registered with."""
-    opts = InsertOpts.from_kwargs(options)
-    if opts.kind is None and app is not None and not isinstance(args, dict):
-        opts = InsertOpts.from_kwargs({**options, "kind": app.kind_of_type(type(args))})
-    default_queue = app.queue_for(opts.kind) if (app is not None and opts.kind) else None
-    return prepare(args, opts, default_queue=default_queue)
+    """Validate one insert given as keyword options (see ``app.prepare_job``)."""
+    return prepare_job(app, args, InsertOpts.from_kwargs(options))
 
 
 def _row_or_conflict(record: Any, prepared: PreparedJob, holder: Any) -> JobRow:

@@ -28,10 +28,11 @@ from uuid import UUID
 import psycopg
 from psycopg.rows import dict_row
 
+from awa_cli.app import prepare_job
 from awa_cli.db import queries
 from awa_cli.db import transitions as sql
 from awa_cli.events import OUTCOME_OF_EVENT, JobEvent, Outcome, RescueReason, context_of
-from awa_cli.jobs import InsertOpts, JobRow, JobState, PreparedJob, prepare, rebuild_args
+from awa_cli.jobs import InsertOpts, JobRow, JobState, PreparedJob, rebuild_args
 from awa_cli.results import AwaError, CallbackNotFound, FollowUpError, ValidationError
 
 if TYPE_CHECKING:
@@ -553,7 +554,7 @@ class OutcomeCore:
                 raise FollowUpError(f"follow-up spec {spec.name} raised: {exc}") from exc
             if request is None:
                 continue
-            prepared = self.prepare_follow_up(request.args, request.opts, spec.follow_up_type)
+            prepared = self.prepare_follow_up(request.args, request.opts)
             new_id = await insert_prepared(conn, prepared)
             if new_id is None:
                 item.duplicates += 1
@@ -561,15 +562,9 @@ class OutcomeCore:
                 item.follow_ups.append(new_id)
                 item.queues.add(prepared.queue)
 
-    def prepare_follow_up(self, args: Any, opts: InsertOpts, follow_up_type: type | None = None) -> PreparedJob:
-        """Validate a follow-up: its kind is the registered kind of its args type, if any."""
-        if opts.kind is None and self.app is not None and not isinstance(args, dict):
-            from dataclasses import replace
-
-            opts = replace(opts, kind=self.app.kind_of_type(type(args)))
-        kind_hint = opts.kind
-        default_queue = self.app.queue_for(kind_hint) if (self.app and kind_hint) else None
-        return prepare(args, opts, default_queue=default_queue)
+    def prepare_follow_up(self, args: Any, opts: InsertOpts) -> PreparedJob:
+        """Validate a follow-up for this core's app (see ``app.prepare_job``)."""
+        return prepare_job(self.app, args, opts)
 
     async def _insert_staged(
         self, conn: psycopg.AsyncConnection, staged: Iterable[PreparedJob], item: Finalized

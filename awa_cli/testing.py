@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import dataclasses
 import inspect
 import itertools
@@ -24,7 +25,7 @@ from typing import Any
 
 from psycopg.rows import dict_row
 
-from awa_cli.app import App, Task
+from awa_cli.app import App, Task, prepare_job
 from awa_cli.client import AsyncClient, Client
 from awa_cli.events import JobEvent
 from awa_cli.jobs import (
@@ -37,7 +38,6 @@ from awa_cli.jobs import (
     PreparedJob,
     args_to_dict,
     kind_for,
-    prepare,
 )
 from awa_cli.outcomes import AttemptResult, OutcomeCore, decide
 from awa_cli.results import ValidationError
@@ -362,11 +362,7 @@ class HandlerJob(Job):
         super().__init__(JobRow(**values), args, None)
         self.app = app
         self.staged: list[StagedFollowUp] = []
-        prepare_fn = (
-            OutcomeCore(None, app).prepare_follow_up if app is not None  # type: ignore[arg-type]
-            else (lambda a, o: prepare(a, o))
-        )
-        self._staged = _RecordingStaged(prepare_fn, self.staged)
+        self._staged = _RecordingStaged(functools.partial(prepare_job, app), self.staged)
 
     @property
     def output(self) -> Any:

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import functools
 import threading
 import uuid
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
+from awa_cli.app import prepare_job
 from awa_cli.jobs import CallbackToken, InsertOpts, JobRow, PreparedJob, to_json
 from awa_cli.results import StagingError, ValidationError, seconds
 
@@ -94,7 +96,9 @@ class Job:
         self._cancelled = False  # set from the loop, read from any thread: a plain flag will do
         self._output: Any = None
         self._has_output = False
-        self._staged = StagedFollowUps(services.prepare_follow_up if services else _no_db_prepare)
+        self._staged = StagedFollowUps(
+            services.prepare_follow_up if services else functools.partial(prepare_job, None)
+        )
         self._registered_callback: uuid.UUID | None = None
         self._waiting_in_handler = False
 
@@ -147,9 +151,3 @@ class Job:
     # -- used by the executor ------------------------------------------------------------
     def _seal(self) -> None:
         self._staged.seal()
-
-
-def _no_db_prepare(args: Any, opts: InsertOpts) -> PreparedJob:
-    from awa_cli.jobs import prepare
-
-    return prepare(args, opts)
