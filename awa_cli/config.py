@@ -132,11 +132,15 @@ _DURATION_PART = re.compile(r"\s*(\d+(?:\.\d+)?|\.\d+)\s*([a-z]+)")
 _BARE_NUMBER = re.compile(r"\s*(\d+(?:\.\d+)?|\.\d+)\s*")
 
 
+# A hundred years: longer is a typo, and would overflow timers and timestamp arithmetic.
+MAX_DURATION_SECONDS = 36500 * 86400.0
+
+
 def parse_duration(value: Any, key: str) -> float:
     """Seconds from ``30``, ``1.5``, ``"500ms"``, ``"30s"``, ``"5m"``, ``"24h"``, ``"1d"``, ``"1h30m"``.
 
-    A bare number (or numeric string) is seconds. Negative, empty, non-finite values and
-    unknown units raise :class:`ConfigError` naming ``key``.
+    A bare number (or numeric string) is seconds. Negative, empty, non-finite values, more
+    than 36500 days and unknown units raise :class:`ConfigError` naming ``key``.
     """
     if isinstance(value, bool) or not isinstance(value, (int, float, str)):
         raise ConfigError(f'{key}: expected a duration like "30s", got {_show(value)}', key=key)
@@ -146,6 +150,8 @@ def parse_duration(value: Any, key: str) -> float:
         seconds = float(value)
     if not math.isfinite(seconds) or seconds < 0:
         raise ConfigError(f"{key}: expected a non-negative duration, got {_show(value)}", key=key)
+    if seconds > MAX_DURATION_SECONDS:
+        raise ConfigError(f"{key}: expected a duration of at most 36500d, got {_show(value)}", key=key)
     return seconds
 
 
