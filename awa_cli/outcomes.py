@@ -10,7 +10,9 @@ operator's cancel or retry — is one call into this module, which in one transa
 3. commits, and only then hands the events to the dispatcher.
 
 Attempts of kinds with no follow-up spec for their outcome that staged nothing are finalised
-in batches: one statement for many jobs.
+in batches: one statement for many jobs. The others are finalised many per transaction (one
+statement for the transitions, one for every follow-up); if user code or an insert fails for
+any of them, that transaction is rolled back and each gets a transaction of its own.
 """
 
 from __future__ import annotations
@@ -219,6 +221,15 @@ def committed_row(result: AttemptResult, changed: dict[str, Any]) -> JobRow:
     )
 
 
+def _finalized(result: AttemptResult, changed: dict[str, Any] | None) -> Finalized:
+    """A finalisation from FINALIZE_CHANGED's record of the job (None: stale)."""
+    if changed is None:
+        return Finalized(result.job.id, None, stale=True)
+    row = committed_row(result, changed)
+    event = event_for(result, row)
+    return Finalized(result.job.id, row, events=[event] if event else [])
+
+
 def _finalize_params(results: Sequence[AttemptResult]) -> dict[str, Any]:
     return {
         "ids": [r.job.id for r in results],
@@ -273,7 +284,7 @@ class OutcomeCore:
         self.counters = StagedCounters()
         # With defer_notify, the pool's sessions set awa.defer_notify so the insert trigger
         # stays silent: a NOTIFY inside a transaction holds PostgreSQL's global notify lock
-        # through the commit's WAL flush, serialising every per-job transaction. The queues
+        # through the commit's WAL flush, serialising every transaction that inserts jobs. The queues
         # that received follow-ups are notified once per batch by flush_notifications().
         self.defer_notify = defer_notify
         self._pending_queues: set[str] = set()
@@ -286,15 +297,16 @@ class OutcomeCore:
         return bool(self.app and outcome and self.app.has_specs(result.job.kind, outcome))
 
     async def finalize_attempts(self, results: Sequence[AttemptResult]) -> list[Finalized]:
-        """Finalise many attempts: batchable ones in one statement, the rest one by one."""
+        """Finalise many attempts: those without follow-ups in one statement, the others in
+        one transaction of their own (see ``_finalize_with_follow_ups``)."""
         own = [self.needs_own_transaction(r) for r in results]
         batch = [r for r, alone in zip(results, own, strict=True) if not alone]
         single = [r for r, alone in zip(results, own, strict=True) if alone]
         done: list[Finalized] = []
         if batch:
             done.extend(await self._finalize_batch(batch))
-        for result in single:
-            done.append(await self._finalize_one(result))
+        if single:
+            done.extend(await self._finalize_with_follow_ups(single))
         return done
 
     async def _finalize_batch(self, results: Sequence[AttemptResult]) -> list[Finalized]:
@@ -302,51 +314,74 @@ class OutcomeCore:
             async with conn.cursor(row_factory=dict_row) as cur:
                 await cur.execute(sql.FINALIZE_CHANGED, _finalize_params(results))
                 changed = {r["id"]: r for r in await cur.fetchall()}
-        finalized = []
-        for result in results:
-            record = changed.get(result.job.id)
-            row = None if record is None else committed_row(result, record)
-            item = Finalized(result.job.id, row, stale=row is None)
-            if row is not None:
-                event = event_for(result, row)
-                item.events = [event] if event else []
-            finalized.append(item)
-            self._count_discarded(result, item)
-        self._after_commit(finalized)
+        finalized = [_finalized(result, changed.get(result.job.id)) for result in results]
+        self._committed(results, finalized)
         return finalized
 
+    async def _finalize_with_follow_ups(self, results: Sequence[AttemptResult]) -> list[Finalized]:
+        """Attempts with follow-ups: every transition and every follow-up of the group in one
+        transaction, so each job's transition commits together with its follow-ups.
+
+        If user code or an insert fails for any job of the group, the transaction is rolled
+        back and each job is applied in a transaction of its own: one job's failing spec
+        never holds back another job's completion.
+        """
+        if len(results) > 1:
+            try:
+                async with self.pool.connection() as conn, conn.transaction():
+                    finalized = await self._apply_attempts(conn, results)
+            except (psycopg.OperationalError, psycopg.InterfaceError):
+                raise  # connection trouble: the caller keeps the results and retries
+            except Exception as exc:
+                log.debug("a follow-up failed in a group of %d attempts; applying each on its own: %s",
+                          len(results), exc)
+            else:
+                self._committed(results, finalized)
+                return finalized
+        return [await self._finalize_one(result) for result in results]
+
     async def _finalize_one(self, result: AttemptResult) -> Finalized:
-        item = Finalized(result.job.id, None)
         try:
             async with self.pool.connection() as conn, conn.transaction():
-                async with conn.cursor(row_factory=dict_row) as cur:
-                    await cur.execute(sql.FINALIZE_FULL, _finalize_params([result]))
-                    record = await cur.fetchone()
-                if record is None:
-                    item.stale = True
-                    return item
-                row = JobRow.from_record(record)
-                event = event_for(result, row)
-                if event is not None:
-                    await self._run_specs(conn, event, item)
-                if result.action == "complete" and result.staged:
-                    await self._insert_staged(conn, result.staged, item)
-                item.row, item.events = row, [event] if event else []
+                [item] = await self._apply_attempts(conn, [result])
         except (psycopg.OperationalError, psycopg.InterfaceError):
             raise  # connection trouble: the caller keeps the result and retries
         except Exception as exc:
-            item.error = exc
             log.error(
                 "follow-up of job %s failed; the attempt was rolled back and is left for rescue: %s",
                 result.job.id, exc,
                 extra={"action": "follow_up_failed", "job_id": result.job.id, "error": str(exc)},
             )
-            return item
-        if result.action == "complete" and result.staged:
-            self.counters.committed(item.staged_inserted, item.staged_duplicates)
-        self._count_discarded(result, item)
-        self._after_commit([item])
+            return Finalized(result.job.id, None, error=exc)
+        self._committed([result], [item])
         return item
+
+    async def _apply_attempts(
+        self, conn: psycopg.AsyncConnection, results: Sequence[AttemptResult]
+    ) -> list[Finalized]:
+        """Transitions, spec follow-ups and staged follow-ups inside the caller's transaction:
+        two statements however many jobs and follow-ups there are."""
+        async with conn.cursor(row_factory=dict_row) as cur:
+            await cur.execute(sql.FINALIZE_CHANGED, _finalize_params(results))
+            changed = {r["id"]: r for r in await cur.fetchall()}
+        finalized = []
+        pending: list[tuple[Finalized, PreparedJob, bool]] = []
+        for result in results:
+            item = _finalized(result, changed.get(result.job.id))
+            finalized.append(item)
+            for event in item.events:
+                pending.extend((item, prepared, False) for prepared in self._spec_follow_ups(event))
+            if item.row is not None and result.action == "complete":
+                pending.extend((item, prepared, True) for prepared in result.staged)
+        await self._insert_follow_ups(conn, pending)
+        return finalized
+
+    def _committed(self, results: Sequence[AttemptResult], finalized: Sequence[Finalized]) -> None:
+        for result, item in zip(results, finalized, strict=True):
+            if item.row is not None and result.action == "complete" and result.staged:
+                self.counters.committed(item.staged_inserted, item.staged_duplicates)
+            self._count_discarded(result, item)
+        self._after_commit(finalized)
 
     def _count_discarded(self, result: AttemptResult, item: Finalized) -> None:
         if result.discarded and item.row is not None:
@@ -538,45 +573,50 @@ class OutcomeCore:
             return cur.rowcount
 
     # -- follow-ups ----------------------------------------------------------------------
-    async def _run_specs(self, conn: psycopg.AsyncConnection, event: AnyEvent, item: Finalized) -> None:
+    def _spec_follow_ups(self, event: AnyEvent) -> list[PreparedJob]:
+        """The follow-ups the app's specs ask for on this event (runs user code)."""
         if self.app is None:
-            return
-        outcome = OUTCOME_OF_EVENT[type(event)]
-        specs = self.app.specs_for(event.job.kind, outcome)
+            return []
+        specs = self.app.specs_for(event.job.kind, OUTCOME_OF_EVENT[type(event)])
         if not specs:
-            return
+            return []
         row = event.job.without_output()
+        follow_ups = []
         for spec in specs:
             args = _args_for(spec.trigger_type, event)
             try:
                 request = spec.build(args, row, context_of(event))
             except Exception as exc:
                 raise FollowUpError(f"follow-up spec {spec.name} raised: {exc}") from exc
-            if request is None:
-                continue
-            prepared = self.prepare_follow_up(request.args, request.opts)
-            new_id = await insert_prepared(conn, prepared)
-            if new_id is None:
-                item.duplicates += 1
-            else:
-                item.follow_ups.append(new_id)
-                item.queues.add(prepared.queue)
+            if request is not None:
+                follow_ups.append(self.prepare_follow_up(request.args, request.opts))
+        return follow_ups
+
+    async def _run_specs(self, conn: psycopg.AsyncConnection, event: AnyEvent, item: Finalized) -> None:
+        await self._insert_follow_ups(conn, [(item, p, False) for p in self._spec_follow_ups(event)])
 
     def prepare_follow_up(self, args: Any, opts: InsertOpts) -> PreparedJob:
         """Validate a follow-up for this core's app (see ``app.prepare_job``)."""
         return prepare_job(self.app, args, opts)
 
-    async def _insert_staged(
-        self, conn: psycopg.AsyncConnection, staged: Iterable[PreparedJob], item: Finalized
+    async def _insert_follow_ups(
+        self, conn: psycopg.AsyncConnection, pending: Sequence[tuple[Finalized, PreparedJob, bool]]
     ) -> None:
-        for prepared in staged:
-            new_id = await insert_prepared(conn, prepared)
+        """Insert follow-ups (item, job, staged?) in one statement and count them on their items."""
+        if not pending:
+            return
+        ids = await insert_follow_ups(conn, [prepared for _, prepared, _ in pending])
+        for (item, prepared, staged), new_id in zip(pending, ids, strict=True):
             if new_id is None:
-                item.staged_duplicates += 1
-            else:
+                if staged:
+                    item.staged_duplicates += 1
+                else:
+                    item.duplicates += 1
+                continue
+            if staged:
                 item.staged_inserted += 1
-                item.follow_ups.append(new_id)
-                item.queues.add(prepared.queue)
+            item.follow_ups.append(new_id)
+            item.queues.add(prepared.queue)
 
     # -- after commit --------------------------------------------------------------------
     async def flush_notifications(self) -> None:
@@ -664,12 +704,12 @@ def _args_for(args_type: type | None, event: AnyEvent) -> Any:
     return rebuild_args(args_type, event.job.args)
 
 
-async def insert_prepared(conn: psycopg.AsyncConnection, prepared: PreparedJob) -> int | None:
-    """Insert one job inside the caller's transaction; None when its unique key is held."""
+async def insert_follow_ups(conn: psycopg.AsyncConnection, jobs: Sequence[PreparedJob]) -> list[int | None]:
+    """Insert jobs inside the caller's transaction in one statement: each one's new id, in
+    order, or None where its unique key is held (by an existing job or an earlier one here)."""
     async with conn.cursor() as cur:
-        await cur.execute(queries.INSERT_ONE, queries.insert_params(prepared))
-        row = await cur.fetchone()
-    return None if row is None else int(row[0])
+        await cur.execute(queries.INSERT_EACH, queries.insert_each_params(jobs))
+        return [None if r[0] is None else int(r[0]) for r in await cur.fetchall()]
 
 
 class StagedCounters:

@@ -115,7 +115,7 @@ def drain(server: BenchServer, dsn: str, jobs: int) -> dict[str, Any]:
 
 
 def drain_follow_up(server: BenchServer, dsn: str, jobs: int) -> dict[str, Any]:
-    """The drain with one on_completed_enqueue spec per job (a per-job transaction each)."""
+    """The drain with one on_completed_enqueue spec per job (a follow-up insert each)."""
     return _drain(server, dsn, jobs, NoopWithFollowUp)
 
 

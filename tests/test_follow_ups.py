@@ -299,19 +299,19 @@ async def test_by_args_false_collapses_follow_ups_of_a_kind(dsn: str) -> None:
 
 @pytest.mark.asyncio
 async def test_kinds_without_specs_stay_on_the_batched_path(dsn: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    calls = {"batch": 0, "one": 0}
-    batch, one = OutcomeCore._finalize_batch, OutcomeCore._finalize_one
+    calls = {"batch": 0, "with_follow_ups": 0}
+    batch, with_follow_ups = OutcomeCore._finalize_batch, OutcomeCore._finalize_with_follow_ups
 
-    async def spy_batch(self: OutcomeCore, results: object) -> object:
+    async def spy_batch(self: OutcomeCore, results: list[object]) -> object:
         calls["batch"] += 1
         return await batch(self, results)  # type: ignore[arg-type]
 
-    async def spy_one(self: OutcomeCore, result: object) -> object:
-        calls["one"] += 1
-        return await one(self, result)  # type: ignore[arg-type]
+    async def spy_follow_ups(self: OutcomeCore, results: list[object]) -> object:
+        calls["with_follow_ups"] += len(results)
+        return await with_follow_ups(self, results)  # type: ignore[arg-type]
 
     monkeypatch.setattr(OutcomeCore, "_finalize_batch", spy_batch)
-    monkeypatch.setattr(OutcomeCore, "_finalize_one", spy_one)
+    monkeypatch.setattr(OutcomeCore, "_finalize_with_follow_ups", spy_follow_ups)
     app = signup_app()
     app.on_completed_enqueue_with(Signup, Welcome, lambda a, j: None)  # a spec that returns None
     async with awa.AsyncClient(dsn, app=app) as client:
@@ -319,7 +319,7 @@ async def test_kinds_without_specs_stay_on_the_batched_path(dsn: str, monkeypatc
         await client.insert_many([Welcome(i) for i in range(200)])
     async with running_worker(app, dsn, {"signup": 5, "email": 50}):
         await wait_until(lambda: all_terminal(dsn, 220))
-    assert calls["one"] == 20  # a kind with a spec takes the per-job transaction, even for None
+    assert calls["with_follow_ups"] == 20  # a kind with a spec takes the follow-up transaction, even for None
     assert calls["batch"] < 200  # the 200 spec-less jobs were finalised many per statement
 
 
@@ -351,3 +351,122 @@ async def test_a_follow_up_wakes_the_workers_of_its_queue(dsn: str) -> None:
                 await client.insert(Signup(1))
                 await wait_until(lambda: any(r.state == "completed" for r in follow_ups(dsn)), timeout=10)
                 assert time.monotonic() - started < 5
+
+
+# -- attempts with follow-ups finalised as a group (one transaction for many jobs) -------------
+async def claim_all(dsn: str, queue: str, count: int) -> list[awa.JobRow]:
+    from awa_cli.worker.queues import CLAIM
+
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+        cur = await conn.execute(CLAIM, {"queue": queue, "limit": count, "deadline": None})
+        rows = [awa.JobRow.from_values(r) for r in await cur.fetchall()]
+    assert len(rows) == count
+    return sorted(rows, key=lambda r: r.id)
+
+
+async def finalize_group(dsn: str, app: awa.App, count: int) -> tuple[list[awa.JobRow], list[object]]:
+    """``count`` signups claimed and completed through one finalize_attempts call."""
+    from awa_cli.outcomes import decide
+
+    async with awa.AsyncClient(dsn, app=app) as client:
+        await client.insert_many([Signup(i) for i in range(count)])
+        claimed = await claim_all(dsn, "signup", count)
+        results = [decide(row, args=Signup(**row.args), result=None, exc=None, duration=0.0) for row in claimed]
+        assert all(client.core.needs_own_transaction(r) for r in results)
+        done = await client.core.finalize_attempts(results)
+    return claimed, list(done)
+
+
+@pytest.mark.asyncio
+async def test_a_group_commits_each_job_with_its_own_follow_ups(dsn: str) -> None:
+    app = signup_app()
+    app.on_completed_enqueue(Signup, Welcome)(lambda a, j: Welcome(a.user_id, note=f"from {j.id}"))
+    app.on_completed_enqueue(Signup, Welcome)(lambda a, j: Welcome(a.user_id, note="second"))
+    claimed, done = await finalize_group(dsn, app, 12)
+    rows = {r.id: r for r in follow_ups(dsn)}
+    assert len(rows) == 24
+    for job, item in zip(claimed, done, strict=True):
+        assert item.job_id == job.id and item.row is not None and item.row.state == "completed"
+        assert [rows[i].args for i in item.follow_ups] == [  # each id is that job's own follow-up
+            {"user_id": job.args["user_id"], "note": f"from {job.id}"},
+            {"user_id": job.args["user_id"], "note": "second"},
+        ]
+    assert states(dsn) == {"completed": 12, "available": 24}
+
+
+@pytest.mark.asyncio
+async def test_a_raising_spec_in_a_group_holds_back_only_its_own_job(dsn: str) -> None:
+    app = signup_app()
+
+    @app.on_completed_enqueue(Signup, Welcome)
+    def spec(args: Signup, job: awa.JobRow) -> Welcome:
+        if args.user_id == 3:
+            raise RuntimeError("spec bug")
+        return Welcome(args.user_id)
+
+    claimed, done = await finalize_group(dsn, app, 8)
+    failed = [item for item in done if item.error is not None]
+    assert [item.job_id for item in failed] == [claimed[3].id] and failed[0].row is None
+    assert job_row(dsn, claimed[3].id).state == "running"  # rolled back: left for rescue
+    assert sorted(r.args["user_id"] for r in follow_ups(dsn)) == [0, 1, 2, 4, 5, 6, 7]  # none twice
+    assert states(dsn) == {"completed": 7, "running": 1, "available": 7}
+
+
+@pytest.mark.asyncio
+async def test_follow_ups_of_one_group_sharing_a_unique_key_insert_once(dsn: str) -> None:
+    app = signup_app()
+    app.on_completed_enqueue_with(
+        Signup, Welcome,
+        lambda a, j: awa.EnqueueRequest(Welcome(0, note="digest")).unique(awa.UniqueOpts()),
+    )
+    _, done = await finalize_group(dsn, app, 5)
+    assert [len(item.follow_ups) for item in done] == [1, 0, 0, 0, 0]  # the first in order wins
+    assert [item.duplicates for item in done] == [0, 1, 1, 1, 1]
+    assert len(follow_ups(dsn)) == 1 and states(dsn)["completed"] == 5
+
+
+@pytest.mark.asyncio
+async def test_the_group_insert_stores_every_option_as_a_single_insert_does(dsn: str) -> None:
+    from dataclasses import replace
+    from datetime import timedelta, UTC
+
+    from awa_cli.jobs import InsertOpts, UniqueOpts, prepare
+    from awa_cli.outcomes import insert_follow_ups
+
+    later = datetime.now(UTC) + timedelta(hours=1)
+    options = [
+        InsertOpts(),
+        InsertOpts(queue="q2", priority=4, max_attempts=3, run_at=later, deadline_duration=7.5,
+                   metadata={"m": [1, "é"]}, tags=["a", "b,c", 'd"e'], ordering_key="k1"),
+        InsertOpts(unique_opts=UniqueOpts(states=["available", "running"])),
+        InsertOpts(run_at=datetime.now(UTC) - timedelta(seconds=5), tags=[]),
+    ]
+    options = [replace(o, kind="note") for o in options]
+    jobs = [prepare({"n": n, "text": "tab\there"}, o) for n, o in enumerate(options)]
+    columns = ("kind", "queue", "args", "state", "priority", "max_attempts", "deadline_duration",
+               "metadata", "tags", "unique_key", "unique_states", "ordering_key")
+    async with awa.AsyncClient(dsn) as client:
+        single = [await client.insert({"n": n, "text": "tab\there"}, **_kwargs(o))
+                  for n, o in enumerate(options)]
+        with psycopg.connect(dsn, autocommit=True) as conn:  # free the unique key for the group
+            conn.execute("UPDATE awa.jobs SET state = 'cancelled'")
+        async with await psycopg.AsyncConnection.connect(dsn) as conn:
+            ids = await insert_follow_ups(conn, [*jobs, jobs[2]])  # the last repeats a held key
+            await conn.commit()
+    assert ids[4] is None and None not in ids[:4] and ids[:4] == sorted(ids[:4])
+    with psycopg.connect(dsn) as conn:
+        def row(job_id: int) -> tuple[object, ...]:
+            return conn.execute(f"SELECT {', '.join(columns)}, run_at FROM awa.jobs WHERE id = %s",
+                                (job_id,)).fetchone()  # type: ignore[return-value]
+        for first, second in zip(single, ids, strict=False):
+            assert second is not None
+            a, b = row(first.id), row(second)
+            assert a[:3] == b[:3] and a[4:-1] == b[4:-1], (a, b)
+        assert row(ids[1])[3] == "scheduled" and row(ids[1])[-1] == later
+        assert row(ids[3])[3] == "available"
+
+
+def _kwargs(opts: object) -> dict[str, object]:
+    from dataclasses import fields
+
+    return {f.name: getattr(opts, f.name) for f in fields(opts) if getattr(opts, f.name) is not None}  # type: ignore[arg-type]

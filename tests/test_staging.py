@@ -510,12 +510,13 @@ class CallSpy:
 
 
 @pytest.mark.asyncio
-async def test_worker_counters_dedup_and_only_stagers_take_their_own_transaction(dsn: str) -> None:
+async def test_worker_counters_dedup_and_only_stagers_take_the_follow_up_transaction(dsn: str) -> None:
     app = staging_app(Shared())
     async with running_worker(app, dsn, {"default": 10, "stage_a": 10}) as worker:
         # spies on the real calls, in place before any job exists
         batch = worker.core._finalize_batch = CallSpy(worker.core._finalize_batch)  # type: ignore[method-assign]
-        one = worker.core._finalize_one = CallSpy(worker.core._finalize_one)  # type: ignore[method-assign]
+        own = worker.core._finalize_with_follow_ups = CallSpy(  # type: ignore[method-assign]
+            worker.core._finalize_with_follow_ups)
         async with awa.AsyncClient(dsn) as client:
             plain = [(await client.insert(Plain(n))).id for n in range(4)]
             stagers = [(await client.insert(StageA(n, "same_unique"), queue="stage_a")).id for n in range(2)]
@@ -526,7 +527,7 @@ async def test_worker_counters_dedup_and_only_stagers_take_their_own_transaction
     assert snapshot == {"inserted": 1, "duplicate": 1, "discarded": 0}
     assert len(rows_of(dsn, "stage_b")) == 1
     batched = {i for call in batch.calls for i in call}
-    single = [i for call in one.calls for i in call]
+    single = [i for call in own.calls for i in call]
     assert set(plain) | {nothing} <= batched and not batched & set(stagers)
     assert sorted(single) == sorted(stagers)
 

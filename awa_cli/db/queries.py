@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import Any
 
@@ -38,6 +39,36 @@ SELECT t.kind, t.queue, t.args,
 FROM unnest(%(kinds)s::text[], %(queues)s::text[], %(args)s::jsonb[], %(unique_keys)s::bytea[])
      AS t(kind, queue, args, unique_key)
 {_ON_UNIQUE_CONFLICT}
+"""
+
+# Many jobs, each with its own options, in one statement (follow-ups): ids are drawn first so
+# that each input row learns its own id, or NULL where its unique key is held (by a job
+# already there or by an earlier row of the same statement).
+INSERT_EACH = f"""
+WITH t AS MATERIALIZED (
+    SELECT nextval(pg_get_serial_sequence('awa.jobs', 'id')) AS id, u.*
+    FROM unnest(%(kinds)s::text[], %(queues)s::text[], %(args)s::jsonb[], %(priorities)s::int[],
+                %(max_attempts)s::int[], %(run_ats)s::timestamptz[], %(deadline_durations)s::float8[],
+                %(metadata)s::jsonb[], %(tags)s::jsonb[], %(unique_keys)s::bytea[],
+                %(unique_states)s::jsonb[], %(ordering_keys)s::text[])
+         WITH ORDINALITY AS u(kind, queue, args, priority, max_attempts, run_at, deadline_duration,
+                              metadata, tags, unique_key, unique_states, ordering_key, ord)
+), inserted AS (
+    INSERT INTO awa.jobs AS j (id, kind, queue, args, state, priority, max_attempts, run_at,
+                               deadline_duration, metadata, tags, unique_key, unique_states, ordering_key)
+    OVERRIDING SYSTEM VALUE
+    SELECT t.id, t.kind, t.queue, t.args,
+           CASE WHEN t.run_at > now() THEN 'scheduled' ELSE 'available' END::awa.job_state,
+           t.priority, t.max_attempts, coalesce(t.run_at, now()), t.deadline_duration, t.metadata,
+           ARRAY(SELECT jsonb_array_elements_text(t.tags)), t.unique_key,
+           CASE WHEN t.unique_states IS NOT NULL
+                THEN ARRAY(SELECT jsonb_array_elements_text(t.unique_states))::awa.job_state[] END,
+           t.ordering_key
+    FROM t ORDER BY t.ord
+    {_ON_UNIQUE_CONFLICT}
+    RETURNING j.id
+)
+SELECT inserted.id FROM t LEFT JOIN inserted ON inserted.id = t.id ORDER BY t.ord
 """
 
 FIND_UNIQUE_HOLDER = """
@@ -88,3 +119,21 @@ def insert_many_params(jobs: Sequence[PreparedJob]) -> dict[str, Any]:
         unique_keys=[j.unique_key for j in jobs],
     )
     return params
+
+
+def insert_each_params(jobs: Sequence[PreparedJob]) -> dict[str, Any]:
+    """Parameters for INSERT_EACH: one array element per job for every column."""
+    return {
+        "kinds": [j.kind for j in jobs],
+        "queues": [j.queue for j in jobs],
+        "args": [j.args_json for j in jobs],
+        "priorities": [j.priority for j in jobs],
+        "max_attempts": [j.max_attempts for j in jobs],
+        "run_ats": [j.run_at for j in jobs],
+        "deadline_durations": [j.deadline_duration for j in jobs],
+        "metadata": [j.metadata_json for j in jobs],
+        "tags": [json.dumps(j.tags) for j in jobs],
+        "unique_keys": [j.unique_key for j in jobs],
+        "unique_states": [None if j.unique_states is None else json.dumps(j.unique_states) for j in jobs],
+        "ordering_keys": [j.ordering_key for j in jobs],
+    }

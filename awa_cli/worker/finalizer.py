@@ -18,7 +18,6 @@ from awa_cli.outcomes import AttemptResult, Finalized, OutcomeCore
 log = logging.getLogger("awa.worker")
 
 MAX_BATCH = 512
-SINGLE_TRANSACTIONS = 8  # per-job transactions in flight at once (each holds a connection)
 
 
 async def recheck(pool: Any) -> None:
@@ -45,7 +44,6 @@ class Finalizer:
         self.parallel = parallel
         self._queue: asyncio.Queue[AttemptResult | None] = asyncio.Queue()
         self._tasks: list[asyncio.Task[None]] = []
-        self._single_slots = asyncio.Semaphore(SINGLE_TRANSACTIONS)
         self.in_flight = 0
 
     def start(self) -> None:
@@ -82,18 +80,12 @@ class Finalizer:
     async def _apply(self, batch: list[AttemptResult]) -> None:
         # Each group is retried on its own: once a group committed it is never re-applied.
         together = [r for r in batch if not r.own_transaction]
-        alone = [r for r in batch if r.own_transaction]
+        with_follow_ups = [r for r in batch if r.own_transaction]
         if together:
             await self._apply_group(together)
-        if alone:
-            # Per-job transactions are independent: run several at once, so their durable
-            # commits share WAL flushes instead of queueing behind each other.
-            await asyncio.gather(*(self._apply_alone(r) for r in alone))
+        if with_follow_ups:
+            await self._apply_group(with_follow_ups)
             await self.core.flush_notifications()
-
-    async def _apply_alone(self, result: AttemptResult) -> None:
-        async with self._single_slots:
-            await self._apply_group([result])
 
     async def _apply_group(self, batch: list[AttemptResult]) -> None:
         delay = 0.1

@@ -25,7 +25,7 @@ from awa_cli.db.dsn import redact, with_options
 from awa_cli.dispatch import Dispatcher, EventHook
 from awa_cli.outcomes import AttemptResult, Finalized, OutcomeCore
 from awa_cli.worker.callbacks import CallbackServices
-from awa_cli.worker.finalizer import SINGLE_TRANSACTIONS, Finalizer, recheck
+from awa_cli.worker.finalizer import Finalizer, recheck
 from awa_cli.worker.listener import Listener
 from awa_cli.worker.queues import QueueRunner, QueueSpec
 
@@ -101,8 +101,9 @@ class Worker:
         self.pool = AsyncConnectionPool(
             with_options(self.dsn, options="-c awa.defer_notify=on"),
             min_size=2,
-            # finalising (2 batch flushes + per-job transactions), maintenance, callbacks
-            max_size=6 + SINGLE_TRANSACTIONS + len(self.queues),
+            # finalising (2 flushers, each a batch statement and a follow-up transaction),
+            # maintenance, callbacks, hooks' clients
+            max_size=10 + len(self.queues),
             open=False,
             kwargs={"autocommit": True},
             reconnect_timeout=0,  # never give up: the database may be restarting
