@@ -8,8 +8,9 @@ code on a private event-loop thread so both behave identically. ``insert`` /
 from __future__ import annotations
 
 import asyncio
+import itertools
 import threading
-from collections.abc import Coroutine, Iterable
+from collections.abc import Coroutine, Iterable, Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass
 from datetime import timedelta, UTC
@@ -23,7 +24,7 @@ from awa_cli.app import prepare_job
 from awa_cli.db import queries
 from awa_cli.db.migrations import Migration, migrate_dsn
 from awa_cli.dispatch import Dispatcher, EventHook
-from awa_cli.jobs import InsertOpts, JobRow, JobState, PreparedJob, prepare_many, to_json
+from awa_cli.jobs import InsertOpts, JobRow, JobState, PreparedJob, UniqueOpts, prepare_many, to_json
 from awa_cli.outcomes import OutcomeCore
 from awa_cli.results import JobNotFound, UniqueConflict, ValidationError, seconds
 
@@ -95,33 +96,53 @@ def _copy_text(value: Any) -> str:
     return str(value).translate(_COPY_ESCAPES)
 
 
-async def _copy_jobs(conn: psycopg.AsyncConnection[Any], jobs: list[PreparedJob]) -> int:
-    """Bulk insert without unique keys: one COPY in text format, built here in one buffer
-    (the options are the same for every row, so their columns are encoded once)."""
+COPY_CHUNK = 100  # rows validated and encoded per write while the server stores the previous ones
+
+
+def _copy_tail(first: PreparedJob) -> tuple[list[str], str]:
+    """The columns after (kind, queue, args) and their text, shared by every row of a bulk
+    insert (the options, and so these values, are the same for all of them)."""
     from datetime import datetime
 
-    first = jobs[0]
-    columns = ["priority", "max_attempts", "deadline_duration", "metadata", "tags", "ordering_key"]
+    columns = ["state", "priority", "max_attempts", "deadline_duration", "metadata", "tags", "ordering_key"]
     shared: list[Any] = [first.priority, first.max_attempts, first.deadline_duration,
                          first.metadata_json, first.tags, first.ordering_key]
     state = "available"
-    if first.run_at is not None:  # the options, and so run_at, are the same for every row
+    if first.run_at is not None:
         columns.append("run_at")
         shared.append(first.run_at.isoformat())
         state = "scheduled" if first.run_at > datetime.now(UTC) else "available"
-    tail = "\t".join([state, *(_copy_text(v) for v in shared)]) + "\n"
+    return columns, "\t".join([state, *(_copy_text(v) for v in shared)]) + "\n"
+
+
+def _chunked(items: Iterable[Any], size: int) -> Iterator[list[Any]]:
+    iterator = iter(items)
+    while chunk := list(itertools.islice(iterator, size)):
+        yield chunk
+
+
+async def _copy_jobs(conn: psycopg.AsyncConnection[Any], chunks: Iterator[list[PreparedJob]]) -> int:
+    """Bulk insert without unique keys: one COPY in text format that awa writes itself, a chunk
+    at a time, so the server stores one chunk while the next is validated and encoded. A row
+    that fails validation aborts the COPY: the statement is atomic, nothing is written."""
+    first_chunk = next(chunks, None)
+    if not first_chunk:
+        return 0
+    columns, tail = _copy_tail(first_chunk[0])
     names: dict[tuple[str, str], str] = {}
-    lines = []
-    for job in jobs:
-        head = names.get((job.kind, job.queue))
-        if head is None:
-            head = names[(job.kind, job.queue)] = f"{_copy_text(job.kind)}\t{_copy_text(job.queue)}\t"
-        lines.append(head + job.args_json.translate(_COPY_ESCAPES) + "\t" + tail)
-    statement = f"COPY awa.jobs (kind, queue, args, state, {', '.join(columns)}) FROM STDIN"
-    async with conn.transaction(), conn.cursor() as cur:
-        async with cur.copy(statement) as copy:
+    count = 0
+    statement = f"COPY awa.jobs (kind, queue, args, {', '.join(columns)}) FROM STDIN"
+    async with conn.cursor() as cur, cur.copy(statement) as copy:
+        for chunk in itertools.chain([first_chunk], chunks):
+            lines = []
+            for job in chunk:
+                head = names.get((job.kind, job.queue))
+                if head is None:
+                    head = names[(job.kind, job.queue)] = f"{_copy_text(job.kind)}\t{_copy_text(job.queue)}\t"
+                lines.append(head + job.args_json.translate(_COPY_ESCAPES) + "\t" + tail)
             await copy.write("".join(lines).encode())
-    return len(jobs)
+            count += len(chunk)
+    return count
 
 
 class AsyncClient:
@@ -186,18 +207,28 @@ class AsyncClient:
         """
         opts = InsertOpts.from_kwargs(insert_options)
         app = self.app
-        prepared = prepare_many(
-            args_list,
-            opts,
-            queue_for_kind=app.queue_for if app is not None else None,
-            kind_for_type=app.kind_of_type if app is not None else None,
-        )
+
+        def prepare(args: Iterable[Any]) -> list[PreparedJob]:
+            return prepare_many(
+                args,
+                opts,
+                queue_for_kind=app.queue_for if app is not None else None,
+                kind_for_type=app.kind_of_type if app is not None else None,
+            )
+
+        if UniqueOpts.coerce(opts.unique_opts) is None:
+            chunks = (prepare(c) for c in _chunked(args_list, COPY_CHUNK))
+            first = next(chunks, None)  # the first chunk is validated before a connection is taken
+            if not first:
+                return 0
+            pool = await self._ready()
+            async with pool.connection() as conn:
+                return await _copy_jobs(conn, itertools.chain([first], chunks))
+        prepared = prepare(args_list)
         if not prepared:
             return 0
         pool = await self._ready()
         async with pool.connection() as conn:
-            if prepared[0].unique_key is None:
-                return await _copy_jobs(conn, prepared)
             async with conn.cursor() as cur:
                 await cur.execute(queries.INSERT_MANY, queries.insert_many_params(prepared))
                 return cur.rowcount

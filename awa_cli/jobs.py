@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import functools
 import hashlib
 import json
 import re
@@ -268,6 +269,7 @@ _ACRONYM_BOUNDARY = re.compile(r"([A-Z]+)([A-Z][a-z])")
 _WORD_BOUNDARY = re.compile(r"([a-z0-9])([A-Z])")
 
 
+@functools.lru_cache(maxsize=1024)
 def kind_for(args_type: type) -> str:
     """Derive a kind from an args class name: ``SMTPEmail`` → ``smtp_email``."""
     name = args_type.__name__

@@ -131,6 +131,20 @@ def test_one_bad_row_in_insert_many_writes_nothing(client: Client, db: psycopg.C
     assert _count(db) == 0
 
 
+def test_a_bad_row_after_rows_already_streamed_writes_nothing(client: Client, db: psycopg.Connection) -> None:
+    from awa_cli.client import COPY_CHUNK
+
+    def rows() -> Iterator[dict[str, object]]:  # a generator: validated while the COPY streams
+        for n in range(COPY_CHUNK * 3):
+            yield {"a": "\x00" if n == COPY_CHUNK * 2 + 5 else n}
+
+    with pytest.raises(ValidationError):
+        client.insert_many(rows(), kind="k")
+    assert _count(db) == 0
+    assert client.insert_many(({"a": n} for n in range(COPY_CHUNK * 2 + 1)), kind="k") == COPY_CHUNK * 2 + 1
+    assert _count(db) == COPY_CHUNK * 2 + 1
+
+
 # -- uniqueness --------------------------------------------------------------------------------
 
 
