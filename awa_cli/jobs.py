@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-import functools
 import hashlib
 import json
 import re
@@ -269,11 +268,18 @@ _ACRONYM_BOUNDARY = re.compile(r"([A-Z]+)([A-Z][a-z])")
 _WORD_BOUNDARY = re.compile(r"([a-z0-9])([A-Z])")
 
 
-@functools.lru_cache(maxsize=1024)
+_KINDS: dict[type, str] = {}
+
+
 def kind_for(args_type: type) -> str:
     """Derive a kind from an args class name: ``SMTPEmail`` → ``smtp_email``."""
-    name = args_type.__name__
-    return _WORD_BOUNDARY.sub(r"\1_\2", _ACRONYM_BOUNDARY.sub(r"\1_\2", name)).lower()
+    kind = _KINDS.get(args_type)
+    if kind is None:
+        name = args_type.__name__
+        kind = _WORD_BOUNDARY.sub(r"\1_\2", _ACRONYM_BOUNDARY.sub(r"\1_\2", name)).lower()
+        if len(_KINDS) < 4096:  # classes made on the fly must not grow it without bound
+            _KINDS[args_type] = kind
+    return kind
 
 
 def args_to_dict(args: Any, field_name: str = "args") -> dict[str, Any]:
