@@ -230,7 +230,7 @@ def _finalized(result: AttemptResult, changed: dict[str, Any] | None) -> Finaliz
     return Finalized(result.job.id, row, events=[event] if event else [])
 
 
-def _finalize_params(results: Sequence[AttemptResult]) -> dict[str, Any]:
+def finalize_params(results: Sequence[AttemptResult]) -> dict[str, Any]:
     return {
         "ids": [r.job.id for r in results],
         "leases": [r.job.run_lease for r in results],
@@ -312,7 +312,7 @@ class OutcomeCore:
     async def _finalize_batch(self, results: Sequence[AttemptResult]) -> list[Finalized]:
         async with self.pool.connection() as conn:
             async with conn.cursor(row_factory=dict_row) as cur:
-                await cur.execute(sql.FINALIZE_CHANGED, _finalize_params(results))
+                await cur.execute(sql.FINALIZE_CHANGED, finalize_params(results))
                 changed = {r["id"]: r for r in await cur.fetchall()}
         finalized = [_finalized(result, changed.get(result.job.id)) for result in results]
         self._committed(results, finalized)
@@ -362,7 +362,7 @@ class OutcomeCore:
         """Transitions, spec follow-ups and staged follow-ups inside the caller's transaction:
         two statements however many jobs and follow-ups there are."""
         async with conn.cursor(row_factory=dict_row) as cur:
-            await cur.execute(sql.FINALIZE_CHANGED, _finalize_params(results))
+            await cur.execute(sql.FINALIZE_CHANGED, finalize_params(results))
             changed = {r["id"]: r for r in await cur.fetchall()}
         finalized = []
         pending: list[tuple[Finalized, PreparedJob, bool]] = []

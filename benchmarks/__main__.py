@@ -31,7 +31,16 @@ MEASURES = {
     "pickup_latency": measures.pickup_latency,
     "drain_follow_up": measures.drain_follow_up,
     "drain_processes_2": measures.drain_processes_2,
+    # references: what bounds the measures above on this machine (README, "What bounds the rest")
+    "drain_concurrency_100": measures.drain_concurrency_100,
+    "claim_complete_sql": measures.claim_complete_sql,
+    "enqueue_one_sql": measures.enqueue_one_sql,
 }
+
+RATIOS = [  # (numerator, denominator) printed when both ran
+    ("drain_follow_up", "drain"), ("drain_processes_2", "drain"), ("drain", "claim_complete_sql"),
+    ("drain_concurrency_100", "drain"), ("enqueue_one", "enqueue_one_sql"),
+]
 
 
 def summarise(name: str, runs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -66,11 +75,10 @@ def report(results: dict[str, dict[str, Any]]) -> None:
         print(f"{name:<{width}} {main:<44} {commits_text:>11} {wal_text:>10} {cpu:>14}")
         if name == "pickup_latency":
             print(f"{'':<{width}} p95 {fmt(res['p95_ms'], ' ms')}  p99 {fmt(res['p99_ms'], ' ms')}")
-    if "drain" in results:
-        base = results["drain"]["jobs_per_s"]["median"]
-        for other in ("drain_follow_up", "drain_processes_2"):
-            if other in results:
-                print(f"ratio {other} / drain: {results[other]['jobs_per_s']['median'] / base:.2f}x")
+    for top, bottom in RATIOS:
+        if top in results and bottom in results:
+            ratio = results[top]["jobs_per_s"]["median"] / results[bottom]["jobs_per_s"]["median"]
+            print(f"ratio {top} / {bottom}: {ratio:.2f}x")
     for measure in peers.EQUIVALENTS:
         for peer in peers.PEERS:
             key = f"{peer}.{measure}"

@@ -19,6 +19,11 @@ from typing import Any
 import psycopg
 
 import awa_cli as awa
+from awa_cli.db import queries
+from awa_cli.db.transitions import FINALIZE_CHANGED
+from awa_cli.jobs import InsertOpts, JobRow, prepare
+from awa_cli.outcomes import AttemptResult, finalize_params
+from awa_cli.worker.queues import CLAIM
 from benchmarks.app import Noop, NoopWithFollowUp
 from benchmarks.server import BenchServer, tree_cpu
 
@@ -81,10 +86,11 @@ def pre_enqueue(dsn: str, args: list[Any]) -> None:
             client.insert_many(args[i:i + 5000], queue="bench")
 
 
-def _drain(server: BenchServer, dsn: str, jobs: int, make: Any, processes: int = 1) -> dict[str, Any]:
+def _drain(server: BenchServer, dsn: str, jobs: int, make: Any, processes: int = 1,
+           concurrency: int = 10) -> dict[str, Any]:
     pre_enqueue(dsn, [make(i) for i in range(jobs)])
     before = server.snapshot(dsn)
-    with worker_process(dsn, processes=processes) as proc:
+    with worker_process(dsn, concurrency=concurrency, processes=processes) as proc:
         wait_for_state(dsn, "completed", jobs, kind=None if make is Noop else "noop_with_follow_up")
         worker_cpu = tree_cpu(proc.pid)
     after = server.snapshot(dsn)
@@ -122,6 +128,48 @@ def drain_follow_up(server: BenchServer, dsn: str, jobs: int) -> dict[str, Any]:
 def drain_processes_2(server: BenchServer, dsn: str, jobs: int) -> dict[str, Any]:
     """The drain with ``--processes 2``."""
     return _drain(server, dsn, jobs, Noop, processes=2)
+
+
+def drain_concurrency_100(server: BenchServer, dsn: str, jobs: int) -> dict[str, Any]:
+    """Reference: the drain with concurrency 100 (claims of up to 100 jobs)."""
+    return _drain(server, dsn, jobs, Noop, concurrency=100)
+
+
+def claim_complete_sql(server: BenchServer, dsn: str, jobs: int) -> dict[str, Any]:
+    """Reference: awa's own claim and completion statements in a bare loop, 10 jobs a time."""
+    pre_enqueue(dsn, [Noop(i) for i in range(jobs)])
+    params = {"queue": "bench", "limit": 10, "deadline": 0.0}
+    before = server.snapshot(dsn)
+    with psycopg.connect(dsn, autocommit=True) as claimer, psycopg.connect(dsn, autocommit=True) as completer:
+        claimer.execute("SET synchronous_commit = off")  # as the worker's claims
+        start = time.perf_counter()
+        done = 0
+        while done < jobs:
+            rows = claimer.execute(CLAIM, params).fetchall()
+            if not rows:
+                raise RuntimeError("the queue ran dry before every job was completed")
+            results = [AttemptResult(job=JobRow.from_values(r), action="complete") for r in rows]
+            completer.execute(FINALIZE_CHANGED, finalize_params(results)).fetchall()
+            done += len(rows)
+        elapsed = time.perf_counter() - start
+    after = server.snapshot(dsn)
+    return {"jobs_per_s": jobs / elapsed, "commits_per_job": (after["commits"] - before["commits"]) / jobs,
+            "wal_bytes_per_job": server.wal_bytes(before["lsn"], after["lsn"]) / jobs}
+
+
+def enqueue_one_sql(server: BenchServer, dsn: str, jobs: int) -> dict[str, Any]:
+    """Reference: the statement awa's insert sends, one by one, from a bare psycopg connection."""
+    count = min(jobs, 5000)
+    params = queries.insert_params(prepare(Noop(0), InsertOpts(queue="bench")))
+    before = server.snapshot(dsn)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        start = time.perf_counter()
+        for _ in range(count):
+            conn.execute(queries.INSERT_ONE, params, prepare=True).fetchone()
+        elapsed = time.perf_counter() - start
+    after = server.snapshot(dsn)
+    return {"jobs_per_s": count / elapsed, "commits_per_job": (after["commits"] - before["commits"]) / count,
+            "wal_bytes_per_job": server.wal_bytes(before["lsn"], after["lsn"]) / count}
 
 
 def enqueue_one(server: BenchServer, dsn: str, jobs: int) -> dict[str, Any]:
