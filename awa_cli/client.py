@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import threading
-from collections.abc import Coroutine, Iterable, Iterator
+from collections.abc import Callable, Coroutine, Iterable, Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass
 from datetime import timedelta, UTC
@@ -121,6 +121,24 @@ def _chunked(items: Iterable[Any], size: int) -> Iterator[list[Any]]:
         yield chunk
 
 
+def copy_encoder(first: PreparedJob) -> tuple[str, Callable[[list[PreparedJob]], bytes]]:
+    """The COPY statement for a bulk insert shaped like ``first`` (every row shares its
+    options), and a function encoding a chunk of its rows as that COPY's text."""
+    columns, tail = _copy_tail(first)
+    names: dict[tuple[str, str], str] = {}
+
+    def encode(chunk: list[PreparedJob]) -> bytes:
+        lines = []
+        for job in chunk:
+            head = names.get((job.kind, job.queue))
+            if head is None:
+                head = names[(job.kind, job.queue)] = f"{_copy_text(job.kind)}\t{_copy_text(job.queue)}\t"
+            lines.append(head + job.args_json.translate(_COPY_ESCAPES) + "\t" + tail)
+        return "".join(lines).encode()
+
+    return f"COPY awa.jobs (kind, queue, args, {', '.join(columns)}) FROM STDIN", encode
+
+
 async def _copy_jobs(conn: psycopg.AsyncConnection[Any], chunks: Iterator[list[PreparedJob]]) -> int:
     """Bulk insert without unique keys: one COPY in text format that awa writes itself, a chunk
     at a time, so the server stores one chunk while the next is validated and encoded. A row
@@ -128,19 +146,11 @@ async def _copy_jobs(conn: psycopg.AsyncConnection[Any], chunks: Iterator[list[P
     first_chunk = next(chunks, None)
     if not first_chunk:
         return 0
-    columns, tail = _copy_tail(first_chunk[0])
-    names: dict[tuple[str, str], str] = {}
+    statement, encode = copy_encoder(first_chunk[0])
     count = 0
-    statement = f"COPY awa.jobs (kind, queue, args, {', '.join(columns)}) FROM STDIN"
     async with conn.cursor() as cur, cur.copy(statement) as copy:
         for chunk in itertools.chain([first_chunk], chunks):
-            lines = []
-            for job in chunk:
-                head = names.get((job.kind, job.queue))
-                if head is None:
-                    head = names[(job.kind, job.queue)] = f"{_copy_text(job.kind)}\t{_copy_text(job.queue)}\t"
-                lines.append(head + job.args_json.translate(_COPY_ESCAPES) + "\t" + tail)
-            await copy.write("".join(lines).encode())
+            await copy.write(encode(chunk))
             count += len(chunk)
     return count
 

@@ -35,11 +35,12 @@ MEASURES = {
     "drain_concurrency_100": measures.drain_concurrency_100,
     "claim_complete_sql": measures.claim_complete_sql,
     "enqueue_one_sql": measures.enqueue_one_sql,
+    "insert_many_copy_sql": measures.insert_many_copy_sql,
 }
 
 RATIOS = [  # (numerator, denominator) printed when both ran
     ("drain_follow_up", "drain"), ("drain_processes_2", "drain"), ("drain", "claim_complete_sql"),
-    ("drain_concurrency_100", "drain"), ("enqueue_one", "enqueue_one_sql"),
+    ("drain_concurrency_100", "drain"), ("enqueue_one", "enqueue_one_sql"), ("insert_many", "insert_many_copy_sql"),
 ]
 
 

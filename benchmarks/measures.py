@@ -21,7 +21,8 @@ import psycopg
 import awa_cli as awa
 from awa_cli.db import queries
 from awa_cli.db.transitions import FINALIZE_CHANGED
-from awa_cli.jobs import InsertOpts, JobRow, prepare
+from awa_cli.client import copy_encoder
+from awa_cli.jobs import InsertOpts, JobRow, prepare, prepare_many
 from awa_cli.outcomes import AttemptResult, finalize_params
 from awa_cli.worker.queues import CLAIM
 from benchmarks.app import Noop, NoopWithFollowUp
@@ -155,6 +156,25 @@ def claim_complete_sql(server: BenchServer, dsn: str, jobs: int) -> dict[str, An
     after = server.snapshot(dsn)
     return {"jobs_per_s": jobs / elapsed, "commits_per_job": (after["commits"] - before["commits"]) / jobs,
             "wal_bytes_per_job": server.wal_bytes(before["lsn"], after["lsn"]) / jobs}
+
+
+def insert_many_copy_sql(server: BenchServer, dsn: str, jobs: int) -> dict[str, Any]:
+    """Reference: the COPY text insert_many writes, pre-built, sent in batches of 1,000."""
+    batches = max(1, jobs * 5 // 1000)
+    statement, encode = copy_encoder(prepare(Noop(0), InsertOpts(queue="bench")))
+    payload = [encode(prepare_many([Noop(b * 1000 + i) for i in range(1000)], InsertOpts(queue="bench")))
+               for b in range(batches)]
+    before = server.snapshot(dsn)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        start = time.perf_counter()
+        for data in payload:
+            with conn.cursor() as cur, cur.copy(statement) as copy:
+                copy.write(data)
+        elapsed = time.perf_counter() - start
+    after = server.snapshot(dsn)
+    total = batches * 1000
+    return {"jobs_per_s": total / elapsed, "commits_per_job": (after["commits"] - before["commits"]) / total,
+            "wal_bytes_per_job": server.wal_bytes(before["lsn"], after["lsn"]) / total}
 
 
 def enqueue_one_sql(server: BenchServer, dsn: str, jobs: int) -> dict[str, Any]:
