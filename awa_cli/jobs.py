@@ -305,10 +305,10 @@ def args_json_of(args: Any, field_name: str = "args") -> str:
     """Args as compact JSON text; the same text ``to_json(args_to_dict(args))`` gives, faster
     (a dataclass's fields are taken shallowly; nested values go through the JSON default)."""
     kind = type(args)
-    if dataclasses.is_dataclass(args) and not isinstance(args, type):
-        names = _FIELD_NAMES.get(kind)
-        if names is None:
-            names = _FIELD_NAMES[kind] = tuple(f.name for f in dataclasses.fields(args))
+    names = _FIELD_NAMES.get(kind)
+    if names is None and dataclasses.is_dataclass(args) and not isinstance(args, type):
+        names = _FIELD_NAMES[kind] = tuple(f.name for f in dataclasses.fields(args))
+    if names is not None:
         value: Any = {name: getattr(args, name) for name in names}
     elif isinstance(args, dict):
         value = args
@@ -522,15 +522,18 @@ def prepare_many(
     """Validate a bulk insert: the shared options once, then each row's kind and args."""
     prepared: list[PreparedJob] = []
     templates: dict[str, PreparedJob] = {}
+    kinds: dict[type, str] = {}  # the kind of each args class seen (not of dicts: theirs is opts.kind)
     unique = UniqueOpts.coerce(opts.unique_opts) is not None
     now = time.time()
     for args in args_list:
         if opts.kind is not None:
             kind = opts.kind
+        elif (known := kinds.get(type(args))) is not None:
+            kind = known
         elif kind_for_type is not None and not isinstance(args, Mapping):
-            kind = kind_for_type(type(args))
+            kind = kinds[type(args)] = kind_for_type(type(args))
         else:
-            kind = _derived_kind(args)
+            kind = kinds[type(args)] = _derived_kind(args)
         template = templates.get(kind)
         if template is None or unique:  # the unique key depends on the args: validate fully
             default_queue = queue_for_kind(kind) if queue_for_kind is not None else None
