@@ -9,8 +9,9 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
@@ -120,9 +121,19 @@ def side_table(dsn: str) -> str:
 
 
 @pytest.fixture
-def supervised(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[list[Supervised]]:
+def supervise(tmp_path: Path) -> Iterator[Callable[..., Supervised]]:
+    """Start ``awa worker --processes 2`` on a DSN (waiting for its children unless
+    ``ready=False``); every one started is killed when the test ends."""
     started: list[Supervised] = []
-    yield started
+
+    def start(dsn: str, *, ready: bool = True, **options: Any) -> Supervised:
+        supervised = Supervised(tmp_path, dsn, **options)
+        started.append(supervised)
+        if ready:
+            supervised.wait_log(r"all 2 worker processes ready")
+        return supervised
+
+    yield start
     for s in started:
         s.stop()
 
@@ -172,12 +183,10 @@ def test_backoff_doubles_to_a_ceiling_and_resets_after_a_stable_run() -> None:
 
 @pytest.mark.integration
 def test_children_run_the_jobs_a_killed_child_is_restarted_and_sigterm_drains(
-    side_table: str, tmp_path: Path, supervised: list[Supervised]
+    side_table: str, supervise: Callable[..., Supervised]
 ) -> None:
     dsn = side_table
-    s = Supervised(tmp_path, dsn)
-    supervised.append(s)
-    s.wait_log(r"all 2 worker processes ready")
+    s = supervise(dsn)
     first = s.children()
     assert sorted(first) == [1, 2] and s.proc.pid not in first.values()
 
@@ -213,12 +222,10 @@ def test_children_run_the_jobs_a_killed_child_is_restarted_and_sigterm_drains(
 
 @pytest.mark.integration
 def test_ctrl_c_on_the_terminal_drains_each_child_once(
-    side_table: str, tmp_path: Path, supervised: list[Supervised]
+    side_table: str, supervise: Callable[..., Supervised]
 ) -> None:
     dsn = side_table
-    s = Supervised(tmp_path, dsn)
-    supervised.append(s)
-    s.wait_log(r"all 2 worker processes ready")
+    s = supervise(dsn)
     children = set(s.children().values())
     with awa.Client(dsn) as client:
         slow = client.insert({"n": -1, "sleep": 1.5}, kind="record")
@@ -235,12 +242,10 @@ def test_ctrl_c_on_the_terminal_drains_each_child_once(
 
 @pytest.mark.integration
 def test_a_second_signal_kills_the_children_at_once(
-    side_table: str, tmp_path: Path, supervised: list[Supervised]
+    side_table: str, supervise: Callable[..., Supervised]
 ) -> None:
     dsn = side_table
-    s = Supervised(tmp_path, dsn, shutdown_timeout="60s")
-    supervised.append(s)
-    s.wait_log(r"all 2 worker processes ready")
+    s = supervise(dsn, shutdown_timeout="60s")
     children = list(s.children().values())
     with awa.Client(dsn) as client:
         stuck = client.insert({"n": -1, "sleep": 60}, kind="record")
@@ -261,12 +266,10 @@ def test_a_second_signal_kills_the_children_at_once(
 
 @pytest.mark.integration
 def test_children_drain_when_the_supervisor_is_killed(
-    side_table: str, tmp_path: Path, supervised: list[Supervised]
+    side_table: str, supervise: Callable[..., Supervised]
 ) -> None:
     dsn = side_table
-    s = Supervised(tmp_path, dsn)
-    supervised.append(s)
-    s.wait_log(r"all 2 worker processes ready")
+    s = supervise(dsn)
     children = list(s.children().values())
     s.proc.kill()  # only the supervisor: no chance to forward anything
     s.proc.wait()
@@ -275,10 +278,9 @@ def test_children_drain_when_the_supervisor_is_killed(
 
 
 def test_a_config_error_in_the_children_stops_the_supervisor(
-    tmp_path: Path, supervised: list[Supervised]
+    supervise: Callable[..., Supervised]
 ) -> None:
-    s = Supervised(tmp_path, "postgresql://nobody@127.0.0.1:1/none", modules="[]")
-    supervised.append(s)
+    s = supervise("postgresql://nobody@127.0.0.1:1/none", ready=False, modules="[]")
     assert s.proc.wait(timeout=20) == 2, s.log()
     log = s.log()
     assert "no [app] modules configured" in log
