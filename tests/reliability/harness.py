@@ -16,7 +16,7 @@ import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import psycopg
 
@@ -30,6 +30,7 @@ MAINTENANCE = (
     "[maintenance]\nheartbeat_interval = 0.5\nheartbeat_staleness = 2\n"
     "rescue_interval = 0.5\nleader_election_interval = 0.5\n"
 )
+L = TypeVar("L", bound="Loop")
 RESCUE_ERRORS = ("heartbeat stale: worker presumed dead", "worker shut down", "hard deadline exceeded")
 
 
@@ -172,7 +173,8 @@ class Loop(threading.Thread):
 
     def stop(self) -> None:
         self.stopped.set()
-        self.join(timeout=60)
+        if self.ident is not None:  # started
+            self.join(timeout=60)
 
 
 class Killer(Loop):
@@ -356,3 +358,55 @@ def check_end_state(dsn: str, expected_triggers: int) -> Report:
         problems.append(f"executions of unknown jobs {sorted(unknown)[:10]}")
     assert not problems, "\n".join(problems[:40])
     return report
+
+
+class ChaosRun:
+    """One chaos run: triggers enqueued, a supervised fleet, the resolver process and the CLI
+    resolver loop started; ``add`` more loops (a killer, a terminator). Leaving the block stops
+    every loop, the resolver and the fleet, whatever happened inside; ``report`` then checks
+    the end state and prints one line."""
+
+    def __init__(self, dsn: str, tmp_path: Path, triggers: int) -> None:
+        self.dsn, self.triggers = dsn, triggers
+        prepare_db(dsn)
+        enqueue_triggers(dsn, triggers)
+        self.started = time.monotonic()
+        self.fleet = Fleet(tmp_path, dsn, processes=2, concurrency=10)
+        self.resolver = Resolver(tmp_path, dsn)
+        self.cli = CliResolver(self.fleet, 0.2)
+        self.loops: list[Loop] = [self.cli]
+        self.resolved: dict[str, int] = {}
+        self.code: int | None = None
+        self.seconds = 0.0
+
+    def add(self, loop: L) -> L:
+        self.loops.append(loop)
+        loop.start()
+        return loop
+
+    def __enter__(self) -> ChaosRun:
+        try:
+            self.fleet.wait_ready()
+        except BaseException:
+            self.__exit__()
+            raise
+        self.cli.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for loop in reversed(self.loops):  # the chaos first, the CLI resolver last
+            loop.stop()
+        self.resolved = self.resolver.stop()
+        try:
+            self.code = self.fleet.stop()
+        finally:
+            self.fleet.kill()
+        self.seconds = round(time.monotonic() - self.started, 1)
+
+    def report(self, title: str, **extra: Any) -> Report:
+        assert self.code == 0, self.fleet.log()[-3000:]
+        report = check_end_state(self.dsn, self.triggers)
+        report.extra.update(extra, cli_resolutions=dict(self.cli.codes), resolver=self.resolved,
+                            seconds=self.seconds)
+        print(f"\n{title}: {report.line()}")
+        return report

@@ -12,21 +12,9 @@ import pytest
 
 from awa_cli.db.embedded import ThrowawayCluster
 from awa_cli.db.migrations import migrate_dsn
-from tests.reliability.harness import (
-    CliResolver,
-    Fleet,
-    Loop,
-    Resolver,
-    check_end_state,
-    counts,
-    enqueue_triggers,
-    prepare_db,
-    wait_all_terminal,
-)
+from tests.reliability.harness import ChaosRun, Loop, counts, wait_all_terminal
 
 pytestmark = [pytest.mark.integration]
-
-
 
 
 def completed(dsn: str) -> int:
@@ -40,21 +28,13 @@ def completed(dsn: str) -> int:
 def run_with_restarts(cluster: ThrowawayCluster, tmp_path: Path, triggers: int, restarts: int) -> None:
     dsn = cluster.dsn_for("postgres")
     migrate_dsn(dsn)
-    prepare_db(dsn)
-    enqueue_triggers(dsn, triggers)
-    started = time.monotonic()
-    fleet = Fleet(tmp_path, dsn, processes=2, concurrency=10)
-    resolver = Resolver(tmp_path, dsn)
-    cli = CliResolver(fleet, 0.2)
     resumed_after: list[float] = []
-    try:
-        fleet.wait_ready()
-        cli.start()
-        for i in range(restarts):
+    with ChaosRun(dsn, tmp_path, triggers) as run:
+        for _ in range(restarts):
             target = completed(dsn) + max(50, triggers // (restarts + 2))
             deadline = time.monotonic() + 120
             while completed(dsn) < target:
-                assert time.monotonic() < deadline and fleet.proc.poll() is None, fleet.log()[-3000:]
+                assert time.monotonic() < deadline and run.fleet.proc.poll() is None, run.fleet.log()[-3000:]
                 time.sleep(0.1)
             cluster.server.stop("fast")
             time.sleep(1.5)
@@ -65,20 +45,9 @@ def run_with_restarts(cluster: ThrowawayCluster, tmp_path: Path, triggers: int, 
                 assert time.monotonic() - back < 60, "workers did not resume"
                 time.sleep(0.05)
             resumed_after.append(round(time.monotonic() - back, 1))
-        wait_all_terminal(dsn, triggers, 300, fleet, (cli,))
-    finally:
-        cli.stop()
-        resolved = resolver.stop()
-        try:
-            code = fleet.stop()
-        finally:
-            fleet.kill()
-    assert code == 0, fleet.log()[-3000:]
+        wait_all_terminal(dsn, triggers, 300, run.fleet, (run.cli,))
     assert max(resumed_after) < 10, resumed_after
-    report = check_end_state(dsn, triggers)
-    report.extra.update(restarts=restarts, resumed_after=resumed_after, cli_resolutions=dict(cli.codes),
-                        resolver=resolved, seconds=round(time.monotonic() - started, 1))
-    print(f"\npostgres restarts: {report.line()}")
+    run.report("postgres restarts", restarts=restarts, resumed_after=resumed_after)
 
 
 @pytest.mark.parametrize("triggers,restarts", [(400, 1)])
@@ -108,19 +77,10 @@ class Terminator(Loop):
 
 
 def run_with_terminations(dsn: str, tmp_path: Path, triggers: int, every: float) -> None:
-    prepare_db(dsn)
-    enqueue_triggers(dsn, triggers)
-    started = time.monotonic()
-    fleet = Fleet(tmp_path, dsn, processes=2, concurrency=10)
-    resolver = Resolver(tmp_path, dsn)
-    cli = CliResolver(fleet, 0.2)
-    terminator = Terminator(dsn, every)
-    try:
-        fleet.wait_ready()
-        cli.start()
-        terminator.start()
+    with ChaosRun(dsn, tmp_path, triggers) as run:
+        terminator = run.add(Terminator(dsn, every))
         while completed(dsn) < triggers // 2:
-            assert time.monotonic() - started < 120 and fleet.proc.poll() is None, fleet.log()[-3000:]
+            assert time.monotonic() - run.started < 120 and run.fleet.proc.poll() is None, run.fleet.log()[-3000:]
             assert not terminator.failures, terminator.failures
             time.sleep(0.1)
         terminator.stop()
@@ -129,21 +89,9 @@ def run_with_terminations(dsn: str, tmp_path: Path, triggers: int, every: float)
         while completed(dsn) < before + 20:  # work resumes within seconds of the last kill
             assert time.monotonic() - stopped < 10, "workers did not resume"
             time.sleep(0.05)
-        wait_all_terminal(dsn, triggers, 300, fleet, (cli,))
-    finally:
-        terminator.stop()
-        cli.stop()
-        resolved = resolver.stop()
-        try:
-            code = fleet.stop()
-        finally:
-            fleet.kill()
-    assert code == 0, fleet.log()[-3000:]
+        wait_all_terminal(dsn, triggers, 300, run.fleet, (run.cli,))
     assert terminator.terminated > 0 and not terminator.failures
-    report = check_end_state(dsn, triggers)
-    report.extra.update(terminated_connections=terminator.terminated, cli_resolutions=dict(cli.codes),
-                        resolver=resolved, seconds=round(time.monotonic() - started, 1))
-    print(f"\nterminated connections: {report.line()}")
+    run.report("terminated connections", terminated_connections=terminator.terminated)
 
 
 @pytest.mark.parametrize("triggers,every", [(400, 0.5)])

@@ -5,53 +5,21 @@ trigger has exactly its follow-ups and no attempt ran twice (tests/reliability/h
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import pytest
 
-from tests.reliability.harness import (
-    CliResolver,
-    Fleet,
-    Killer,
-    Resolver,
-    check_end_state,
-    enqueue_triggers,
-    prepare_db,
-    wait_all_terminal,
-)
+from tests.reliability.harness import ChaosRun, Killer, wait_all_terminal
 
 pytestmark = [pytest.mark.integration]
 
 
 def run_with_kills(dsn: str, tmp_path: Path, triggers: int, kill_every: float, timeout: float) -> None:
-    prepare_db(dsn)
-    enqueue_triggers(dsn, triggers)
-    started = time.monotonic()
-    fleet = Fleet(tmp_path, dsn, processes=2, concurrency=10)
-    resolver = Resolver(tmp_path, dsn)
-    killer = Killer(fleet, kill_every)
-    cli = CliResolver(fleet, 0.2)
-    try:
-        fleet.wait_ready()
-        killer.start()
-        cli.start()
-        wait_all_terminal(dsn, triggers, timeout, fleet, (killer, cli))
-    finally:
-        killer.stop()
-        cli.stop()
-        resolved = resolver.stop()
-        try:
-            code = fleet.stop()
-        finally:
-            fleet.kill()
-    elapsed = time.monotonic() - started
-    assert code == 0, fleet.log()[-3000:]
-    assert not killer.failures and not cli.failures, (killer.failures, cli.failures)
-    report = check_end_state(dsn, triggers)
-    report.extra.update(kills=len(killer.kills), cli_resolutions=dict(cli.codes),
-                        resolver=resolved, seconds=round(elapsed, 1))
-    print(f"\nworker kills: {report.line()}")
+    with ChaosRun(dsn, tmp_path, triggers) as run:
+        killer = run.add(Killer(run.fleet, kill_every))
+        wait_all_terminal(dsn, triggers, timeout, run.fleet, (killer, run.cli))
+    assert not killer.failures and not run.cli.failures, (killer.failures, run.cli.failures)
+    report = run.report("worker kills", kills=len(killer.kills))
     assert killer.kills, "the chaos loop never killed a worker"
     assert report.parked > 0 and report.failed_by_design > 0
 
