@@ -20,6 +20,7 @@ Tests that only need a server, not a migrated database, can use ``pg_server.dsn_
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -92,3 +93,16 @@ def dsn(db: psycopg.Connection) -> str:
     """The connection string of the test's migrated clone (the same database as ``db``)."""
     info = db.info
     return make_conninfo(host=info.host, port=str(info.port), user=info.user, dbname=info.dbname)
+
+
+@pytest.fixture
+def fresh_dsn(pg_server: PgServer) -> Iterator[str]:
+    """An empty database (no awa schema) on the session's server, dropped afterwards."""
+    name = f"awa_fresh_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(pg_server.dsn_for("postgres"), autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield pg_server.dsn_for(name)
+    finally:
+        with psycopg.connect(pg_server.dsn_for("postgres"), autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')

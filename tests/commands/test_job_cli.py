@@ -22,12 +22,6 @@ pytestmark = pytest.mark.integration
 ENV = {"NO_COLOR": "1", "COLUMNS": "120", "AWA_CONFIG": None, "AWA_DATABASE_URL": None}
 
 
-@pytest.fixture
-def config_file(tmp_path: Path) -> Path:
-    path = tmp_path / "awa.toml"
-    path.write_text("[worker]\nprocesses = 1\n", encoding="utf-8")
-    return path
-
 
 @pytest.fixture
 def awa(dsn: str, config_file: Path) -> Any:

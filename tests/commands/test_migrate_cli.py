@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 import json
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import psycopg
 import pytest
@@ -19,24 +16,6 @@ ENV = {"NO_COLOR": "1", "COLUMNS": "120", "AWA_CONFIG": None, "AWA_DATABASE_URL"
 BOGUS_URL = "postgresql://nobody@/nodb?host=/nonexistent-awa-socket&port=1"
 
 
-@pytest.fixture
-def config_file(tmp_path: Path) -> Path:
-    path = tmp_path / "awa.toml"
-    path.write_text("[worker]\nprocesses = 1\n", encoding="utf-8")
-    return path
-
-
-@pytest.fixture
-def fresh_dsn(pg_server: Any) -> Iterator[str]:
-    """An empty database (no awa schema), dropped afterwards."""
-    name = f"awa_cli_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(pg_server.dsn_for("postgres"), autocommit=True) as admin:
-        admin.execute(f'CREATE DATABASE "{name}"')
-    try:
-        yield pg_server.dsn_for(name)
-    finally:
-        with psycopg.connect(pg_server.dsn_for("postgres"), autocommit=True) as admin:
-            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 def run(config: Path, *args: str) -> Result:

@@ -11,7 +11,6 @@ import sys
 import threading
 import uuid
 import zipfile
-from collections.abc import Iterator
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -58,18 +57,6 @@ JOB_STATES = [
     "retryable", "completed", "failed", "cancelled",
 ]
 
-
-@pytest.fixture
-def fresh_dsn(pg_server: Any) -> Iterator[str]:
-    """An empty database (no awa schema) on the session's server, dropped afterwards."""
-    name = f"awa_fresh_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(pg_server.dsn_for("postgres"), autocommit=True) as admin:
-        admin.execute(f'CREATE DATABASE "{name}"')
-    try:
-        yield pg_server.dsn_for(name)
-    finally:
-        with psycopg.connect(pg_server.dsn_for("postgres"), autocommit=True) as admin:
-            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 def _ledger(dsn: str) -> list[tuple[int, str]]:

@@ -1,0 +1,15 @@
+"""Fixtures of the CLI tests."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+
+@pytest.fixture
+def config_file(tmp_path: Path) -> Path:
+    """A minimal awa.toml (no database URL: the tests pass one, or test its absence)."""
+    path = tmp_path / "awa.toml"
+    path.write_text("[worker]\nprocesses = 1\n", encoding="utf-8")
+    return path
