@@ -12,7 +12,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -81,6 +81,16 @@ def wait_for_state(dsn: str, state: str, count: int, timeout: float = 600, kind:
             time.sleep(0.02)
 
 
+def per_job(server: BenchServer, dsn: str, jobs: int, run: Callable[[], float]) -> dict[str, Any]:
+    """Rate, commits and WAL bytes per job of ``run`` (which returns the seconds it timed),
+    from server snapshots taken before and after it."""
+    before = server.snapshot(dsn)
+    elapsed = run()
+    after = server.snapshot(dsn)
+    return {"jobs_per_s": jobs / elapsed, "commits_per_job": (after["commits"] - before["commits"]) / jobs,
+            "wal_bytes_per_job": server.wal_bytes(before["lsn"], after["lsn"]) / jobs}
+
+
 def pre_enqueue(dsn: str, args: list[Any]) -> None:
     with awa.Client(dsn) as client:
         for i in range(0, len(args), 5000):
@@ -140,22 +150,22 @@ def claim_complete_sql(server: BenchServer, dsn: str, jobs: int) -> dict[str, An
     """Reference: awa's own claim and completion statements in a bare loop, 10 jobs a time."""
     pre_enqueue(dsn, [Noop(i) for i in range(jobs)])
     params = {"queue": "bench", "limit": 10, "deadline": 0.0}
-    before = server.snapshot(dsn)
-    with psycopg.connect(dsn, autocommit=True) as claimer, psycopg.connect(dsn, autocommit=True) as completer:
-        claimer.execute("SET synchronous_commit = off")  # as the worker's claims
-        start = time.perf_counter()
-        done = 0
-        while done < jobs:
-            rows = claimer.execute(CLAIM, params).fetchall()
-            if not rows:
-                raise RuntimeError("the queue ran dry before every job was completed")
-            results = [AttemptResult(job=JobRow.from_values(r), action="complete") for r in rows]
-            completer.execute(FINALIZE_CHANGED, finalize_params(results)).fetchall()
-            done += len(rows)
-        elapsed = time.perf_counter() - start
-    after = server.snapshot(dsn)
-    return {"jobs_per_s": jobs / elapsed, "commits_per_job": (after["commits"] - before["commits"]) / jobs,
-            "wal_bytes_per_job": server.wal_bytes(before["lsn"], after["lsn"]) / jobs}
+
+    def run() -> float:
+        with psycopg.connect(dsn, autocommit=True) as claimer, psycopg.connect(dsn, autocommit=True) as completer:
+            claimer.execute("SET synchronous_commit = off")  # as the worker's claims
+            start = time.perf_counter()
+            done = 0
+            while done < jobs:
+                rows = claimer.execute(CLAIM, params).fetchall()
+                if not rows:
+                    raise RuntimeError("the queue ran dry before every job was completed")
+                results = [AttemptResult(job=JobRow.from_values(r), action="complete") for r in rows]
+                completer.execute(FINALIZE_CHANGED, finalize_params(results)).fetchall()
+                done += len(rows)
+            return time.perf_counter() - start
+
+    return per_job(server, dsn, jobs, run)
 
 
 def insert_many_copy_sql(server: BenchServer, dsn: str, jobs: int) -> dict[str, Any]:
@@ -164,32 +174,31 @@ def insert_many_copy_sql(server: BenchServer, dsn: str, jobs: int) -> dict[str, 
     statement, encode = copy_encoder(prepare(Noop(0), InsertOpts(queue="bench")))
     payload = [encode(prepare_many([Noop(b * 1000 + i) for i in range(1000)], InsertOpts(queue="bench")))
                for b in range(batches)]
-    before = server.snapshot(dsn)
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        start = time.perf_counter()
-        for data in payload:
-            with conn.cursor() as cur, cur.copy(statement) as copy:
-                copy.write(data)
-        elapsed = time.perf_counter() - start
-    after = server.snapshot(dsn)
-    total = batches * 1000
-    return {"jobs_per_s": total / elapsed, "commits_per_job": (after["commits"] - before["commits"]) / total,
-            "wal_bytes_per_job": server.wal_bytes(before["lsn"], after["lsn"]) / total}
+
+    def run() -> float:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            start = time.perf_counter()
+            for data in payload:
+                with conn.cursor() as cur, cur.copy(statement) as copy:
+                    copy.write(data)
+            return time.perf_counter() - start
+
+    return per_job(server, dsn, batches * 1000, run)
 
 
 def enqueue_one_sql(server: BenchServer, dsn: str, jobs: int) -> dict[str, Any]:
     """Reference: the statement awa's insert sends, one by one, from a bare psycopg connection."""
     count = min(jobs, 5000)
     params = queries.insert_params(prepare(Noop(0), InsertOpts(queue="bench")))
-    before = server.snapshot(dsn)
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        start = time.perf_counter()
-        for _ in range(count):
-            conn.execute(queries.INSERT_ONE, params, prepare=True).fetchone()
-        elapsed = time.perf_counter() - start
-    after = server.snapshot(dsn)
-    return {"jobs_per_s": count / elapsed, "commits_per_job": (after["commits"] - before["commits"]) / count,
-            "wal_bytes_per_job": server.wal_bytes(before["lsn"], after["lsn"]) / count}
+
+    def run() -> float:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            start = time.perf_counter()
+            for _ in range(count):
+                conn.execute(queries.INSERT_ONE, params, prepare=True).fetchone()
+            return time.perf_counter() - start
+
+    return per_job(server, dsn, count, run)
 
 
 def enqueue_one(server: BenchServer, dsn: str, jobs: int) -> dict[str, Any]:
@@ -203,11 +212,7 @@ def enqueue_one(server: BenchServer, dsn: str, jobs: int) -> dict[str, Any]:
                 await client.insert(Noop(i), queue="bench")
             return time.perf_counter() - start
 
-    before = server.snapshot(dsn)
-    elapsed = asyncio.run(run())
-    after = server.snapshot(dsn)
-    return {"jobs_per_s": count / elapsed, "commits_per_job": (after["commits"] - before["commits"]) / count,
-            "wal_bytes_per_job": server.wal_bytes(before["lsn"], after["lsn"]) / count}
+    return per_job(server, dsn, count, lambda: asyncio.run(run()))
 
 
 def insert_many(server: BenchServer, dsn: str, jobs: int) -> dict[str, Any]:
@@ -222,12 +227,7 @@ def insert_many(server: BenchServer, dsn: str, jobs: int) -> dict[str, Any]:
                 await client.insert_many(batch, queue="bench")
             return time.perf_counter() - start
 
-    before = server.snapshot(dsn)
-    elapsed = asyncio.run(run())
-    after = server.snapshot(dsn)
-    total = batches * 1000
-    return {"jobs_per_s": total / elapsed, "commits_per_job": (after["commits"] - before["commits"]) / total,
-            "wal_bytes_per_job": server.wal_bytes(before["lsn"], after["lsn"]) / total}
+    return per_job(server, dsn, batches * 1000, lambda: asyncio.run(run()))
 
 
 def pickup_latency(server: BenchServer, dsn: str, jobs: int) -> dict[str, Any]:

@@ -31,7 +31,7 @@ from typing import Any
 
 import psycopg
 
-from benchmarks.measures import drain_result, running
+from benchmarks.measures import drain_result, per_job, running
 from benchmarks.server import BenchServer, tree_cpu
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -123,13 +123,7 @@ class Peer:
         """The peer's single-job enqueue one by one, each in its own transaction."""
         self.install_schema(dsn)
         count = min(jobs, 5000)
-        before = server.snapshot(dsn)
-        elapsed = self.enqueue_each(dsn, count)
-        after = server.snapshot(dsn)
-        return {"jobs_per_s": count / elapsed,
-                "commits_per_job": (after["commits"] - before["commits"]) / count,
-                "wal_bytes_per_job": server.wal_bytes(before["lsn"], after["lsn"]) / count,
-                "version": self.version()}
+        return {**per_job(server, dsn, count, lambda: self.enqueue_each(dsn, count)), "version": self.version()}
 
 
 class Procrastinate(Peer):
