@@ -301,20 +301,17 @@ class OutcomeCore:
         one transaction of their own (see ``_finalize_with_follow_ups``)."""
         own = [self.needs_own_transaction(r) for r in results]
         batch = [r for r, alone in zip(results, own, strict=True) if not alone]
-        single = [r for r, alone in zip(results, own, strict=True) if alone]
+        with_follow_ups = [r for r, alone in zip(results, own, strict=True) if alone]
         done: list[Finalized] = []
         if batch:
             done.extend(await self._finalize_batch(batch))
-        if single:
-            done.extend(await self._finalize_with_follow_ups(single))
+        if with_follow_ups:
+            done.extend(await self._finalize_with_follow_ups(with_follow_ups))
         return done
 
     async def _finalize_batch(self, results: Sequence[AttemptResult]) -> list[Finalized]:
-        async with self.pool.connection() as conn:
-            async with conn.cursor(row_factory=dict_row) as cur:
-                await cur.execute(sql.FINALIZE_CHANGED, finalize_params(results))
-                changed = {r["id"]: r for r in await cur.fetchall()}
-        finalized = [_finalized(result, changed.get(result.job.id)) for result in results]
+        async with self.pool.connection() as conn:  # no follow-ups: one statement, no transaction
+            finalized = await self._apply_attempts(conn, results)
         self._committed(results, finalized)
         return finalized
 
@@ -360,7 +357,8 @@ class OutcomeCore:
         self, conn: psycopg.AsyncConnection, results: Sequence[AttemptResult]
     ) -> list[Finalized]:
         """Transitions, spec follow-ups and staged follow-ups inside the caller's transaction:
-        two statements however many jobs and follow-ups there are."""
+        two statements however many jobs and follow-ups there are (one when none has a
+        follow-up)."""
         async with conn.cursor(row_factory=dict_row) as cur:
             await cur.execute(sql.FINALIZE_CHANGED, finalize_params(results))
             changed = {r["id"]: r for r in await cur.fetchall()}
