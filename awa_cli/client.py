@@ -13,7 +13,7 @@ import threading
 from collections.abc import Callable, Coroutine, Iterable, Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass
-from datetime import timedelta, UTC
+from datetime import datetime, timedelta, UTC
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import psycopg
@@ -102,8 +102,6 @@ COPY_CHUNK = 100  # rows validated and encoded per write while the server stores
 def _copy_tail(first: PreparedJob) -> tuple[list[str], str]:
     """The columns after (kind, queue, args) and their text, shared by every row of a bulk
     insert (the options, and so these values, are the same for all of them)."""
-    from datetime import datetime
-
     columns = ["state", "priority", "max_attempts", "deadline_duration", "metadata", "tags", "ordering_key"]
     shared: list[Any] = [first.priority, first.max_attempts, first.deadline_duration,
                          first.metadata_json, first.tags, first.ordering_key]
@@ -139,17 +137,16 @@ def copy_encoder(first: PreparedJob) -> tuple[str, Callable[[list[PreparedJob]],
     return f"COPY awa.jobs (kind, queue, args, {', '.join(columns)}) FROM STDIN", encode
 
 
-async def _copy_jobs(conn: psycopg.AsyncConnection[Any], chunks: Iterator[list[PreparedJob]]) -> int:
+async def _copy_jobs(
+    conn: psycopg.AsyncConnection[Any], first: list[PreparedJob], rest: Iterator[list[PreparedJob]]
+) -> int:
     """Bulk insert without unique keys: one COPY in text format that awa writes itself, a chunk
     at a time, so the server stores one chunk while the next is validated and encoded. A row
     that fails validation aborts the COPY: the statement is atomic, nothing is written."""
-    first_chunk = next(chunks, None)
-    if not first_chunk:
-        return 0
-    statement, encode = copy_encoder(first_chunk[0])
+    statement, encode = copy_encoder(first[0])
     count = 0
     async with conn.cursor() as cur, cur.copy(statement) as copy:
-        for chunk in itertools.chain([first_chunk], chunks):
+        for chunk in itertools.chain([first], rest):
             await copy.write(encode(chunk))
             count += len(chunk)
     return count
@@ -233,7 +230,7 @@ class AsyncClient:
                 return 0
             pool = await self._ready()
             async with pool.connection() as conn:
-                return await _copy_jobs(conn, itertools.chain([first], chunks))
+                return await _copy_jobs(conn, first, chunks)
         prepared = prepare(args_list)
         if not prepared:
             return 0
