@@ -522,7 +522,9 @@ def prepare_many(
     """Validate a bulk insert: the shared options once, then each row's kind and args."""
     prepared: list[PreparedJob] = []
     templates: dict[str, PreparedJob] = {}
-    kinds: dict[type, str] = {}  # the kind of each args class seen (not of dicts: theirs is opts.kind)
+    # The kind of each args class seen in this call (kind_for_type may scan the app's tasks);
+    # never of dicts, whose kind is opts.kind.
+    kinds: dict[type, str] = {}
     unique = UniqueOpts.coerce(opts.unique_opts) is not None
     now = time.time()
     for args in args_list:
