@@ -62,7 +62,8 @@ def callback_app(events: list[object], payloads: list[object] | None = None) -> 
     return app
 
 
-async def park_one(dsn: str, app: awa.App, worker: awa.Worker, args: Order | None = None) -> awa.JobRow:
+async def park_one(dsn: str, args: Order | None = None) -> awa.JobRow:
+    """Insert an order and wait until the running worker has parked it on a callback."""
     async with awa.AsyncClient(dsn) as client:
         job = await client.insert(args or Order())
     await wait_until(lambda: job_row(dsn, job.id).state == "waiting_external")
@@ -78,8 +79,8 @@ async def test_park_fires_waiting_and_releases_the_slot(dsn: str) -> None:
     events: list[object] = []
     app = callback_app(events)
     async with running_worker(app, dsn, {"default": 1}) as worker:
-        first = await park_one(dsn, app, worker)
-        second = await park_one(dsn, app, worker)  # only runs if the slot was released
+        first = await park_one(dsn)
+        second = await park_one(dsn)  # only runs if the slot was released
         await wait_until(lambda: names(events).count("WaitingForCallback") == 2)
     assert first.callback_id is not None and first.callback_timeout_at is not None
     assert first.callback_id.version == 4 and second.callback_id != first.callback_id
@@ -104,7 +105,7 @@ async def test_complete_external_with_app_fires_completed_with_zero_duration(dsn
     client_events: list[object] = []
     app = callback_app(events)
     async with running_worker(app, dsn) as worker:
-        parked = await park_one(dsn, app, worker)
+        parked = await park_one(dsn)
     resolver_app = callback_app(client_events)
     async with awa.AsyncClient(dsn, app=resolver_app) as client:
         row = await client.complete_external(str(parked.callback_id), {"ok": 1})
@@ -119,7 +120,7 @@ async def test_bare_client_transitions_without_hooks(dsn: str) -> None:
     events: list[object] = []
     app = callback_app(events)
     async with running_worker(app, dsn) as worker:
-        parked = await park_one(dsn, app, worker)
+        parked = await park_one(dsn)
     count = len(events)
     async with awa.AsyncClient(dsn) as client:
         row = await client.complete_external(parked.callback_id)
@@ -132,7 +133,7 @@ async def test_fail_external_records_the_error_verbatim(dsn: str) -> None:
     events: list[object] = []
     app = callback_app(events)
     async with running_worker(app, dsn) as worker:
-        parked = await park_one(dsn, app, worker)
+        parked = await park_one(dsn)
     async with awa.AsyncClient(dsn, app=app) as client:
         row = await client.fail_external(parked.callback_id, "payment declined: card 4242")
     assert row.state == "failed"
@@ -146,7 +147,7 @@ async def test_retry_external_resets_attempts_and_runs_again(dsn: str) -> None:
     events: list[object] = []
     app = callback_app(events)
     async with running_worker(app, dsn) as worker:
-        parked = await park_one(dsn, app, worker)
+        parked = await park_one(dsn)
         async with awa.AsyncClient(dsn, app=app) as client:
             row = await client.retry_external(parked.callback_id)
         assert row.state == "available" and row.attempt == 0 and row.callback_id is None
@@ -162,9 +163,9 @@ async def test_retry_external_resets_attempts_and_runs_again(dsn: str) -> None:
 async def test_resolve_callback_actions(dsn: str) -> None:
     app = callback_app([])
     async with running_worker(app, dsn) as worker:
-        a = await park_one(dsn, app, worker)
-        b = await park_one(dsn, app, worker)
-        c = await park_one(dsn, app, worker)
+        a = await park_one(dsn)
+        b = await park_one(dsn)
+        c = await park_one(dsn)
     async with awa.AsyncClient(dsn, app=app) as client:
         ignored = await client.resolve_callback(a.callback_id, {"x": 1})
         assert ignored.outcome == "ignored" and ignored.job.state == "waiting_external"
@@ -181,7 +182,7 @@ async def test_resolve_callback_actions(dsn: str) -> None:
 async def test_heartbeat_callback_extends_the_timeout(dsn: str) -> None:
     app = callback_app([])
     async with running_worker(app, dsn) as worker:
-        parked = await park_one(dsn, app, worker)
+        parked = await park_one(dsn)
     async with awa.AsyncClient(dsn) as client:
         row = await client.heartbeat_callback(parked.callback_id, timeout=7200)
     assert parked.callback_timeout_at is not None and row.callback_timeout_at is not None
@@ -194,7 +195,7 @@ async def test_resume_external_reenters_a_parked_job(dsn: str) -> None:
     events: list[object] = []
     app = callback_app(events)
     async with running_worker(app, dsn) as worker:
-        parked = await park_one(dsn, app, worker)
+        parked = await park_one(dsn)
         async with awa.AsyncClient(dsn, app=app) as client:
             resumed = await client.resume_external(parked.callback_id, {"tracking": "Z1"})
         assert resumed.state == "available"
@@ -242,7 +243,7 @@ async def test_wait_for_callback_raises_when_the_job_is_cancelled(dsn: str) -> N
 async def test_guards(dsn: str) -> None:
     app = callback_app([])
     async with running_worker(app, dsn) as worker:
-        parked = await park_one(dsn, app, worker)
+        parked = await park_one(dsn)
     async with awa.AsyncClient(dsn) as client:
         with pytest.raises(awa.CallbackNotFound):
             await client.complete_external(uuid.uuid4())
@@ -261,7 +262,7 @@ async def test_guards(dsn: str) -> None:
 async def test_resolution_after_rescue_is_not_found(dsn: str) -> None:
     app = callback_app([])
     async with running_worker(app, dsn) as worker:
-        parked = await park_one(dsn, app, worker)
+        parked = await park_one(dsn)
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("UPDATE awa.jobs SET callback_timeout_at = now() - interval '1 minute'")
     async with awa.AsyncClient(dsn) as client:
@@ -278,7 +279,7 @@ def test_concurrent_resolutions_exactly_one_wins(dsn: str) -> None:
     async def park() -> awa.JobRow:
         app = callback_app([])
         async with running_worker(app, dsn) as worker:
-            return await park_one(dsn, app, worker)
+            return await park_one(dsn)
 
     parked = asyncio.run(park())
     results: list[str] = []
