@@ -61,7 +61,9 @@ class FollowUpSpec:
         """Call the closure; None means enqueue nothing."""
         result = self.fn(args, job, *context)
         if inspect.isawaitable(result):
-            raise RegistrationError(f"follow-up spec {self.name} must be a plain function, not async")
+            raise RegistrationError(
+                f"follow-up spec {self.name} must be a plain function, not async"
+            )
         if self.returns_request:
             if result is None or isinstance(result, EnqueueRequest):
                 return result
@@ -69,13 +71,18 @@ class FollowUpSpec:
                 f"follow-up spec {self.name} must return EnqueueRequest or None, got {type(result).__name__}"
             )
         if result is None:
-            raise RegistrationError(f"follow-up spec {self.name} returned None; use the _with form to skip")
+            raise RegistrationError(
+                f"follow-up spec {self.name} returned None; use the _with form to skip"
+            )
         return EnqueueRequest(result)
 
 
 def _follow_up_registrar(outcome: Outcome, returns_request: bool) -> Callable[..., Any]:
     def register(
-        self: App, trigger: type | str, follow_up: type | None = None, fn: Callable[..., Any] | None = None
+        self: App,
+        trigger: type | str,
+        follow_up: type | None = None,
+        fn: Callable[..., Any] | None = None,
     ) -> Any:
         def add(f: Callable[..., Any]) -> Callable[..., Any]:
             self._add_follow_up(outcome, trigger, follow_up, f, returns_request)
@@ -102,7 +109,9 @@ class App:
         # app merged in later) after the hook still routes it right.
         self._hooks: list[tuple[str | type, Hook]] = []
         self._specs: list[tuple[str | type, FollowUpSpec]] = []
-        self._index: tuple[dict[str, list[Hook]], dict[tuple[str, Outcome], list[FollowUpSpec]]] | None = None
+        self._index: (
+            tuple[dict[str, list[Hook]], dict[tuple[str, Outcome], list[FollowUpSpec]]] | None
+        ) = None
 
     # -- tasks ---------------------------------------------------------------------------
     def task(
@@ -172,7 +181,9 @@ class App:
     def _kind(self, key: str | type) -> str:
         return key if isinstance(key, str) else self.kind_of_type(key)
 
-    def _indexed(self) -> tuple[dict[str, list[Hook]], dict[tuple[str, Outcome], list[FollowUpSpec]]]:
+    def _indexed(
+        self,
+    ) -> tuple[dict[str, list[Hook]], dict[tuple[str, Outcome], list[FollowUpSpec]]]:
         if self._index is None:
             hooks: dict[str, list[Hook]] = {}
             for key, hook in self._hooks:
@@ -216,7 +227,9 @@ class App:
         if not callable(fn):
             raise RegistrationError(f"follow-up spec for {trigger!r} is not callable: {fn!r}")
         trigger_type = None if isinstance(trigger, str) else trigger
-        spec = FollowUpSpec(outcome, _key_name(trigger), trigger_type, follow_up, fn, returns_request)
+        spec = FollowUpSpec(
+            outcome, _key_name(trigger), trigger_type, follow_up, fn, returns_request
+        )
         self._specs.append((trigger, spec))
         self._index = None
 

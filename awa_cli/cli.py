@@ -28,7 +28,9 @@ def exit_code_for(exc: BaseException) -> int:
     return EXIT_FAILED
 
 
-_LINE_BREAKS: dict[str, str | int | None] = {c: repr(c)[1:-1] for c in "\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"}
+_LINE_BREAKS: dict[str, str | int | None] = {
+    c: repr(c)[1:-1] for c in "\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"
+}
 
 
 def single_line(text: str) -> str:
@@ -79,9 +81,20 @@ class AwaGroup(click.Group):
         sys.exit(result if isinstance(result, int) else 0)
 
 
-@click.group(cls=AwaGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
-@click.option("--config", "config_option", metavar="PATH", help="Config file (default: $AWA_CONFIG, else ./awa.toml).")
-@click.option("--database-url", metavar="URL", help="PostgreSQL URL (default: $AWA_DATABASE_URL, else [database] url, else the embedded server).")
+@click.group(
+    cls=AwaGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100}
+)
+@click.option(
+    "--config",
+    "config_option",
+    metavar="PATH",
+    help="Config file (default: $AWA_CONFIG, else ./awa.toml).",
+)
+@click.option(
+    "--database-url",
+    metavar="URL",
+    help="PostgreSQL URL (default: $AWA_DATABASE_URL, else [database] url, else the embedded server).",
+)
 @click.option("--json", "json_output", is_flag=True, help="Machine-readable JSON output.")
 @click.option("--no-color", is_flag=True, help="No colours (NO_COLOR is honoured too).")
 @click.option("-v", "--verbose", count=True, help="More logging; tracebacks on errors.")
@@ -103,7 +116,9 @@ def cli(
     callbacks, and manage the embedded PostgreSQL server.
     """
     level = logging.WARNING if quiet else (logging.DEBUG if verbose > 1 else logging.INFO)
-    logging.basicConfig(level=level, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    logging.basicConfig(
+        level=level, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s %(message)s"
+    )
     ctx.obj = CliContext(
         config_option=config_option,
         database_url_option=database_url,

@@ -24,7 +24,15 @@ from awa_cli.app import prepare_job
 from awa_cli.db import queries
 from awa_cli.db.migrations import Migration, migrate_dsn
 from awa_cli.dispatch import Dispatcher, EventHook
-from awa_cli.jobs import InsertOpts, JobRow, JobState, PreparedJob, UniqueOpts, prepare_many, to_json
+from awa_cli.jobs import (
+    InsertOpts,
+    JobRow,
+    JobState,
+    PreparedJob,
+    UniqueOpts,
+    prepare_many,
+    to_json,
+)
 from awa_cli.outcomes import OutcomeCore
 from awa_cli.results import JobNotFound, UniqueConflict, ValidationError, seconds
 
@@ -66,7 +74,9 @@ def insert(conn: psycopg.Connection[Any], args: Any, **insert_options: Any) -> J
     return _row_or_conflict(record, prepared, holder)
 
 
-async def insert_async(conn: psycopg.AsyncConnection[Any], args: Any, **insert_options: Any) -> JobRow:
+async def insert_async(
+    conn: psycopg.AsyncConnection[Any], args: Any, **insert_options: Any
+) -> JobRow:
     """``insert`` for an async psycopg connection."""
     prepared = prepare_insert(args, insert_options)
     return await _insert_on(conn, prepared)
@@ -91,7 +101,9 @@ def _copy_text(value: Any) -> str:
     if value is None:
         return "\\N"
     if isinstance(value, list):
-        items = ",".join('"' + str(v).replace("\\", "\\\\").replace('"', '\\"') + '"' for v in value)
+        items = ",".join(
+            '"' + str(v).replace("\\", "\\\\").replace('"', '\\"') + '"' for v in value
+        )
         value = "{" + items + "}"
     return str(value).translate(_COPY_ESCAPES)
 
@@ -102,9 +114,23 @@ COPY_CHUNK = 100  # rows validated and encoded per write while the server stores
 def _copy_tail(first: PreparedJob) -> tuple[list[str], str]:
     """The columns after (kind, queue, args) and their text, shared by every row of a bulk
     insert (the options, and so these values, are the same for all of them)."""
-    columns = ["state", "priority", "max_attempts", "deadline_duration", "metadata", "tags", "ordering_key"]
-    shared: list[Any] = [first.priority, first.max_attempts, first.deadline_duration,
-                         first.metadata_json, first.tags, first.ordering_key]
+    columns = [
+        "state",
+        "priority",
+        "max_attempts",
+        "deadline_duration",
+        "metadata",
+        "tags",
+        "ordering_key",
+    ]
+    shared: list[Any] = [
+        first.priority,
+        first.max_attempts,
+        first.deadline_duration,
+        first.metadata_json,
+        first.tags,
+        first.ordering_key,
+    ]
     state = "available"
     if first.run_at is not None:
         columns.append("run_at")
@@ -130,7 +156,9 @@ def copy_encoder(first: PreparedJob) -> tuple[str, Callable[[list[PreparedJob]],
         for job in chunk:
             head = names.get((job.kind, job.queue))
             if head is None:
-                head = names[(job.kind, job.queue)] = f"{_copy_text(job.kind)}\t{_copy_text(job.queue)}\t"
+                head = names[(job.kind, job.queue)] = (
+                    f"{_copy_text(job.kind)}\t{_copy_text(job.queue)}\t"
+                )
             lines.append(head + job.args_json.translate(_COPY_ESCAPES) + "\t" + tail)
         return "".join(lines).encode()
 
@@ -267,7 +295,12 @@ class AsyncClient:
         async with pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
             await cur.execute(
                 queries.LIST_JOBS,
-                {"state": None if state is None else str(state), "kind": kind, "queue": queue, "limit": limit},
+                {
+                    "state": None if state is None else str(state),
+                    "kind": kind,
+                    "queue": queue,
+                    "limit": limit,
+                },
             )
             return [JobRow.from_record(r) for r in await cur.fetchall()]
 
@@ -285,14 +318,20 @@ class AsyncClient:
     ) -> JobRow:
         """Complete the job waiting on ``callback_id`` (Completed, duration 0)."""
         await self._ready()
-        return await self.core.resolve_external(callback_id, "complete", payload=payload, run_lease=run_lease)
+        return await self.core.resolve_external(
+            callback_id, "complete", payload=payload, run_lease=run_lease
+        )
 
-    async def fail_external(self, callback_id: Any, error: str, run_lease: int | None = None) -> JobRow:
+    async def fail_external(
+        self, callback_id: Any, error: str, run_lease: int | None = None
+    ) -> JobRow:
         """Fail the job waiting on ``callback_id`` (Exhausted with ``error`` verbatim)."""
         if not isinstance(error, str):
             raise ValidationError("error", "expected a string")
         await self._ready()
-        return await self.core.resolve_external(callback_id, "fail", error=error, run_lease=run_lease)
+        return await self.core.resolve_external(
+            callback_id, "fail", error=error, run_lease=run_lease
+        )
 
     async def retry_external(self, callback_id: Any, run_lease: int | None = None) -> JobRow:
         """Make the waiting job available again with its attempts reset (Retried)."""
@@ -304,7 +343,9 @@ class AsyncClient:
         await self._ready()
         return await self.core.resume_external(callback_id, payload)
 
-    async def heartbeat_callback(self, callback_id: Any, timeout: float | timedelta = 3600) -> JobRow:
+    async def heartbeat_callback(
+        self, callback_id: Any, timeout: float | timedelta = 3600
+    ) -> JobRow:
         """Extend the callback's timeout to now + ``timeout``."""
         seconds_ = seconds(timeout, "timeout")
         await self._ready()
@@ -328,12 +369,19 @@ class AsyncClient:
             raise ValidationError("default_action", "expected complete, fail or ignore")
         await self._ready()
         if default_action == "complete":
-            row = await self.core.resolve_external(callback_id, "complete", payload=payload, run_lease=run_lease)
+            row = await self.core.resolve_external(
+                callback_id, "complete", payload=payload, run_lease=run_lease
+            )
             return ResolveResult("completed", row)
         if default_action == "fail":
-            error = f"callback resolved as failed: {to_json(payload, 'payload')}" if payload is not None \
+            error = (
+                f"callback resolved as failed: {to_json(payload, 'payload')}"
+                if payload is not None
                 else "callback resolved as failed"
-            row = await self.core.resolve_external(callback_id, "fail", error=error, run_lease=run_lease)
+            )
+            row = await self.core.resolve_external(
+                callback_id, "fail", error=error, run_lease=run_lease
+            )
             return ResolveResult("failed", row)
         return ResolveResult("ignored", await self.core.waiting_job(callback_id, run_lease))
 

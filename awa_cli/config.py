@@ -151,7 +151,9 @@ def parse_duration(value: Any, key: str) -> float:
     if not math.isfinite(seconds) or seconds < 0:
         raise ConfigError(f"{key}: expected a non-negative duration, got {_show(value)}", key=key)
     if seconds > MAX_DURATION_SECONDS:
-        raise ConfigError(f"{key}: expected a duration of at most 36500d, got {_show(value)}", key=key)
+        raise ConfigError(
+            f"{key}: expected a duration of at most 36500d, got {_show(value)}", key=key
+        )
     return seconds
 
 

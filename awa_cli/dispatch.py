@@ -78,8 +78,13 @@ class Dispatcher:
                 self._run(event, hooks, plugins), name=f"awa-hooks-{event.name}-{event.job.id}"
             )
         except RuntimeError as exc:  # no running loop: nothing to run the hooks on
-            log.error("event %s of job %s dropped: %s", event.name, event.job.id, exc,
-                      extra={"action": "event_dropped", "job_id": event.job.id})
+            log.error(
+                "event %s of job %s dropped: %s",
+                event.name,
+                event.job.id,
+                exc,
+                extra={"action": "event_dropped", "job_id": event.job.id},
+            )
             return
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
@@ -104,7 +109,10 @@ class Dispatcher:
             except Exception as exc:
                 log.warning(
                     "hook %s skipped: args of job %s do not rebuild as %s: %s",
-                    name, event.job.id, getattr(hook.args_type, "__name__", hook.args_type), exc,
+                    name,
+                    event.job.id,
+                    getattr(hook.args_type, "__name__", hook.args_type),
+                    exc,
                     extra={"action": "hook_skipped", "job_id": event.job.id, "hook": name},
                 )
                 continue
@@ -127,7 +135,11 @@ class Dispatcher:
             self.failures += 1
             log.error(
                 "hook %s failed on %s of job %s: %s: %s",
-                name, event.name, event.job.id, type(exc).__name__, exc,
+                name,
+                event.name,
+                event.job.id,
+                type(exc).__name__,
+                exc,
                 exc_info=exc,
                 extra={"action": "hook_failed", "job_id": event.job.id, "hook": name},
             )

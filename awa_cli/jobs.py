@@ -539,11 +539,15 @@ def prepare_many(
         template = templates.get(kind)
         if template is None or unique:  # the unique key depends on the args: validate fully
             default_queue = queue_for_kind(kind) if queue_for_kind is not None else None
-            job = prepare(args, dataclasses.replace(opts, kind=kind), default_queue=default_queue, now=now)
+            job = prepare(
+                args, dataclasses.replace(opts, kind=kind), default_queue=default_queue, now=now
+            )
             templates.setdefault(kind, job)
             prepared.append(job)
             continue
-        job = object.__new__(PreparedJob)  # the template with this row's args (frozen: no replace())
+        job = object.__new__(
+            PreparedJob
+        )  # the template with this row's args (frozen: no replace())
         job.__dict__.update(template.__dict__)
         job.__dict__["args_json"] = args_json_of(dict(args) if isinstance(args, Mapping) else args)
         prepared.append(job)

@@ -59,8 +59,12 @@ async def sweep_once(
         rows = await core.rescue(reason, staleness=heartbeat_staleness, dry_run=dry_run)
         report.rescued[str(reason)] = rows
         if rows and not dry_run:
-            log.warning("rescued %d jobs: %s", len(rows), reason,
-                        extra={"action": "rescued", "reason": str(reason), "jobs": [r.id for r in rows]})
+            log.warning(
+                "rescued %d jobs: %s",
+                len(rows),
+                reason,
+                extra={"action": "rescued", "reason": str(reason), "jobs": [r.id for r in rows]},
+            )
             if on_rescued is not None:
                 on_rescued(rows)
     if dry_run:
@@ -74,8 +78,14 @@ async def sweep_once(
 class Maintenance:
     """The leader-elected maintenance loop inside a worker."""
 
-    def __init__(self, dsn: str, pool: AsyncConnectionPool, core: OutcomeCore, timings: Any,
-                 worker: Any = None) -> None:
+    def __init__(
+        self,
+        dsn: str,
+        pool: AsyncConnectionPool,
+        core: OutcomeCore,
+        timings: Any,
+        worker: Any = None,
+    ) -> None:
         self.dsn = dsn
         self.pool = pool
         self.core = core
@@ -85,7 +95,8 @@ class Maintenance:
         if timings.heartbeat_staleness < 3 * timings.heartbeat_interval:
             log.warning(
                 "heartbeat_staleness (%ss) is below 3x heartbeat_interval (%ss): live jobs may be rescued",
-                timings.heartbeat_staleness, timings.heartbeat_interval,
+                timings.heartbeat_staleness,
+                timings.heartbeat_interval,
                 extra={"action": "config_warning"},
             )
 
@@ -98,10 +109,16 @@ class Maintenance:
                 raise
             except (psycopg.Error, OSError) as exc:
                 self.is_leader = False
-                log.warning("maintenance connection lost: %s", exc, extra={"action": "maintenance_reconnect"})
+                log.warning(
+                    "maintenance connection lost: %s",
+                    exc,
+                    extra={"action": "maintenance_reconnect"},
+                )
                 await _sleep_unless(stopping, self.timings.leader_election_interval)
 
-    async def _lead_or_wait(self, conn: psycopg.AsyncConnection[Any], stopping: asyncio.Event) -> None:
+    async def _lead_or_wait(
+        self, conn: psycopg.AsyncConnection[Any], stopping: asyncio.Event
+    ) -> None:
         try:
             while not stopping.is_set():
                 if not self.is_leader:

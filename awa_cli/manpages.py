@@ -347,7 +347,9 @@ def generate() -> dict[str, str]:
     from awa_cli.cli import cli
 
     root_ctx = click.Context(cli, info_name="awa", **cli.context_settings)
-    commands = {name: cli.get_command(root_ctx, name) for name in sorted(cli.list_commands(root_ctx))}
+    commands = {
+        name: cli.get_command(root_ctx, name) for name in sorted(cli.list_commands(root_ctx))
+    }
     shown = {name: c for name, c in commands.items() if c is not None and not c.hidden}
     pages = {"man1/awa.1": root_page(cli, root_ctx, list(shown))}
     for name, command in shown.items():

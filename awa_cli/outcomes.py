@@ -75,7 +75,9 @@ def backoff_seconds(attempt: int) -> float:
     return min(base * (1.0 + random.uniform(0.0, 0.25)), MAX_BACKOFF_SECONDS)
 
 
-def error_entry(message: str, attempt: int, *, terminal: bool = False, tb: str | None = None) -> dict[str, Any]:
+def error_entry(
+    message: str, attempt: int, *, terminal: bool = False, tb: str | None = None
+) -> dict[str, Any]:
     entry: dict[str, Any] = {
         "error": message,
         "attempt": attempt,
@@ -160,7 +162,10 @@ def decide(
     if exc is not None:
         message, tb = describe_exception(exc)
         terminal = isinstance(exc, TerminalError) or last_attempt
-        base.error, base.error_entry = message, error_entry(message, job.attempt, terminal=terminal, tb=tb)
+        base.error, base.error_entry = (
+            message,
+            error_entry(message, job.attempt, terminal=terminal, tb=tb),
+        )
         if terminal:
             base.action = "fail"
         else:
@@ -169,7 +174,10 @@ def decide(
     match result:
         case None:
             base.action, base.output, base.has_output, base.staged = (
-                "complete", output, has_output, list(staged),
+                "complete",
+                output,
+                has_output,
+                list(staged),
             )
         case RetryAfter(seconds=delay):
             entry = error_entry("", job.attempt, terminal=last_attempt)
@@ -213,11 +221,20 @@ def committed_row(result: AttemptResult, changed: dict[str, Any]) -> JobRow:
     claimed = result.job
     errors = claimed.errors if result.error_entry is None else [*claimed.errors, result.error_entry]
     state = JobState(changed["state"])
-    output = result.output if (result.has_output and state is JobState.COMPLETED) else claimed.output
+    output = (
+        result.output if (result.has_output and state is JobState.COMPLETED) else claimed.output
+    )
     return claimed.evolve(
-        state=state, run_at=changed["run_at"], attempt=changed["attempt"], errors=errors,
-        output=output, heartbeat_at=None, deadline_at=None, finalized_at=changed["finalized_at"],
-        callback_id=changed["callback_id"], callback_timeout_at=changed["callback_timeout_at"],
+        state=state,
+        run_at=changed["run_at"],
+        attempt=changed["attempt"],
+        errors=errors,
+        output=output,
+        heartbeat_at=None,
+        deadline_at=None,
+        finalized_at=changed["finalized_at"],
+        callback_id=changed["callback_id"],
+        callback_timeout_at=changed["callback_timeout_at"],
     )
 
 
@@ -236,9 +253,12 @@ def finalize_params(results: Sequence[AttemptResult]) -> dict[str, Any]:
         "leases": [r.job.run_lease for r in results],
         "states": [str(_STATE_OF_ACTION[r.action]) for r in results],
         "delays": [r.delay for r in results],
-        "errors": [json.dumps(r.error_entry) if r.error_entry is not None else None for r in results],
+        "errors": [
+            json.dumps(r.error_entry) if r.error_entry is not None else None for r in results
+        ],
         "outputs": [
-            json.dumps(r.output) if r.has_output and r.action == "complete" else None for r in results
+            json.dumps(r.output) if r.has_output and r.action == "complete" else None
+            for r in results
         ],
         "refunds": [1 if r.action == "snooze" else 0 for r in results],
         "callback_ids": [r.callback_id for r in results],
@@ -330,8 +350,11 @@ class OutcomeCore:
             except (psycopg.OperationalError, psycopg.InterfaceError):
                 raise  # connection trouble: the caller keeps the results and retries
             except Exception as exc:
-                log.debug("a follow-up failed in a group of %d attempts; applying each on its own: %s",
-                          len(results), exc)
+                log.debug(
+                    "a follow-up failed in a group of %d attempts; applying each on its own: %s",
+                    len(results),
+                    exc,
+                )
             else:
                 self._committed(results, finalized)
                 return finalized
@@ -346,7 +369,8 @@ class OutcomeCore:
         except Exception as exc:
             log.error(
                 "follow-up of job %s failed; the attempt was rolled back and is left for rescue: %s",
-                result.job.id, exc,
+                result.job.id,
+                exc,
                 extra={"action": "follow_up_failed", "job_id": result.job.id, "error": str(exc)},
             )
             return Finalized(result.job.id, None, error=exc)
@@ -386,7 +410,9 @@ class OutcomeCore:
             self.counters.discarded += result.discarded
             log.warning(
                 "job %s parked on a callback: %d staged follow-ups discarded "
-                "(stage them after wait_for_callback instead)", result.job.id, result.discarded,
+                "(stage them after wait_for_callback instead)",
+                result.job.id,
+                result.discarded,
                 extra={"action": "staged_follow_ups_discarded", "job_id": result.job.id},
             )
 
@@ -438,8 +464,11 @@ class OutcomeCore:
         callback id) and raises :class:`FollowUpError` to the caller.
         """
         params = _callback_params(callback_id, run_lease)
-        params.update(payload=_payload_json(payload), error=error,
-                      entry=json.dumps(error_entry(error, 0, terminal=True)))
+        params.update(
+            payload=_payload_json(payload),
+            error=error,
+            entry=json.dumps(error_entry(error, 0, terminal=True)),
+        )
         item = Finalized(0, None)
         async with self.pool.connection() as conn, conn.transaction():
             async with conn.cursor(row_factory=dict_row) as cur:
@@ -472,7 +501,9 @@ class OutcomeCore:
                 if row.state == JobState.AVAILABLE:
                     await cur.execute(queries.NOTIFY_QUEUE, {"queue": row.queue})
                 else:
-                    await cur.execute("SELECT pg_notify('awa_callbacks', %(id)s)", {"id": str(row.id)})
+                    await cur.execute(
+                        "SELECT pg_notify('awa_callbacks', %(id)s)", {"id": str(row.id)}
+                    )
         return row
 
     async def waiting_job(self, callback_id: Any, run_lease: int | None = None) -> JobRow:
@@ -497,16 +528,29 @@ class OutcomeCore:
         return JobRow.from_record(record)
 
     # -- rescue --------------------------------------------------------------------------
-    async def rescue(self, reason: RescueReason, *, staleness: float = 15.0, limit: int = 500,
-                     dry_run: bool = False) -> list[JobRow]:
+    async def rescue(
+        self,
+        reason: RescueReason,
+        *,
+        staleness: float = 15.0,
+        limit: int = 500,
+        dry_run: bool = False,
+    ) -> list[JobRow]:
         """One bounded rescue batch for ``reason``; commits, then dispatches ``Rescued``.
 
         Rows of kinds with ``on_rescued`` specs are marked ``rescue_pending`` in the same
         transaction; :meth:`rescue_follow_ups` inserts their follow-ups in a second one.
         """
-        spec_kinds = [k for (k, o) in (self.app.follow_ups if self.app else {}) if o is Outcome.RESCUED]
-        params = {"staleness": staleness, "limit": limit, "message": RESCUE_ERRORS[reason],
-                  "reason": str(reason), "spec_kinds": spec_kinds}
+        spec_kinds = [
+            k for (k, o) in (self.app.follow_ups if self.app else {}) if o is Outcome.RESCUED
+        ]
+        params = {
+            "staleness": staleness,
+            "limit": limit,
+            "message": RESCUE_ERRORS[reason],
+            "reason": str(reason),
+            "spec_kinds": spec_kinds,
+        }
         async with self.pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
             if dry_run:
                 await cur.execute(sql.RESCUE_CANDIDATES[reason], params)
@@ -539,8 +583,12 @@ class OutcomeCore:
                 raise
             except Exception as exc:
                 failed += 1
-                log.error("rescue follow-up of job %s failed; retried by a later sweep: %s", job_id, exc,
-                          extra={"action": "rescue_follow_up_failed", "job_id": job_id})
+                log.error(
+                    "rescue follow-up of job %s failed; retried by a later sweep: %s",
+                    job_id,
+                    exc,
+                    extra={"action": "rescue_follow_up_failed", "job_id": job_id},
+                )
         return (done, failed)
 
     async def _rescue_follow_up(self, job_id: int) -> bool:
@@ -549,7 +597,9 @@ class OutcomeCore:
             async with conn.cursor(row_factory=dict_row) as cur:
                 await cur.execute(
                     "SELECT * FROM awa.jobs WHERE id = %(id)s AND rescue_pending IS NOT NULL "
-                    "FOR UPDATE SKIP LOCKED", {"id": job_id})
+                    "FOR UPDATE SKIP LOCKED",
+                    {"id": job_id},
+                )
                 record = await cur.fetchone()
                 if record is None:
                     return False
@@ -558,16 +608,22 @@ class OutcomeCore:
                     return False  # another deployment knows this kind's specs
                 event = JobEvent.Rescued(row, row.args, RescueReason(record["rescue_pending"]))
                 await self._run_specs(conn, event, item)
-                await cur.execute("UPDATE awa.jobs SET rescue_pending = NULL WHERE id = %(id)s", {"id": job_id})
+                await cur.execute(
+                    "UPDATE awa.jobs SET rescue_pending = NULL WHERE id = %(id)s", {"id": job_id}
+                )
         if self.defer_notify:
             self._pending_queues |= item.queues
         return True
 
-    async def prune(self, completed_retention: float, failed_retention: float, limit: int = 1000) -> int:
+    async def prune(
+        self, completed_retention: float, failed_retention: float, limit: int = 1000
+    ) -> int:
         """Delete terminal jobs past their retention, in a bounded batch (releases unique keys)."""
         async with self.pool.connection() as conn:
-            cur = await conn.execute(sql.PRUNE, {"completed": completed_retention,
-                                              "failed": failed_retention, "limit": limit})
+            cur = await conn.execute(
+                sql.PRUNE,
+                {"completed": completed_retention, "failed": failed_retention, "limit": limit},
+            )
             return cur.rowcount
 
     # -- follow-ups ----------------------------------------------------------------------
@@ -590,8 +646,12 @@ class OutcomeCore:
                 follow_ups.append(self.prepare_follow_up(request.args, request.opts))
         return follow_ups
 
-    async def _run_specs(self, conn: psycopg.AsyncConnection, event: AnyEvent, item: Finalized) -> None:
-        await self._insert_follow_ups(conn, [(item, p, False) for p in self._spec_follow_ups(event)])
+    async def _run_specs(
+        self, conn: psycopg.AsyncConnection, event: AnyEvent, item: Finalized
+    ) -> None:
+        await self._insert_follow_ups(
+            conn, [(item, p, False) for p in self._spec_follow_ups(event)]
+        )
 
     def prepare_follow_up(self, args: Any, opts: InsertOpts) -> PreparedJob:
         """Validate a follow-up for this core's app (see ``app.prepare_job``)."""
@@ -626,7 +686,9 @@ class OutcomeCore:
             async with self.pool.connection() as conn:
                 await conn.execute(sql.NOTIFY_QUEUES, {"queues": queues})
         except (psycopg.Error, OSError) as exc:  # the poll backstop still finds the jobs
-            log.warning("waking queues %s failed: %s", queues, exc, extra={"action": "notify_failed"})
+            log.warning(
+                "waking queues %s failed: %s", queues, exc, extra={"action": "notify_failed"}
+            )
 
     def _after_commit(self, finalized: Iterable[Finalized]) -> None:
         if self.defer_notify:
@@ -657,7 +719,9 @@ def parse_callback_id(value: Any) -> UUID:
     try:
         return UUID(str(value).strip())
     except (ValueError, AttributeError, TypeError):
-        raise ValidationError("callback_id", f"not a valid callback id: {str(value)[:80]!r}") from None
+        raise ValidationError(
+            "callback_id", f"not a valid callback id: {str(value)[:80]!r}"
+        ) from None
 
 
 def _callback_params(callback_id: Any, run_lease: int | None) -> dict[str, Any]:
@@ -702,7 +766,9 @@ def _args_for(args_type: type | None, event: AnyEvent) -> Any:
     return rebuild_args(args_type, event.job.args)
 
 
-async def insert_follow_ups(conn: psycopg.AsyncConnection, jobs: Sequence[PreparedJob]) -> list[int | None]:
+async def insert_follow_ups(
+    conn: psycopg.AsyncConnection, jobs: Sequence[PreparedJob]
+) -> list[int | None]:
     """Insert jobs inside the caller's transaction in one statement: each one's new id, in
     order, or None where its unique key is held (by an existing job or an earlier one here)."""
     async with conn.cursor() as cur:

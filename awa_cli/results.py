@@ -120,4 +120,3 @@ __all__ = [
     "WaitForCallback",
     "seconds",
 ]
-

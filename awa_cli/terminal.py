@@ -38,7 +38,9 @@ class Terminal:
         sys.stdout.write(json.dumps(value, default=str, indent=2) + "\n")
         sys.stdout.flush()
 
-    def table(self, columns: Sequence[str], rows: Iterable[Sequence[Any]], title: str | None = None) -> None:
+    def table(
+        self, columns: Sequence[str], rows: Iterable[Sequence[Any]], title: str | None = None
+    ) -> None:
         """A rich table on a terminal; tab-separated lines when piped."""
         if self.out.is_terminal:
             table = Table(*columns, title=title)

@@ -58,7 +58,9 @@ __all__ = [
 ]
 
 # The worker's claim, for one job of one kind in any queue (or the given one).
-CLAIM_ONE_OF_KIND = claim_sql("kind = %(kind)s AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)")
+CLAIM_ONE_OF_KIND = claim_sql(
+    "kind = %(kind)s AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)"
+)
 
 HOOK_WAIT_SECONDS = 5.0
 
@@ -101,7 +103,9 @@ def _kind_of(app: App, args_type_or_kind: type | str) -> str:
     raise TypeError(f"work_one needs an args type or a kind string, got {args_type_or_kind!r}")
 
 
-def _app_with_handler(app: App, kind: str, args_type_or_kind: type | str, handler: Callable[..., Any]) -> App:
+def _app_with_handler(
+    app: App, kind: str, args_type_or_kind: type | str, handler: Callable[..., Any]
+) -> App:
     """A shallow copy of ``app`` whose handler for ``kind`` is ``handler`` (only for running it)."""
     registered = app.tasks.get(kind)
     if registered is not None:
@@ -109,8 +113,16 @@ def _app_with_handler(app: App, kind: str, args_type_or_kind: type | str, handle
     else:
         args_type = args_type_or_kind if isinstance(args_type_or_kind, type) else None
     copy = App()
-    copy.tasks = {**app.tasks, kind: Task(kind, args_type, handler, registered.queue if registered else None,
-                                          inspect.iscoroutinefunction(handler))}
+    copy.tasks = {
+        **app.tasks,
+        kind: Task(
+            kind,
+            args_type,
+            handler,
+            registered.queue if registered else None,
+            inspect.iscoroutinefunction(handler),
+        ),
+    }
     return copy
 
 
@@ -119,7 +131,9 @@ class AsyncAwaTestClient:
 
     def __init__(self, dsn_or_client: str | AsyncClient, app: App) -> None:
         if isinstance(dsn_or_client, Client):
-            raise TypeError("AsyncAwaTestClient takes a DSN or an AsyncClient; use AwaTestClient with a Client")
+            raise TypeError(
+                "AsyncAwaTestClient takes a DSN or an AsyncClient; use AwaTestClient with a Client"
+            )
         if isinstance(dsn_or_client, AsyncClient):
             self.client, self._owns_client = dsn_or_client, False
         else:
@@ -158,15 +172,26 @@ class AsyncAwaTestClient:
 
     # Callback resolutions through this client's core; a handler of this client waiting inside
     # ``wait_for_callback`` is woken at once (a worker's LISTEN does that; here nothing listens).
-    async def complete_external(self, callback_id: Any, payload: Any = None, run_lease: int | None = None) -> JobRow:
-        return await self._woken(self.core.resolve_external(callback_id, "complete", payload=payload,
-                                                            run_lease=run_lease))
+    async def complete_external(
+        self, callback_id: Any, payload: Any = None, run_lease: int | None = None
+    ) -> JobRow:
+        return await self._woken(
+            self.core.resolve_external(
+                callback_id, "complete", payload=payload, run_lease=run_lease
+            )
+        )
 
-    async def fail_external(self, callback_id: Any, error: str, run_lease: int | None = None) -> JobRow:
-        return await self._woken(self.core.resolve_external(callback_id, "fail", error=error, run_lease=run_lease))
+    async def fail_external(
+        self, callback_id: Any, error: str, run_lease: int | None = None
+    ) -> JobRow:
+        return await self._woken(
+            self.core.resolve_external(callback_id, "fail", error=error, run_lease=run_lease)
+        )
 
     async def retry_external(self, callback_id: Any, run_lease: int | None = None) -> JobRow:
-        return await self._woken(self.core.resolve_external(callback_id, "retry", run_lease=run_lease))
+        return await self._woken(
+            self.core.resolve_external(callback_id, "retry", run_lease=run_lease)
+        )
 
     async def resume_external(self, callback_id: Any, payload: Any = None) -> JobRow:
         return await self._woken(self.core.resume_external(callback_id, payload))
@@ -183,7 +208,9 @@ class AsyncAwaTestClient:
         """Claim one job of ``kind`` the way a worker does; None when none is claimable."""
         pool = await self.client._ready()
         async with pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
-            await cur.execute(CLAIM_ONE_OF_KIND, {"kind": kind, "queue": queue, "limit": 1, "deadline": 0})
+            await cur.execute(
+                CLAIM_ONE_OF_KIND, {"kind": kind, "queue": queue, "limit": 1, "deadline": 0}
+            )
             record = await cur.fetchone()
         return None if record is None else JobRow.from_record(record)
 
@@ -204,15 +231,25 @@ class AsyncAwaTestClient:
         if row is None:
             return WorkResult("no_job", None)
         self.core.dispatch(JobEvent.Started(row, row.args))
-        app = self.app if handler is None else _app_with_handler(self.app, kind, args_type_or_kind, handler)
+        app = (
+            self.app
+            if handler is None
+            else _app_with_handler(self.app, kind, args_type_or_kind, handler)
+        )
         result = await execute(app, row, self.services, None)
         [done] = await self.core.finalize_attempts([result])
         if done.error is not None:
             raise done.error
         final = done.row if done.row is not None else await self.client.get_job(row.id)
         await self._drain_hooks()
-        return WorkResult(str(final.state), final, list(done.follow_ups), done.duplicates + done.staged_duplicates,
-                          list(done.events), result)
+        return WorkResult(
+            str(final.state),
+            final,
+            list(done.follow_ups),
+            done.duplicates + done.staged_duplicates,
+            list(done.events),
+            result,
+        )
 
     async def _drain_hooks(self) -> None:
         dispatcher = self.core.dispatcher
@@ -231,7 +268,9 @@ class AwaTestClient:
         if isinstance(dsn_or_client, Client):
             self.client, self._owns_client = dsn_or_client, False
         elif isinstance(dsn_or_client, AsyncClient):
-            raise TypeError("AwaTestClient takes a DSN or a Client; use AsyncAwaTestClient with an AsyncClient")
+            raise TypeError(
+                "AwaTestClient takes a DSN or a Client; use AsyncAwaTestClient with an AsyncClient"
+            )
         else:
             self.client, self._owns_client = Client(str(dsn_or_client), app), True
         self.app = app
@@ -255,7 +294,9 @@ class AwaTestClient:
     def get_job(self, job_id: int) -> JobRow:
         return self._runner.run(self.aio.get_job(job_id))
 
-    def complete_external(self, callback_id: Any, payload: Any = None, run_lease: int | None = None) -> JobRow:
+    def complete_external(
+        self, callback_id: Any, payload: Any = None, run_lease: int | None = None
+    ) -> JobRow:
         return self._runner.run(self.aio.complete_external(callback_id, payload, run_lease))
 
     def fail_external(self, callback_id: Any, error: str, run_lease: int | None = None) -> JobRow:
@@ -320,8 +361,16 @@ class _RecordingStaged(StagedFollowUps):
         with self._order:
             super().stage(args, options)
             prepared = self.items[-1]
-            self._record.append(StagedFollowUp(args, dict(options), InsertOpts.from_kwargs(options),
-                                               prepared.kind, prepared.queue, prepared))
+            self._record.append(
+                StagedFollowUp(
+                    args,
+                    dict(options),
+                    InsertOpts.from_kwargs(options),
+                    prepared.kind,
+                    prepared.queue,
+                    prepared,
+                )
+            )
 
 
 _ids = itertools.count(1)
@@ -349,13 +398,31 @@ class HandlerJob(Job):
         kind = row_fields["kind"]
         now = datetime.now(UTC)
         values: dict[str, Any] = {
-            "id": next(_ids), "queue": (app.queue_for(kind) if app else None) or DEFAULT_QUEUE,
-            "args": args_to_dict(args), "state": JobState.RUNNING, "priority": DEFAULT_PRIORITY,
-            "attempt": 1, "max_attempts": DEFAULT_MAX_ATTEMPTS, "run_at": now, "run_lease": 1,
-            "heartbeat_at": now, "deadline_at": None, "deadline_duration": None, "callback_id": None,
-            "callback_timeout_at": None, "callback_result": None, "errors": [], "metadata": {},
-            "tags": [], "unique_key": None, "unique_states": None, "output": None,
-            "ordering_key": None, "created_at": now, "attempted_at": now, "finalized_at": None,
+            "id": next(_ids),
+            "queue": (app.queue_for(kind) if app else None) or DEFAULT_QUEUE,
+            "args": args_to_dict(args),
+            "state": JobState.RUNNING,
+            "priority": DEFAULT_PRIORITY,
+            "attempt": 1,
+            "max_attempts": DEFAULT_MAX_ATTEMPTS,
+            "run_at": now,
+            "run_lease": 1,
+            "heartbeat_at": now,
+            "deadline_at": None,
+            "deadline_duration": None,
+            "callback_id": None,
+            "callback_timeout_at": None,
+            "callback_result": None,
+            "errors": [],
+            "metadata": {},
+            "tags": [],
+            "unique_key": None,
+            "unique_states": None,
+            "output": None,
+            "ordering_key": None,
+            "created_at": now,
+            "attempted_at": now,
+            "finalized_at": None,
         }
         values.update(row_fields)
         values["state"] = JobState(values["state"])
@@ -400,17 +467,29 @@ class HandlerResult:
 
 
 _STATE_OF_ACTION = {
-    "complete": "completed", "retry": "retryable", "fail": "failed",
-    "cancel": "cancelled", "snooze": "scheduled", "park": "waiting_external",
+    "complete": "completed",
+    "retry": "retryable",
+    "fail": "failed",
+    "cancel": "cancelled",
+    "snooze": "scheduled",
+    "park": "waiting_external",
 }
 
 
 def _decide(job: HandlerJob, returned: Any, exc: BaseException | None) -> HandlerResult:
     job.seal()
-    attempt = decide(job.row, args=job.args, result=returned, exc=exc, duration=0.0,
-                     output=job._output, has_output=job._has_output,
-                     registered_callback=job._registered_callback, staged=job._staged.items,
-                     staging_failure=job._staged.failure)
+    attempt = decide(
+        job.row,
+        args=job.args,
+        result=returned,
+        exc=exc,
+        duration=0.0,
+        output=job._output,
+        has_output=job._has_output,
+        registered_callback=job._registered_callback,
+        staged=job._staged.items,
+        staging_failure=job._staged.failure,
+    )
     return HandlerResult(_STATE_OF_ACTION[attempt.action], returned, exc, attempt)
 
 
@@ -434,12 +513,12 @@ def run_handler(handler: Callable[..., Any], job: HandlerJob) -> HandlerResult:
     except Exception as exc:
         return _decide(job, None, exc)
     if inspect.isawaitable(returned):
+
         async def finish() -> Any:
             return await returned
+
         try:
             returned = asyncio.run(finish())
         except Exception as exc:
             return _decide(job, None, exc)
     return _decide(job, returned, None)
-
-

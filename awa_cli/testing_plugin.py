@@ -66,7 +66,9 @@ def _drop(url: str, dbname: str) -> None:
     from psycopg import sql
 
     with _admin(url) as conn:
-        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(dbname)))
+        conn.execute(
+            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(dbname))
+        )
 
 
 @pytest.fixture(scope="session")
@@ -105,8 +107,11 @@ def awa_dsn(awa_database_url: str, _awa_template_db: str) -> Iterator[str]:
 
     name = f"awa_test_{uuid.uuid4().hex[:12]}"
     with _admin(awa_database_url) as conn:
-        conn.execute(sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(
-            sql.Identifier(name), sql.Identifier(_awa_template_db)))
+        conn.execute(
+            sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(
+                sql.Identifier(name), sql.Identifier(_awa_template_db)
+            )
+        )
     try:
         yield _with_dbname(awa_database_url, name)
     finally:

@@ -39,8 +39,12 @@ MEASURES = {
 }
 
 RATIOS = [  # (numerator, denominator) printed when both ran
-    ("drain_follow_up", "drain"), ("drain_processes_2", "drain"), ("drain", "claim_complete_sql"),
-    ("drain_concurrency_100", "drain"), ("enqueue_one", "enqueue_one_sql"), ("insert_many", "insert_many_copy_sql"),
+    ("drain_follow_up", "drain"),
+    ("drain_processes_2", "drain"),
+    ("drain", "claim_complete_sql"),
+    ("drain_concurrency_100", "drain"),
+    ("enqueue_one", "enqueue_one_sql"),
+    ("insert_many", "insert_many_copy_sql"),
 ]
 
 
@@ -60,7 +64,9 @@ def fmt(stat: dict[str, float], unit: str = "") -> str:
 def report(results: dict[str, dict[str, Any]]) -> None:
     print()
     width = max([18, *(len(name) for name in results)])
-    print(f"{'measure':<{width}} {'result (median, min–max)':<44} {'commits/job':>11} {'WAL B/job':>10} {'CPU worker/pg':>14}")
+    print(
+        f"{'measure':<{width}} {'result (median, min–max)':<44} {'commits/job':>11} {'WAL B/job':>10} {'CPU worker/pg':>14}"
+    )
     for name, res in results.items():
         if "jobs_per_s" in res:
             main = fmt(res["jobs_per_s"], " jobs/s")
@@ -84,8 +90,12 @@ def report(results: dict[str, dict[str, Any]]) -> None:
         for peer in peers.PEERS:
             key = f"{peer}.{measure}"
             if measure in results and key in results:
-                ratio = results[measure]["jobs_per_s"]["median"] / results[key]["jobs_per_s"]["median"]
-                print(f"ratio awa / {peer} ({results[key]['runs'][0]['version']}), {measure}: {ratio:.2f}x")
+                ratio = (
+                    results[measure]["jobs_per_s"]["median"] / results[key]["jobs_per_s"]["median"]
+                )
+                print(
+                    f"ratio awa / {peer} ({results[key]['runs'][0]['version']}), {measure}: {ratio:.2f}x"
+                )
 
 
 def run_measure(server: BenchServer, label: str, fn: Any, repeat: int, jobs: int) -> dict[str, Any]:
@@ -96,22 +106,34 @@ def run_measure(server: BenchServer, label: str, fn: Any, repeat: int, jobs: int
             run = fn(server, dsn, jobs)
         finally:
             server.drop_database(dsn)
-        print(f"  {label} #{i + 1}: " + ", ".join(
-            f"{k}={v:,.3f}" if isinstance(v, float) else f"{k}={v}" for k, v in run.items()), flush=True)
+        print(
+            f"  {label} #{i + 1}: "
+            + ", ".join(
+                f"{k}={v:,.3f}" if isinstance(v, float) else f"{k}={v}" for k, v in run.items()
+            ),
+            flush=True,
+        )
         runs.append(run)
     return summarise(label, runs)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.splitlines()[0])
-    parser.add_argument("--database-url", help="a PostgreSQL server to use (a superuser: it creates databases)")
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks", description=__doc__.splitlines()[0]
+    )
+    parser.add_argument(
+        "--database-url", help="a PostgreSQL server to use (a superuser: it creates databases)"
+    )
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--only", help="comma-separated measures: " + ",".join(MEASURES))
     parser.add_argument("--jobs", type=int, default=20_000, help="jobs per drain")
     parser.add_argument("--json", dest="json_path", help="also write the results as JSON here")
-    parser.add_argument("--compare", action="store_true",
-                        help="also run procrastinate and pgqueuer (pip install -e '.[bench]') where they "
-                             "have an equivalent measure: " + ",".join(peers.EQUIVALENTS))
+    parser.add_argument(
+        "--compare",
+        action="store_true",
+        help="also run procrastinate and pgqueuer (pip install -e '.[bench]') where they "
+        "have an equivalent measure: " + ",".join(peers.EQUIVALENTS),
+    )
     args = parser.parse_args(argv)
     chosen = args.only.split(",") if args.only else list(MEASURES)
     unknown = [m for m in chosen if m not in MEASURES]
@@ -121,16 +143,21 @@ def main(argv: list[str] | None = None) -> int:
     server = BenchServer(args.database_url, tmp)
     results: dict[str, dict[str, Any]] = {}
     try:
-        print(f"awa benchmarks on {platform.node()} ({os.cpu_count()} cores, Python {platform.python_version()}), "
-              f"PostgreSQL {server.version()} fsync={server.setting('fsync')} "
-              f"synchronous_commit={server.setting('synchronous_commit')}", flush=True)
+        print(
+            f"awa benchmarks on {platform.node()} ({os.cpu_count()} cores, Python {platform.python_version()}), "
+            f"PostgreSQL {server.version()} fsync={server.setting('fsync')} "
+            f"synchronous_commit={server.setting('synchronous_commit')}",
+            flush=True,
+        )
         compared: list[peers.Peer] = []
         if args.compare:
             for peer in peers.PEERS.values():
                 if peer.installed():
                     compared.append(peer)
                 else:
-                    print(f"--compare: {peer.name} is not installed (pip install -e '.[bench]'): skipped")
+                    print(
+                        f"--compare: {peer.name} is not installed (pip install -e '.[bench]'): skipped"
+                    )
         for name in chosen:
             results[name] = run_measure(server, name, MEASURES[name], args.repeat, args.jobs)
             if name not in peers.EQUIVALENTS:
@@ -138,8 +165,13 @@ def main(argv: list[str] | None = None) -> int:
             for peer in compared:
                 label = f"{peer.name}.{name}"
                 try:
-                    results[label] = run_measure(server, label, getattr(peer, peers.EQUIVALENTS[name]),
-                                                 args.repeat, args.jobs)
+                    results[label] = run_measure(
+                        server,
+                        label,
+                        getattr(peer, peers.EQUIVALENTS[name]),
+                        args.repeat,
+                        args.jobs,
+                    )
                 except Exception as exc:  # a peer's failure must not lose awa's results
                     print(f"  {label} failed, skipped: {type(exc).__name__}: {exc}", flush=True)
     finally:

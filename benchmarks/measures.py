@@ -33,11 +33,15 @@ AWA = str(Path(sys.executable).parent / "awa")
 
 
 @contextlib.contextmanager
-def worker_process(dsn: str, concurrency: int = 10, processes: int = 1, app: str = "benchmarks.app") -> Iterator[subprocess.Popen[bytes]]:
+def worker_process(
+    dsn: str, concurrency: int = 10, processes: int = 1, app: str = "benchmarks.app"
+) -> Iterator[subprocess.Popen[bytes]]:
     """A real ``awa worker`` on queue ``bench``; stopped with SIGTERM afterwards."""
     with tempfile.TemporaryDirectory() as tmp:
         config = Path(tmp) / "awa.toml"
-        config.write_text(f'[app]\nmodules = ["{app}"]\n[queues.bench]\nconcurrency = {concurrency}\n')
+        config.write_text(
+            f'[app]\nmodules = ["{app}"]\n[queues.bench]\nconcurrency = {concurrency}\n'
+        )
         env = {**os.environ, "AWA_DATABASE_URL": dsn, "PYTHONPATH": str(ROOT)}
         cmd = [AWA, "--config", str(config), "-q", "worker", "--processes", str(processes)]
         with running(cmd, env) as proc:
@@ -59,7 +63,9 @@ def running(cmd: list[str], env: dict[str, str]) -> Iterator[subprocess.Popen[by
             proc.wait()
 
 
-def wait_for_state(dsn: str, state: str, count: int, timeout: float = 600, kind: str | None = None) -> None:
+def wait_for_state(
+    dsn: str, state: str, count: int, timeout: float = 600, kind: str | None = None
+) -> None:
     """Wait until ``count`` jobs (of ``kind``) are in ``state``, without loading the server:
     a cheap index probe for unfinished work in queue ``bench`` every 20 ms, and the exact
     count only once that is empty. The drains are timed from the jobs' own timestamps."""
@@ -87,18 +93,22 @@ def per_job(server: BenchServer, dsn: str, jobs: int, run: Callable[[], float]) 
     before = server.snapshot(dsn)
     elapsed = run()
     after = server.snapshot(dsn)
-    return {"jobs_per_s": jobs / elapsed, "commits_per_job": (after["commits"] - before["commits"]) / jobs,
-            "wal_bytes_per_job": server.wal_bytes(before["lsn"], after["lsn"]) / jobs}
+    return {
+        "jobs_per_s": jobs / elapsed,
+        "commits_per_job": (after["commits"] - before["commits"]) / jobs,
+        "wal_bytes_per_job": server.wal_bytes(before["lsn"], after["lsn"]) / jobs,
+    }
 
 
 def pre_enqueue(dsn: str, args: list[Any]) -> None:
     with awa.Client(dsn) as client:
         for i in range(0, len(args), 5000):
-            client.insert_many(args[i:i + 5000], queue="bench")
+            client.insert_many(args[i : i + 5000], queue="bench")
 
 
-def _drain(server: BenchServer, dsn: str, jobs: int, make: Any, processes: int = 1,
-           concurrency: int = 10) -> dict[str, Any]:
+def _drain(
+    server: BenchServer, dsn: str, jobs: int, make: Any, processes: int = 1, concurrency: int = 10
+) -> dict[str, Any]:
     pre_enqueue(dsn, [make(i) for i in range(jobs)])
     before = server.snapshot(dsn)
     with worker_process(dsn, concurrency=concurrency, processes=processes) as proc:
@@ -113,8 +123,14 @@ def _drain(server: BenchServer, dsn: str, jobs: int, make: Any, processes: int =
     return drain_result(server, jobs, float(span), before, after, worker_cpu)
 
 
-def drain_result(server: BenchServer, jobs: int, span: float, before: dict[str, Any],
-                 after: dict[str, Any], worker_cpu: float) -> dict[str, Any]:
+def drain_result(
+    server: BenchServer,
+    jobs: int,
+    span: float,
+    before: dict[str, Any],
+    after: dict[str, Any],
+    worker_cpu: float,
+) -> dict[str, Any]:
     """A drain's numbers: rate over the measured span, commits, WAL and CPU per the snapshots."""
     return {
         "jobs_per_s": jobs / span,
@@ -152,7 +168,10 @@ def claim_complete_sql(server: BenchServer, dsn: str, jobs: int) -> dict[str, An
     params = {"queue": "bench", "limit": 10, "deadline": 0.0}
 
     def run() -> float:
-        with psycopg.connect(dsn, autocommit=True) as claimer, psycopg.connect(dsn, autocommit=True) as completer:
+        with (
+            psycopg.connect(dsn, autocommit=True) as claimer,
+            psycopg.connect(dsn, autocommit=True) as completer,
+        ):
             claimer.execute("SET synchronous_commit = off")  # as the worker's claims
             start = time.perf_counter()
             done = 0
@@ -160,7 +179,9 @@ def claim_complete_sql(server: BenchServer, dsn: str, jobs: int) -> dict[str, An
                 rows = claimer.execute(CLAIM, params).fetchall()
                 if not rows:
                     raise RuntimeError("the queue ran dry before every job was completed")
-                results = [AttemptResult(job=JobRow.from_values(r), action="complete") for r in rows]
+                results = [
+                    AttemptResult(job=JobRow.from_values(r), action="complete") for r in rows
+                ]
                 completer.execute(FINALIZE_CHANGED, finalize_params(results)).fetchall()
                 done += len(rows)
             return time.perf_counter() - start
@@ -172,8 +193,10 @@ def insert_many_copy_sql(server: BenchServer, dsn: str, jobs: int) -> dict[str, 
     """Reference: the COPY text insert_many writes, pre-built, sent in batches of 1,000."""
     batches = max(1, jobs * 5 // 1000)
     statement, encode = copy_encoder(prepare(Noop(0), InsertOpts(queue="bench")))
-    payload = [encode(prepare_many([Noop(b * 1000 + i) for i in range(1000)], InsertOpts(queue="bench")))
-               for b in range(batches)]
+    payload = [
+        encode(prepare_many([Noop(b * 1000 + i) for i in range(1000)], InsertOpts(queue="bench")))
+        for b in range(batches)
+    ]
 
     def run() -> float:
         with psycopg.connect(dsn, autocommit=True) as conn:
@@ -244,7 +267,14 @@ def pickup_latency(server: BenchServer, dsn: str, jobs: int) -> dict[str, Any]:
                 time.sleep(0.005)
         wait_for_state(dsn, "completed", count)
     with psycopg.connect(dsn) as conn:
-        started = dict(conn.execute("SELECT id, (output->>'started')::float8 FROM awa.jobs").fetchall())
+        started = dict(
+            conn.execute("SELECT id, (output->>'started')::float8 FROM awa.jobs").fetchall()
+        )
     latencies = sorted((started[i] - commits[i]) * 1000 for i in commits)
     q = statistics.quantiles(latencies, n=100)
-    return {"p50_ms": statistics.median(latencies), "p95_ms": q[94], "p99_ms": q[98], "max_ms": latencies[-1]}
+    return {
+        "p50_ms": statistics.median(latencies),
+        "p95_ms": q[94],
+        "p99_ms": q[98],
+        "max_ms": latencies[-1],
+    }

@@ -42,8 +42,13 @@ BATCH = 5000
 @contextlib.contextmanager
 def peer_worker(module: str, dsn: str, first_job_file: Path) -> Iterator[subprocess.Popen[bytes]]:
     """``python -m benchmarks.peer_workers.<module>``; stopped with SIGTERM afterwards."""
-    env = {**os.environ, "BENCH_DSN": dsn, "BENCH_CONCURRENCY": str(CONCURRENCY),
-           "BENCH_FIRST_JOB_FILE": str(first_job_file), "PYTHONPATH": str(ROOT)}
+    env = {
+        **os.environ,
+        "BENCH_DSN": dsn,
+        "BENCH_CONCURRENCY": str(CONCURRENCY),
+        "BENCH_FIRST_JOB_FILE": str(first_job_file),
+        "PYTHONPATH": str(ROOT),
+    }
     with running([sys.executable, "-m", f"benchmarks.peer_workers.{module}"], env) as proc:
         yield proc
 
@@ -53,14 +58,17 @@ def peer_worker(module: str, dsn: str, first_job_file: Path) -> Iterator[subproc
 POLL_SECONDS = 0.25
 
 
-def wait_for_count(dsn: str, query: str, count: int, proc: subprocess.Popen[bytes],
-                   timeout: float = 600) -> float:
+def wait_for_count(
+    dsn: str, query: str, count: int, proc: subprocess.Popen[bytes], timeout: float = 600
+) -> float:
     """Poll ``query`` (a count) until it reaches ``count``; the wall clock when it did."""
     deadline = time.monotonic() + timeout
     with psycopg.connect(dsn, autocommit=True) as conn:
         while conn.execute(query).fetchone()[0] < count:  # type: ignore[index]
             if proc.poll() is not None:
-                raise RuntimeError(f"the worker exited with {proc.returncode} before {count} jobs were done")
+                raise RuntimeError(
+                    f"the worker exited with {proc.returncode} before {count} jobs were done"
+                )
             if time.monotonic() > deadline:
                 raise TimeoutError(f"{count} jobs not done in {timeout}s")
             time.sleep(POLL_SECONDS)
@@ -123,7 +131,10 @@ class Peer:
         """The peer's single-job enqueue one by one, each in its own transaction."""
         self.install_schema(dsn)
         count = min(jobs, 5000)
-        return {**per_job(server, dsn, count, lambda: self.enqueue_each(dsn, count)), "version": self.version()}
+        return {
+            **per_job(server, dsn, count, lambda: self.enqueue_each(dsn, count)),
+            "version": self.version(),
+        }
 
 
 class Procrastinate(Peer):
@@ -131,8 +142,10 @@ class Procrastinate(Peer):
     package = "procrastinate"
     worker_module = "procrastinate_worker"
     done_query = "SELECT count(*) FROM procrastinate_jobs WHERE status = 'succeeded'"
-    span_query = ("SELECT extract(epoch FROM max(at) FILTER (WHERE type = 'succeeded') "
-                  "- min(at) FILTER (WHERE type = 'started')) FROM procrastinate_events")
+    span_query = (
+        "SELECT extract(epoch FROM max(at) FILTER (WHERE type = 'succeeded') "
+        "- min(at) FILTER (WHERE type = 'started')) FROM procrastinate_events"
+    )
     span_method = "procrastinate_events: first 'started' → last 'succeeded'"
     worker_config = "run_worker_async(queues=['bench'], concurrency=10)"
 
@@ -149,12 +162,16 @@ class Procrastinate(Peer):
     def install_schema(self, dsn: str) -> None:
         async def apply(pair: Any) -> None:
             await pair[0].schema_manager.apply_schema_async()
+
         self._run(dsn, apply)
 
     def enqueue_bulk(self, dsn: str, jobs: int) -> None:
         async def defer(pair: Any) -> None:
             for start in range(0, jobs, BATCH):
-                await pair[1].batch_defer_async(*({"n": i} for i in range(start, min(jobs, start + BATCH))))
+                await pair[1].batch_defer_async(
+                    *({"n": i} for i in range(start, min(jobs, start + BATCH)))
+                )
+
         self._run(dsn, defer)
 
     def enqueue_each(self, dsn: str, count: int) -> float:
@@ -163,6 +180,7 @@ class Procrastinate(Peer):
             for i in range(count):
                 await pair[1].defer_async(n=i)
             return time.perf_counter() - start
+
         return float(self._run(dsn, defer))
 
 
@@ -171,8 +189,10 @@ class PgQueuer(Peer):
     package = "pgqueuer"
     worker_module = "pgqueuer_worker"
     done_query = "SELECT count(*) FROM pgqueuer_log WHERE status = 'successful'"
-    span_query = ("SELECT extract(epoch FROM max(created) FILTER (WHERE status = 'successful') "
-                  "- min(created) FILTER (WHERE status = 'picked')) FROM pgqueuer_log")
+    span_query = (
+        "SELECT extract(epoch FROM max(created) FILTER (WHERE status = 'successful') "
+        "- min(created) FILTER (WHERE status = 'picked')) FROM pgqueuer_log"
+    )
     span_method = "pgqueuer_log: first 'picked' → last 'successful'"
     worker_config = "QueueManager.run(max_concurrent_tasks=10, batch_size=5), psycopg driver"
 
@@ -191,6 +211,7 @@ class PgQueuer(Peer):
     def install_schema(self, dsn: str) -> None:
         async def install(queries: Any) -> None:
             await queries.install()
+
         self._run(dsn, install)
 
     def enqueue_bulk(self, dsn: str, jobs: int) -> None:
@@ -199,6 +220,7 @@ class PgQueuer(Peer):
                 n = min(jobs, start + BATCH) - start
                 payloads: list[bytes | None] = [b'{"n": %d}' % i for i in range(start, start + n)]
                 await queries.enqueue(["noop"] * n, payloads, [0] * n)
+
         self._run(dsn, enqueue)
 
     def enqueue_each(self, dsn: str, count: int) -> float:
@@ -207,6 +229,7 @@ class PgQueuer(Peer):
             for i in range(count):
                 await queries.enqueue("noop", b'{"n": %d}' % i)
             return time.perf_counter() - start
+
         return float(self._run(dsn, enqueue))
 
 

@@ -22,8 +22,12 @@ class BenchServer:
         self.embedded: EmbeddedPostgres | None = None
         if url is None:
             # Durable commits: fsync, synchronous_commit and full_page_writes keep their defaults.
-            self.embedded = EmbeddedPostgres(tmp / "data", prefer_system=True, database=None,
-                                             settings={"max_connections": 200, "shared_buffers": "256MB"})
+            self.embedded = EmbeddedPostgres(
+                tmp / "data",
+                prefer_system=True,
+                database=None,
+                settings={"max_connections": 200, "shared_buffers": "256MB"},
+            )
             self.embedded.start()
             url = self.embedded.dsn_for("postgres")
         self.admin_dsn = url
@@ -41,7 +45,9 @@ class BenchServer:
         return str(self.admin.execute("SELECT current_setting(%s)", (name,)).fetchone()[0])  # type: ignore[index]
 
     def fresh_database(self, name: str) -> str:
-        self.admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+        self.admin.execute(
+            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+        )
         self.admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
         params = conninfo_to_dict(self.admin_dsn)
         params["dbname"] = name
@@ -51,19 +57,24 @@ class BenchServer:
 
     def drop_database(self, dsn: str) -> None:
         name = conninfo_to_dict(dsn)["dbname"]
-        self.admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+        self.admin.execute(
+            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+        )
 
     def snapshot(self, dsn: str) -> dict[str, Any]:
         """Commits of the database, the WAL position, and PostgreSQL's CPU seconds so far."""
         time.sleep(1.1)  # backends flush their statistics at most once a second
         name = conninfo_to_dict(dsn)["dbname"]
         commits, lsn = self.admin.execute(
-            "SELECT xact_commit, pg_current_wal_lsn() FROM pg_stat_database WHERE datname = %s", (name,)
+            "SELECT xact_commit, pg_current_wal_lsn() FROM pg_stat_database WHERE datname = %s",
+            (name,),
         ).fetchone()  # type: ignore[misc]
         return {"commits": int(commits), "lsn": str(lsn), "cpu": self.postgres_cpu()}
 
     def wal_bytes(self, before: str, after: str) -> int:
-        return int(self.admin.execute("SELECT pg_wal_lsn_diff(%s, %s)", (after, before)).fetchone()[0])  # type: ignore[index]
+        return int(
+            self.admin.execute("SELECT pg_wal_lsn_diff(%s, %s)", (after, before)).fetchone()[0]
+        )  # type: ignore[index]
 
     def postgres_cpu(self) -> float:
         """CPU seconds of the postmaster, its live children and its reaped children."""

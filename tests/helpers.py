@@ -14,7 +14,9 @@ import awa_cli as awa
 
 
 @contextlib.asynccontextmanager
-async def running_worker(app: awa.App, dsn: str, queues: Any = None, **timings: Any) -> AsyncIterator[awa.Worker]:
+async def running_worker(
+    app: awa.App, dsn: str, queues: Any = None, **timings: Any
+) -> AsyncIterator[awa.Worker]:
     """A real Worker running in this event loop; shut down (gracefully) on exit."""
     timings.setdefault("poll_interval", 0.2)
     worker = awa.Worker(app, dsn, queues or {"default": 10}, **timings)
@@ -27,7 +29,9 @@ async def running_worker(app: awa.App, dsn: str, queues: Any = None, **timings: 
         await asyncio.wait_for(task, timeout=10)
 
 
-async def wait_until(predicate: Callable[[], Awaitable[bool] | bool], timeout: float = 15.0, interval: float = 0.02) -> None:
+async def wait_until(
+    predicate: Callable[[], Awaitable[bool] | bool], timeout: float = 15.0, interval: float = 0.02
+) -> None:
     """Poll ``predicate`` until true; fail after a generous liveness bound."""
     deadline = time.monotonic() + timeout
     while True:
@@ -43,7 +47,9 @@ async def wait_until(predicate: Callable[[], Awaitable[bool] | bool], timeout: f
 
 def states(dsn: str) -> dict[str, int]:
     with psycopg.connect(dsn) as conn:
-        return dict(conn.execute("SELECT state::text, count(*) FROM awa.jobs GROUP BY 1").fetchall())
+        return dict(
+            conn.execute("SELECT state::text, count(*) FROM awa.jobs GROUP BY 1").fetchall()
+        )
 
 
 def job_row(dsn: str, job_id: int) -> awa.JobRow:

@@ -54,9 +54,15 @@ class PgServer:
         return self.cluster.dsn_for(dbname)
 
 
-def load_awa_schema(*, host: str, port: int | str, user: str, dbname: str, password: str | None = None, **_: Any) -> None:
+def load_awa_schema(
+    *, host: str, port: int | str, user: str, dbname: str, password: str | None = None, **_: Any
+) -> None:
     """pytest-postgresql ``load`` callable: run the awa migrations into the template database."""
-    migrate_dsn(make_conninfo(host=host, port=str(port), user=user, dbname=dbname, password=password or None))
+    migrate_dsn(
+        make_conninfo(
+            host=host, port=str(port), user=user, dbname=dbname, password=password or None
+        )
+    )
 
 
 @pytest.fixture(scope="session")

@@ -33,7 +33,9 @@ def test_task_registers_the_derived_kind_and_returns_the_function_unchanged() ->
     decorated = app.task(SendEmail, queue="email")(send)
     assert decorated is send
     task = app.tasks["send_email"]
-    assert task.fn is send and task.args_type is SendEmail and task.queue == "email" and task.is_async
+    assert (
+        task.fn is send and task.args_type is SendEmail and task.queue == "email" and task.is_async
+    )
     assert app.queue_for("send_email") == "email" and app.args_type_for("send_email") is SendEmail
 
 
@@ -182,7 +184,9 @@ APP_SOURCE = """
 """
 
 
-def test_load_apps_of_module_and_module_attr(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_load_apps_of_module_and_module_attr(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.syspath_prepend(str(tmp_path))
     plain = write_module(tmp_path, APP_SOURCE.format(cls="AlphaJob", var="app"))
     custom = write_module(tmp_path, APP_SOURCE.format(cls="BetaJob", var="workers"))
@@ -205,7 +209,9 @@ def test_a_kind_in_two_modules_is_an_error(tmp_path: Path, monkeypatch: pytest.M
     assert f"{one}.handle" in str(info.value) and f"{two}.handle" in str(info.value)
 
 
-def test_a_module_without_an_app_is_a_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_module_without_an_app_is_a_clear_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.syspath_prepend(str(tmp_path))
     name = write_module(tmp_path, "x = 1\n")
     with pytest.raises(AwaError, match=rf"{name}.*no attribute 'app'"):

@@ -16,14 +16,36 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_benchmark_runner_end_to_end(pg_server, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     out = tmp_path / "results.json"
     done = subprocess.run(
-        [sys.executable, "-m", "benchmarks", "--database-url", pg_server.dsn_for("postgres"),
-         "--repeat", "1", "--jobs", "300", "--only", "drain,enqueue_one,insert_many,claim_complete_sql,enqueue_one_sql,insert_many_copy_sql", "--json", str(out)],
-        cwd=ROOT, capture_output=True, text=True, timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "benchmarks",
+            "--database-url",
+            pg_server.dsn_for("postgres"),
+            "--repeat",
+            "1",
+            "--jobs",
+            "300",
+            "--only",
+            "drain,enqueue_one,insert_many,claim_complete_sql,enqueue_one_sql,insert_many_copy_sql",
+            "--json",
+            str(out),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert done.returncode == 0, done.stderr[-2000:]
     results = json.loads(out.read_text())
-    assert set(results) == {"drain", "enqueue_one", "insert_many", "claim_complete_sql", "enqueue_one_sql",
-                            "insert_many_copy_sql"}
+    assert set(results) == {
+        "drain",
+        "enqueue_one",
+        "insert_many",
+        "claim_complete_sql",
+        "enqueue_one_sql",
+        "insert_many_copy_sql",
+    }
     assert results["drain"]["jobs_per_s"]["median"] > 0
     assert results["drain"]["commits_per_job"]["median"] > 0
     # the bare loop completed every job it claimed: one durable commit per claim of up to 10

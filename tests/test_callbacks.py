@@ -309,7 +309,9 @@ def test_concurrent_resolutions_exactly_one_wins(dsn: str) -> None:
 
 
 @pytest.mark.asyncio
-async def test_resolution_before_the_handler_parks_completes_and_the_park_is_a_no_op(dsn: str) -> None:
+async def test_resolution_before_the_handler_parks_completes_and_the_park_is_a_no_op(
+    dsn: str,
+) -> None:
     events: list[object] = []
     registered = asyncio.Event()
     proceed = asyncio.Event()

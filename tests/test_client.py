@@ -59,7 +59,9 @@ def test_insert_returns_a_row_with_defaults(client: Client, db: psycopg.Connecti
     assert row.args == {"to": "a@example.com", "subject": "hello"}
     assert row.unique_key is None and row.tags == [] and row.metadata == {}
     assert row.run_at <= datetime.now(UTC)
-    stored = db.execute("SELECT kind, state::text, args FROM awa.jobs WHERE id = %s", (row.id,)).fetchone()
+    stored = db.execute(
+        "SELECT kind, state::text, args FROM awa.jobs WHERE id = %s", (row.id,)
+    ).fetchone()
     assert stored == ("send_email", "available", {"to": "a@example.com", "subject": "hello"})
 
 
@@ -92,8 +94,19 @@ def test_insert_stores_every_option(client: Client, db: psycopg.Connection) -> N
         (row.id,),
     ).fetchone()
     assert stored == (
-        "custom_kind", "email", {"a": 1, "b": 2}, "scheduled", 4, 3, run_at, 90.0,
-        {"tenant": "t1"}, ["x", "y"], True, ["available", "scheduled"], "acct-9",
+        "custom_kind",
+        "email",
+        {"a": 1, "b": 2},
+        "scheduled",
+        4,
+        3,
+        run_at,
+        90.0,
+        {"tenant": "t1"},
+        ["x", "y"],
+        True,
+        ["available", "scheduled"],
+        "acct-9",
     )
     assert row.unique_states == [JobState.AVAILABLE, JobState.SCHEDULED]
 
@@ -131,7 +144,9 @@ def test_one_bad_row_in_insert_many_writes_nothing(client: Client, db: psycopg.C
     assert _count(db) == 0
 
 
-def test_a_bad_row_after_rows_already_streamed_writes_nothing(client: Client, db: psycopg.Connection) -> None:
+def test_a_bad_row_after_rows_already_streamed_writes_nothing(
+    client: Client, db: psycopg.Connection
+) -> None:
     from awa_cli.client import COPY_CHUNK
 
     def rows() -> Iterator[dict[str, object]]:  # a generator: validated while the COPY streams
@@ -141,14 +156,19 @@ def test_a_bad_row_after_rows_already_streamed_writes_nothing(client: Client, db
     with pytest.raises(ValidationError):
         client.insert_many(rows(), kind="k")
     assert _count(db) == 0
-    assert client.insert_many(({"a": n} for n in range(COPY_CHUNK * 2 + 1)), kind="k") == COPY_CHUNK * 2 + 1
+    assert (
+        client.insert_many(({"a": n} for n in range(COPY_CHUNK * 2 + 1)), kind="k")
+        == COPY_CHUNK * 2 + 1
+    )
     assert _count(db) == COPY_CHUNK * 2 + 1
 
 
 # -- uniqueness --------------------------------------------------------------------------------
 
 
-def test_duplicate_unique_insert_raises_unique_conflict(client: Client, db: psycopg.Connection) -> None:
+def test_duplicate_unique_insert_raises_unique_conflict(
+    client: Client, db: psycopg.Connection
+) -> None:
     first = client.insert({"to": "x"}, kind="welcome", unique_opts={})
     with pytest.raises(UniqueConflict) as info:
         client.insert({"to": "x"}, kind="welcome", unique_opts={})
@@ -204,7 +224,9 @@ def test_by_period_buckets_with_prepare_and_raw_insert(db: psycopg.Connection) -
     start = 60.0 * 10_000_000
     ids = []
     for now in (start, start + 59, start + 60, start + 119.5, start + 120):
-        prepared = prepare({"a": 1}, InsertOpts(kind="tick", unique_opts={"by_period": 60}), now=now)
+        prepared = prepare(
+            {"a": 1}, InsertOpts(kind="tick", unique_opts={"by_period": 60}), now=now
+        )
         row = db.execute(queries.INSERT_ONE, queries.insert_params(prepared)).fetchone()
         ids.append(None if row is None else row[0])
     db.commit()
@@ -213,7 +235,9 @@ def test_by_period_buckets_with_prepare_and_raw_insert(db: psycopg.Connection) -
     assert _count(db, "kind = 'tick'") == 3
 
 
-def test_concurrent_duplicate_inserts_one_blocked_on_the_other(dsn: str, db: psycopg.Connection) -> None:
+def test_concurrent_duplicate_inserts_one_blocked_on_the_other(
+    dsn: str, db: psycopg.Connection
+) -> None:
     """A second transaction inserting the same key waits for the first; after its commit the
     second sees the conflict. Deterministic interleaving, checked in pg_stat_activity."""
     with psycopg.connect(dsn) as a, psycopg.connect(dsn) as b:
@@ -293,7 +317,9 @@ def test_insert_in_the_callers_transaction(dsn: str, db: psycopg.Connection) -> 
     assert _count(db) == 1
 
 
-def test_unique_conflict_does_not_abort_the_callers_transaction(dsn: str, db: psycopg.Connection) -> None:
+def test_unique_conflict_does_not_abort_the_callers_transaction(
+    dsn: str, db: psycopg.Connection
+) -> None:
     with psycopg.connect(dsn) as conn:
         conn.execute("CREATE TEMP TABLE app_orders (id int)")
         conn.execute("INSERT INTO app_orders VALUES (1)")
@@ -339,7 +365,9 @@ def test_insert_async_in_the_callers_transaction(dsn: str, db: psycopg.Connectio
 
 def _count_insert_statements(db: psycopg.Connection) -> None:
     """A test-only statement-level trigger: one row per INSERT statement on awa.jobs."""
-    db.execute("CREATE TABLE public.insert_statements (xid xid8 DEFAULT pg_current_xact_id(), rows int)")
+    db.execute(
+        "CREATE TABLE public.insert_statements (xid xid8 DEFAULT pg_current_xact_id(), rows int)"
+    )
     db.execute(
         """
         CREATE FUNCTION public.count_insert_statement() RETURNS trigger LANGUAGE plpgsql AS $$
@@ -356,13 +384,21 @@ def _count_insert_statements(db: psycopg.Connection) -> None:
     db.commit()
 
 
-def test_insert_many_ten_thousand_rows_in_one_statement(client: Client, db: psycopg.Connection) -> None:
+def test_insert_many_ten_thousand_rows_in_one_statement(
+    client: Client, db: psycopg.Connection
+) -> None:
     _count_insert_statements(db)
     inserted = client.insert_many(
-        [SendEmail(f"user{i}@example.com") for i in range(10_000)], queue="bulk", priority=3, tags=["b"]
+        [SendEmail(f"user{i}@example.com") for i in range(10_000)],
+        queue="bulk",
+        priority=3,
+        tags=["b"],
     )
     assert inserted == 10_000
-    assert _count(db, "queue = 'bulk' AND kind = 'send_email' AND priority = 3 AND tags = '{b}'") == 10_000
+    assert (
+        _count(db, "queue = 'bulk' AND kind = 'send_email' AND priority = 3 AND tags = '{b}'")
+        == 10_000
+    )
     statements = db.execute("SELECT rows FROM public.insert_statements").fetchall()
     db.commit()
     assert statements == [(10_000,)], "insert_many must be a single INSERT statement"
@@ -375,7 +411,12 @@ def test_insert_many_skips_duplicates_and_returns_the_number_inserted(
     client: Client, db: psycopg.Connection
 ) -> None:
     client.insert({"n": 1}, kind="dedup", unique_opts={})
-    batch = [{"n": 1}, {"n": 2}, {"n": 3}, {"n": 2}]  # one already held, one duplicate inside the batch
+    batch = [
+        {"n": 1},
+        {"n": 2},
+        {"n": 3},
+        {"n": 2},
+    ]  # one already held, one duplicate inside the batch
     assert client.insert_many(batch, kind="dedup", unique_opts={}) == 2
     assert _count(db, "kind = 'dedup'") == 3
     assert client.insert_many(batch, kind="dedup", unique_opts={}) == 0
@@ -405,12 +446,16 @@ def test_list_jobs_filters(client: Client, db: psycopg.Connection) -> None:
     a = client.insert({"i": 1}, kind="alpha", queue="q1")
     b = client.insert({"i": 2}, kind="beta", queue="q1")
     c = client.insert({"i": 3}, kind="alpha", queue="q2")
-    d = client.insert({"i": 4}, kind="alpha", queue="q1", run_at=datetime.now(UTC) + timedelta(hours=1))
+    d = client.insert(
+        {"i": 4}, kind="alpha", queue="q1", run_at=datetime.now(UTC) + timedelta(hours=1)
+    )
     assert [r.id for r in client.list_jobs()] == [d.id, c.id, b.id, a.id]  # newest first
     assert [r.id for r in client.list_jobs(kind="alpha")] == [d.id, c.id, a.id]
     assert [r.id for r in client.list_jobs(queue="q1")] == [d.id, b.id, a.id]
     assert [r.id for r in client.list_jobs(state="scheduled")] == [d.id]
-    assert [r.id for r in client.list_jobs(state=JobState.AVAILABLE, kind="alpha", queue="q1")] == [a.id]
+    assert [r.id for r in client.list_jobs(state=JobState.AVAILABLE, kind="alpha", queue="q1")] == [
+        a.id
+    ]
     assert [r.id for r in client.list_jobs(limit=2)] == [d.id, c.id]
     assert client.list_jobs(kind="nope") == []
     with pytest.raises(ValidationError):
@@ -425,7 +470,9 @@ def test_cancel(client: Client, db: psycopg.Connection) -> None:
     assert cancelled.state is JobState.CANCELLED and cancelled.finalized_at is not None
     assert client.get_job(row.id).state is JobState.CANCELLED
     done = client.insert({"a": 2}, kind="k")
-    db.execute("UPDATE awa.jobs SET state = 'completed', finalized_at = now() WHERE id = %s", (done.id,))
+    db.execute(
+        "UPDATE awa.jobs SET state = 'completed', finalized_at = now() WHERE id = %s", (done.id,)
+    )
     db.commit()
     with pytest.raises(InvalidJobState):
         client.cancel(done.id)
@@ -464,9 +511,15 @@ async def test_async_client(dsn: str, db: psycopg.Connection) -> None:
     async with AsyncClient(dsn) as client:
         row = await client.insert(SendEmail("a@b"))
         assert (row.queue, row.priority, row.max_attempts, row.state, row.attempt) == (
-            "default", 2, 25, JobState.AVAILABLE, 0,
+            "default",
+            2,
+            25,
+            JobState.AVAILABLE,
+            0,
         )
-        later = await client.insert(SendEmail("x@y"), run_at=datetime.now(UTC) + timedelta(minutes=1))
+        later = await client.insert(
+            SendEmail("x@y"), run_at=datetime.now(UTC) + timedelta(minutes=1)
+        )
         assert later.state is JobState.SCHEDULED
         with pytest.raises(ValidationError):
             await client.insert(SendEmail("a@b"), priority=5)
@@ -514,14 +567,33 @@ def test_insert_many_copy_path_round_trips_awkward_values(dsn: str) -> None:
 
     import awa_cli as awa
 
-    awkward = ["back\\slash", "tab\there", "new\nline", "cr\rhere", "quote\"s", "{braces}", "comma,s",
-               "\\N", "NULL", "é ∑ 😀", "\\\\t literal"]
+    awkward = [
+        "back\\slash",
+        "tab\there",
+        "new\nline",
+        "cr\rhere",
+        'quote"s',
+        "{braces}",
+        "comma,s",
+        "\\N",
+        "NULL",
+        "é ∑ 😀",
+        "\\\\t literal",
+    ]
     args = [{"s": text, "nested": {"list": [text, 1.5, None, True]}} for text in awkward]
     run_at = datetime.now(UTC) + timedelta(hours=1)
     with awa.Client(dsn) as client:
         count = client.insert_many(
-            args, kind="k\tind", queue="q\\ueue", tags=awkward[:10], metadata={"m": awkward},
-            ordering_key="o\nk", run_at=run_at, priority=3, max_attempts=7, deadline_duration=2.5,
+            args,
+            kind="k\tind",
+            queue="q\\ueue",
+            tags=awkward[:10],
+            metadata={"m": awkward},
+            ordering_key="o\nk",
+            run_at=run_at,
+            priority=3,
+            max_attempts=7,
+            deadline_duration=2.5,
         )
         rows = sorted(client.list_jobs(kind="k\tind", limit=100), key=lambda r: r.id)
     assert count == len(awkward) == len(rows)

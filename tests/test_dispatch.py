@@ -118,8 +118,9 @@ ROWS = [
 
 
 @pytest.mark.asyncio
-@pytest.mark.parametrize(("mode", "options", "expected", "state"), ROWS,
-                         ids=[f"{r[0]}-{r[3]}" for r in ROWS])
+@pytest.mark.parametrize(
+    ("mode", "options", "expected", "state"), ROWS, ids=[f"{r[0]}-{r[3]}" for r in ROWS]
+)
 async def test_outcome_emits_its_event(
     dsn: str, path: str, mode: str, options: dict[str, Any], expected: list[str], state: str
 ) -> None:
@@ -149,8 +150,14 @@ async def test_outcome_emits_its_event(
                 assert error == ("ValueError: boom" if mode == "raise" else "")
             case awa.JobEvent.Exhausted(error=error, attempt=attempt):
                 assert attempt == 1
-                assert error == {"raise": "ValueError: boom", "terminal": "TerminalError: bad input",
-                                 "retry_after": ""}[mode]
+                assert (
+                    error
+                    == {
+                        "raise": "ValueError: boom",
+                        "terminal": "TerminalError: bad input",
+                        "retry_after": "",
+                    }[mode]
+                )
             case awa.JobEvent.Cancelled(reason=reason):
                 assert reason == "not needed"
             case awa.JobEvent.WaitingForCallback(job=parked):
@@ -161,13 +168,21 @@ async def test_outcome_emits_its_event(
 
 @pytest.mark.asyncio
 @pytest.mark.parametrize("reason", list(awa.RescueReason))
-async def test_rescue_emits_rescued_with_its_reason(dsn: str, path: str, reason: awa.RescueReason) -> None:
+async def test_rescue_emits_rescued_with_its_reason(
+    dsn: str, path: str, reason: awa.RescueReason
+) -> None:
     app = make_app()
     extra = observe(path, app)
-    timings: dict[str, Any] = {"rescue_interval": 0.1, "leader_election_interval": 0.1,
-                               "heartbeat_interval": 0.1}
+    timings: dict[str, Any] = {
+        "rescue_interval": 0.1,
+        "leader_election_interval": 0.1,
+        "heartbeat_interval": 0.1,
+    }
     if reason is awa.RescueReason.EXPIRED_CALLBACK:
-        job, expected = insert(dsn, HookJob("wait", 0.3)), ["Rescued", "Started", "WaitingForCallback"]
+        job, expected = (
+            insert(dsn, HookJob("wait", 0.3)),
+            ["Rescued", "Started", "WaitingForCallback"],
+        )
     elif reason is awa.RescueReason.DEADLINE_EXCEEDED:
         job, expected = insert(dsn, HookJob("hold"), deadline_duration=0.3), ["Rescued", "Started"]
     else:  # heartbeats too rare for the staleness bound
@@ -238,8 +253,12 @@ async def test_hooks_hold_no_worker_slot(dsn: str, path: str) -> None:
         client.insert_many([HookJob("ok") for _ in range(4)])
     try:
         async with running_worker(app, dsn, {"default": 1}, **extra):
-            await wait_until(lambda: len([e for e in sample_plugin.EVENTS
-                                          if isinstance(e, awa.JobEvent.Completed)]) == 4)
+            await wait_until(
+                lambda: (
+                    len([e for e in sample_plugin.EVENTS if isinstance(e, awa.JobEvent.Completed)])
+                    == 4
+                )
+            )
             assert not any(isinstance(e, awa.JobEvent.Started) for e in sample_plugin.EVENTS)
     finally:
         gate.set()
@@ -260,8 +279,9 @@ async def test_a_raising_hook_does_not_stop_the_next_one_nor_the_job(
         extra = observe(path, app)
         failing = "tests.test_dispatch.test_a_raising_hook_does_not_stop_the_next_one_nor_the_job.<locals>.boom"
     else:
-        host = build_plugin_host(["tests.plugins.raising_plugin", "tests.plugins.sample_plugin"],
-                                 entry_points=False)
+        host = build_plugin_host(
+            ["tests.plugins.raising_plugin", "tests.plugins.sample_plugin"], entry_points=False
+        )
         extra, failing = {"plugins": host}, "tests.plugins.raising_plugin"
     job = insert(dsn, HookJob("ok"))
     with caplog.at_level(logging.ERROR, logger="awa.dispatch"):
@@ -270,7 +290,10 @@ async def test_a_raising_hook_does_not_stop_the_next_one_nor_the_job(
     assert job_row(dsn, job.id).state == "completed"
     failures = [r for r in caplog.records if getattr(r, "action", None) == "hook_failed"]
     assert {r.hook for r in failures} == {failing}  # type: ignore[attr-defined]
-    assert {r.getMessage().split(" failed on ")[1].split(" ")[0] for r in failures} == {"started", "completed"}
+    assert {r.getMessage().split(" failed on ")[1].split(" ")[0] for r in failures} == {
+        "started",
+        "completed",
+    }
     assert all(failing in r.getMessage() and r.exc_info for r in failures)
 
 
@@ -322,7 +345,9 @@ async def test_completed_duration_is_the_handler_wall_time(dsn: str, path: str) 
     job = insert(dsn, HookJob("ok", 0.3))
     async with running_worker(app, dsn, **extra):
         await wait_until(lambda: len(sample_plugin.events_of(job.id)) == 2)
-    completed = next(e for e in sample_plugin.events_of(job.id) if isinstance(e, awa.JobEvent.Completed))
+    completed = next(
+        e for e in sample_plugin.events_of(job.id) if isinstance(e, awa.JobEvent.Completed)
+    )
     assert 0.3 <= completed.duration < 0.5
 
 
@@ -354,7 +379,12 @@ async def test_app_hooks_run_sequentially_in_registration_order(dsn: str) -> Non
     assert job_row(dsn, job.id).state == "retryable"
     for name in ("started", "retried"):
         assert [e for e in log if e.endswith(name)] == [
-            f"first>{name}", f"first<{name}", f"second>{name}", f"second<{name}", f"third {name}"]
+            f"first>{name}",
+            f"first<{name}",
+            f"second>{name}",
+            f"second<{name}",
+            f"third {name}",
+        ]
 
 
 @pytest.mark.asyncio
@@ -383,8 +413,10 @@ async def test_sync_and_async_hooks_both_get_typed_and_untyped_args(dsn: str) ->
         await wait_until(lambda: len(seen) == 8)
     completed = {hook: args for (hook, name, args) in seen if name == "completed"}
     assert completed == {
-        "sync_typed": HookJob("ok"), "async_typed": HookJob("ok"),
-        "sync_untyped": {"mode": "ok", "value": 0.0}, "async_untyped": {"mode": "ok", "value": 0.0},
+        "sync_typed": HookJob("ok"),
+        "async_typed": HookJob("ok"),
+        "sync_untyped": {"mode": "ok", "value": 0.0},
+        "async_untyped": {"mode": "ok", "value": 0.0},
     }
     assert job_row(dsn, job.id).state == "completed"
 
@@ -430,7 +462,9 @@ async def test_typed_hook_is_skipped_with_a_warning_when_args_do_not_rebuild(
         job = client.insert({"unexpected": 1}, kind="hook_job")
     with caplog.at_level(logging.WARNING, logger="awa.dispatch"):
         async with running_worker(app, dsn, plugins=host):
-            await wait_until(lambda: len(sample_plugin.events_of(job.id)) == 2 and len(untyped) == 2)
+            await wait_until(
+                lambda: len(sample_plugin.events_of(job.id)) == 2 and len(untyped) == 2
+            )
     assert typed == []
     assert sorted(names(untyped)) == ["Exhausted", "Started"]  # the handler fails terminally
     assert all(e.args == {"unexpected": 1} for e in untyped + sample_plugin.events_of(job.id))

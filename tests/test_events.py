@@ -20,9 +20,20 @@ NOW = datetime(2024, 1, 2, 3, 4, 5, tzinfo=UTC)
 def row(state: str = "completed", **changes: Any) -> JobRow:
     values: dict[str, Any] = {f.name: None for f in dataclasses.fields(JobRow)}
     values.update(
-        id=7, kind="send_email", queue="email", args={"to": "a@example.com"}, state=JobState(state),
-        priority=2, attempt=1, max_attempts=25, run_at=NOW, run_lease=1, errors=[], metadata={},
-        tags=[], created_at=NOW,
+        id=7,
+        kind="send_email",
+        queue="email",
+        args={"to": "a@example.com"},
+        state=JobState(state),
+        priority=2,
+        attempt=1,
+        max_attempts=25,
+        run_at=NOW,
+        run_lease=1,
+        errors=[],
+        metadata={},
+        tags=[],
+        created_at=NOW,
     )
     values.update(changes)
     return JobRow(**values)
@@ -52,13 +63,30 @@ def describe(event: Any) -> str:
 def test_every_event_matches_by_keyword() -> None:
     args = {"to": "a@example.com"}
     assert describe(JobEvent.Started(row("running"), args)) == "started"
-    assert describe(JobEvent.WaitingForCallback(row("waiting_external", callback_id=uuid4()), args)) == "waiting"
-    assert describe(JobEvent.Completed(row(), args, 0.5, {"sent": True})) == "completed 0.5 {'sent': True}"
-    assert describe(JobEvent.Retried(row("retryable"), args, "ValueError: x", 1, NOW)) == "retried ValueError: x 1 2024"
+    assert (
+        describe(JobEvent.WaitingForCallback(row("waiting_external", callback_id=uuid4()), args))
+        == "waiting"
+    )
+    assert (
+        describe(JobEvent.Completed(row(), args, 0.5, {"sent": True}))
+        == "completed 0.5 {'sent': True}"
+    )
+    assert (
+        describe(JobEvent.Retried(row("retryable"), args, "ValueError: x", 1, NOW))
+        == "retried ValueError: x 1 2024"
+    )
     assert describe(JobEvent.Exhausted(row("failed"), args, "boom", 25)) == "exhausted boom 25"
-    assert describe(JobEvent.Cancelled(row("cancelled"), args, "not needed")) == "cancelled not needed"
-    assert describe(JobEvent.Rescued(row("retryable"), args, RescueReason.DEADLINE_EXCEEDED)) == "rescued: deadline"
-    assert describe(JobEvent.Rescued(row("retryable"), args, RescueReason.STALE_HEARTBEAT)) == "rescued stale_heartbeat"
+    assert (
+        describe(JobEvent.Cancelled(row("cancelled"), args, "not needed")) == "cancelled not needed"
+    )
+    assert (
+        describe(JobEvent.Rescued(row("retryable"), args, RescueReason.DEADLINE_EXCEEDED))
+        == "rescued: deadline"
+    )
+    assert (
+        describe(JobEvent.Rescued(row("retryable"), args, RescueReason.STALE_HEARTBEAT))
+        == "rescued stale_heartbeat"
+    )
 
 
 def test_events_match_positionally_job_and_args_first() -> None:
@@ -89,9 +117,27 @@ def test_events_are_frozen_and_named() -> None:
     event = JobEvent.Started(row("running"), {})
     with pytest.raises(dataclasses.FrozenInstanceError):
         event.args = {"x": 1}  # type: ignore[misc]
-    names = {cls.name for cls in (JobEvent.Started, JobEvent.WaitingForCallback, JobEvent.Completed,
-                                  JobEvent.Retried, JobEvent.Exhausted, JobEvent.Cancelled, JobEvent.Rescued)}
-    assert names == {"started", "waiting_for_callback", "completed", "retried", "exhausted", "cancelled", "rescued"}
+    names = {
+        cls.name
+        for cls in (
+            JobEvent.Started,
+            JobEvent.WaitingForCallback,
+            JobEvent.Completed,
+            JobEvent.Retried,
+            JobEvent.Exhausted,
+            JobEvent.Cancelled,
+            JobEvent.Rescued,
+        )
+    }
+    assert names == {
+        "started",
+        "waiting_for_callback",
+        "completed",
+        "retried",
+        "exhausted",
+        "cancelled",
+        "rescued",
+    }
 
 
 def test_with_args_returns_a_copy_of_the_event() -> None:
@@ -115,7 +161,11 @@ def test_completed_defaults_and_field_order() -> None:
 
 
 def test_rescue_reason_values() -> None:
-    assert {r.value for r in RescueReason} == {"stale_heartbeat", "deadline_exceeded", "expired_callback"}
+    assert {r.value for r in RescueReason} == {
+        "stale_heartbeat",
+        "deadline_exceeded",
+        "expired_callback",
+    }
     assert RescueReason("expired_callback") is RescueReason.EXPIRED_CALLBACK
     assert str(RescueReason.STALE_HEARTBEAT) == "stale_heartbeat"
     with pytest.raises(ValueError):
@@ -132,6 +182,8 @@ def test_each_outcome_event_has_an_outcome_and_its_spec_context() -> None:
     assert context_of(JobEvent.Retried(row(), {}, "e", 2, NOW)) == ("e", 2, NOW)
     assert context_of(JobEvent.Exhausted(row(), {}, "e", 3)) == ("e", 3)
     assert context_of(JobEvent.Cancelled(row(), {}, "why")) == ("why",)
-    assert context_of(JobEvent.Rescued(row(), {}, RescueReason.EXPIRED_CALLBACK)) == (RescueReason.EXPIRED_CALLBACK,)
+    assert context_of(JobEvent.Rescued(row(), {}, RescueReason.EXPIRED_CALLBACK)) == (
+        RescueReason.EXPIRED_CALLBACK,
+    )
     assert context_of(JobEvent.Completed(row(), {}, 1.0)) == ()
     assert context_of(JobEvent.WaitingForCallback(row(), {})) == ()

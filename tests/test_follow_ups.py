@@ -64,7 +64,9 @@ def signup_app() -> awa.App:
     return app
 
 
-async def run_signup(dsn: str, app: awa.App, *signups: Signup, wait_state: tuple[str, ...] = ("completed",)) -> list[int]:
+async def run_signup(
+    dsn: str, app: awa.App, *signups: Signup, wait_state: tuple[str, ...] = ("completed",)
+) -> list[int]:
     async with awa.AsyncClient(dsn, app=app) as client:  # the app gives the kinds' queues
         ids = [(await client.insert(s)).id for s in signups]
     async with running_worker(app, dsn, {"signup": 5}):
@@ -102,7 +104,9 @@ async def test_each_outcome_has_its_spec_with_its_context(dsn: str) -> None:
     calls: dict[str, tuple[object, ...]] = {}
 
     @app.on_retried_enqueue_with(Signup, Welcome)
-    def on_retried(args: Signup, job: awa.JobRow, error: str, attempt: int, next_run_at: datetime) -> awa.EnqueueRequest:
+    def on_retried(
+        args: Signup, job: awa.JobRow, error: str, attempt: int, next_run_at: datetime
+    ) -> awa.EnqueueRequest:
         calls["retried"] = (error, attempt, next_run_at, job.state)
         return awa.EnqueueRequest(Welcome(args.user_id, "retried"))
 
@@ -122,7 +126,12 @@ async def test_each_outcome_has_its_spec_with_its_context(dsn: str) -> None:
         return Welcome(args.user_id, "waiting")
 
     await run_signup(
-        dsn, app, Signup(1, "raise"), Signup(2, "terminal"), Signup(3, "cancel"), Signup(4, "park"),
+        dsn,
+        app,
+        Signup(1, "raise"),
+        Signup(2, "terminal"),
+        Signup(3, "cancel"),
+        Signup(4, "park"),
         Signup(5, "snooze"),
         wait_state=("retryable", "failed", "cancelled", "waiting_external", "scheduled"),
     )
@@ -163,13 +172,22 @@ async def test_enqueue_request_options_and_with_opts_replacing_everything(dsn: s
 
     @app.on_completed_enqueue_with(Signup, Welcome)
     def chained(args: Signup, job: awa.JobRow) -> awa.EnqueueRequest:
-        return (awa.EnqueueRequest(Welcome(args.user_id, "chained")).queue("vip").priority(1)
-                .max_attempts(3).metadata({"source": "signup"}))
+        return (
+            awa.EnqueueRequest(Welcome(args.user_id, "chained"))
+            .queue("vip")
+            .priority(1)
+            .max_attempts(3)
+            .metadata({"source": "signup"})
+        )
 
     @app.on_completed_enqueue_with(Signup, Welcome)
     def replaced(args: Signup, job: awa.JobRow) -> awa.EnqueueRequest:
-        return (awa.EnqueueRequest(Welcome(args.user_id, "replaced")).queue("vip").priority(1)
-                .with_opts(awa.InsertOpts(max_attempts=7)))
+        return (
+            awa.EnqueueRequest(Welcome(args.user_id, "replaced"))
+            .queue("vip")
+            .priority(1)
+            .with_opts(awa.InsertOpts(max_attempts=7))
+        )
 
     await run_signup(dsn, app, Signup(1))
     chained_row, replaced_row = follow_ups(dsn)
@@ -237,15 +255,27 @@ async def test_callback_resolutions_run_their_specs_atomically(dsn: str) -> None
     app = signup_app()
     app.on_completed_enqueue(Signup, Welcome, lambda a, j: Welcome(a.user_id, "completed"))
     app.on_exhausted_enqueue(Signup, Welcome, lambda a, j, e, n: Welcome(a.user_id, f"failed: {e}"))
-    app.on_retried_enqueue(Signup, Welcome, lambda a, j, e, n, t: Welcome(a.user_id, f"retried {n}"))
-    ids = await run_signup(dsn, app, Signup(1, "park"), Signup(2, "park"), Signup(3, "park"),
-                           wait_state=("waiting_external",))
+    app.on_retried_enqueue(
+        Signup, Welcome, lambda a, j, e, n, t: Welcome(a.user_id, f"retried {n}")
+    )
+    ids = await run_signup(
+        dsn,
+        app,
+        Signup(1, "park"),
+        Signup(2, "park"),
+        Signup(3, "park"),
+        wait_state=("waiting_external",),
+    )
     rows = [job_row(dsn, i) for i in ids]
     async with awa.AsyncClient(dsn, app=app) as client:
         await client.complete_external(rows[0].callback_id)
         await client.fail_external(rows[1].callback_id, "declined")
         await client.retry_external(rows[2].callback_id)
-    assert sorted(r.args["note"] for r in follow_ups(dsn)) == ["completed", "failed: declined", "retried 1"]
+    assert sorted(r.args["note"] for r in follow_ups(dsn)) == [
+        "completed",
+        "failed: declined",
+        "retried 1",
+    ]
     # a bare client runs no specs
     async with awa.AsyncClient(dsn) as bare:
         [job_id] = [r.id for r in await bare.list_jobs(state="available", kind="signup")]
@@ -271,7 +301,12 @@ async def test_paired_unique_keys_give_exactly_half_the_follow_ups(dsn: str) -> 
 @pytest.mark.asyncio
 async def test_unique_states_decide_how_long_a_follow_up_blocks(dsn: str) -> None:
     app = signup_app()
-    pending_only = {awa.JobState.SCHEDULED, awa.JobState.AVAILABLE, awa.JobState.RUNNING, awa.JobState.RETRYABLE}
+    pending_only = {
+        awa.JobState.SCHEDULED,
+        awa.JobState.AVAILABLE,
+        awa.JobState.RUNNING,
+        awa.JobState.RETRYABLE,
+    }
 
     @app.on_completed_enqueue_with(Signup, Welcome)
     def dedup(args: Signup, job: awa.JobRow) -> awa.EnqueueRequest:
@@ -281,7 +316,10 @@ async def test_unique_states_decide_how_long_a_follow_up_blocks(dsn: str) -> Non
     await run_signup(dsn, app, Signup(1))
     [first] = follow_ups(dsn)
     with psycopg.connect(dsn, autocommit=True) as conn:  # the follow-up ran and completed
-        conn.execute("UPDATE awa.jobs SET state = 'completed', finalized_at = now() WHERE id = %s", (first.id,))
+        conn.execute(
+            "UPDATE awa.jobs SET state = 'completed', finalized_at = now() WHERE id = %s",
+            (first.id,),
+        )
     await run_signup(dsn, app, Signup(2))  # without `completed` in states: no longer blocks
     assert len(follow_ups(dsn)) == 2
 
@@ -290,7 +328,8 @@ async def test_unique_states_decide_how_long_a_follow_up_blocks(dsn: str) -> Non
 async def test_by_args_false_collapses_follow_ups_of_a_kind(dsn: str) -> None:
     app = signup_app()
     app.on_completed_enqueue_with(
-        Signup, Welcome,
+        Signup,
+        Welcome,
         lambda a, j: awa.EnqueueRequest(Welcome(a.user_id)).unique(awa.UniqueOpts(by_args=False)),
     )
     await run_signup(dsn, app, Signup(1), Signup(2), Signup(3))
@@ -298,7 +337,9 @@ async def test_by_args_false_collapses_follow_ups_of_a_kind(dsn: str) -> None:
 
 
 @pytest.mark.asyncio
-async def test_kinds_without_specs_stay_on_the_batched_path(dsn: str, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_kinds_without_specs_stay_on_the_batched_path(
+    dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     calls = {"batch": 0, "with_follow_ups": 0}
     batch, with_follow_ups = OutcomeCore._finalize_batch, OutcomeCore._finalize_with_follow_ups
 
@@ -319,18 +360,27 @@ async def test_kinds_without_specs_stay_on_the_batched_path(dsn: str, monkeypatc
         await client.insert_many([Welcome(i) for i in range(200)])
     async with running_worker(app, dsn, {"signup": 5, "email": 50}):
         await wait_until(lambda: all_terminal(dsn, 220))
-    assert calls["with_follow_ups"] == 20  # a kind with a spec takes the follow-up transaction, even for None
+    assert (
+        calls["with_follow_ups"] == 20
+    )  # a kind with a spec takes the follow-up transaction, even for None
     assert calls["batch"] < 200  # the 200 spec-less jobs were finalised many per statement
 
 
 @pytest.mark.asyncio
 async def test_a_follow_up_of_an_unknown_kind_fails_terminally_when_claimed(dsn: str) -> None:
     app = signup_app()
-    app.on_completed_enqueue_with(Signup, dict, lambda a, j: awa.EnqueueRequest({"x": 1}).with_opts(
-        awa.InsertOpts(kind="not_deployed_yet", queue="signup")))
+    app.on_completed_enqueue_with(
+        Signup,
+        dict,
+        lambda a, j: awa.EnqueueRequest({"x": 1}).with_opts(
+            awa.InsertOpts(kind="not_deployed_yet", queue="signup")
+        ),
+    )
     await run_signup(dsn, app, Signup(1))
     async with running_worker(app, dsn, {"signup": 5}):
-        await wait_until(lambda: any(r.state == "failed" for r in follow_ups(dsn, "not_deployed_yet")))
+        await wait_until(
+            lambda: any(r.state == "failed" for r in follow_ups(dsn, "not_deployed_yet"))
+        )
     [row] = follow_ups(dsn, "not_deployed_yet")
     assert row.errors[-1]["error"] == "unknown job kind: not_deployed_yet"
 
@@ -349,7 +399,9 @@ async def test_a_follow_up_wakes_the_workers_of_its_queue(dsn: str) -> None:
                 await asyncio.sleep(0.3)  # both idle, waiting on their 60 s poll
                 started = time.monotonic()
                 await client.insert(Signup(1))
-                await wait_until(lambda: any(r.state == "completed" for r in follow_ups(dsn)), timeout=10)
+                await wait_until(
+                    lambda: any(r.state == "completed" for r in follow_ups(dsn)), timeout=10
+                )
                 assert time.monotonic() - started < 5
 
 
@@ -364,14 +416,19 @@ async def claim_all(dsn: str, queue: str, count: int) -> list[awa.JobRow]:
     return sorted(rows, key=lambda r: r.id)
 
 
-async def finalize_group(dsn: str, app: awa.App, count: int) -> tuple[list[awa.JobRow], list[object]]:
+async def finalize_group(
+    dsn: str, app: awa.App, count: int
+) -> tuple[list[awa.JobRow], list[object]]:
     """``count`` signups claimed and completed through one finalize_attempts call."""
     from awa_cli.outcomes import decide
 
     async with awa.AsyncClient(dsn, app=app) as client:
         await client.insert_many([Signup(i) for i in range(count)])
         claimed = await claim_all(dsn, "signup", count)
-        results = [decide(row, args=Signup(**row.args), result=None, exc=None, duration=0.0) for row in claimed]
+        results = [
+            decide(row, args=Signup(**row.args), result=None, exc=None, duration=0.0)
+            for row in claimed
+        ]
         assert all(client.core.needs_own_transaction(r) for r in results)
         done = await client.core.finalize_attempts(results)
     return claimed, list(done)
@@ -416,7 +473,8 @@ async def test_a_raising_spec_in_a_group_holds_back_only_its_own_job(dsn: str) -
 async def test_follow_ups_of_one_group_sharing_a_unique_key_insert_once(dsn: str) -> None:
     app = signup_app()
     app.on_completed_enqueue_with(
-        Signup, Welcome,
+        Signup,
+        Welcome,
         lambda a, j: awa.EnqueueRequest(Welcome(0, note="digest")).unique(awa.UniqueOpts()),
     )
     _, done = await finalize_group(dsn, app, 5)
@@ -436,18 +494,40 @@ async def test_the_group_insert_stores_every_option_as_a_single_insert_does(dsn:
     later = datetime.now(UTC) + timedelta(hours=1)
     options = [
         InsertOpts(),
-        InsertOpts(queue="q2", priority=4, max_attempts=3, run_at=later, deadline_duration=7.5,
-                   metadata={"m": [1, "é"]}, tags=["a", "b,c", 'd"e'], ordering_key="k1"),
+        InsertOpts(
+            queue="q2",
+            priority=4,
+            max_attempts=3,
+            run_at=later,
+            deadline_duration=7.5,
+            metadata={"m": [1, "é"]},
+            tags=["a", "b,c", 'd"e'],
+            ordering_key="k1",
+        ),
         InsertOpts(unique_opts=UniqueOpts(states=["available", "running"])),
         InsertOpts(run_at=datetime.now(UTC) - timedelta(seconds=5), tags=[]),
     ]
     options = [replace(o, kind="note") for o in options]
     jobs = [prepare({"n": n, "text": "tab\there"}, o) for n, o in enumerate(options)]
-    columns = ("kind", "queue", "args", "state", "priority", "max_attempts", "deadline_duration",
-               "metadata", "tags", "unique_key", "unique_states", "ordering_key")
+    columns = (
+        "kind",
+        "queue",
+        "args",
+        "state",
+        "priority",
+        "max_attempts",
+        "deadline_duration",
+        "metadata",
+        "tags",
+        "unique_key",
+        "unique_states",
+        "ordering_key",
+    )
     async with awa.AsyncClient(dsn) as client:
-        single = [await client.insert({"n": n, "text": "tab\there"}, **_kwargs(o))
-                  for n, o in enumerate(options)]
+        single = [
+            await client.insert({"n": n, "text": "tab\there"}, **_kwargs(o))
+            for n, o in enumerate(options)
+        ]
         with psycopg.connect(dsn, autocommit=True) as conn:  # free the unique key for the group
             conn.execute("UPDATE awa.jobs SET state = 'cancelled'")
         async with await psycopg.AsyncConnection.connect(dsn) as conn:
@@ -455,9 +535,12 @@ async def test_the_group_insert_stores_every_option_as_a_single_insert_does(dsn:
             await conn.commit()
     assert ids[4] is None and None not in ids[:4] and ids[:4] == sorted(ids[:4])
     with psycopg.connect(dsn) as conn:
+
         def row(job_id: int) -> tuple[object, ...]:
-            return conn.execute(f"SELECT {', '.join(columns)}, run_at FROM awa.jobs WHERE id = %s",
-                                (job_id,)).fetchone()  # type: ignore[return-value]
+            return conn.execute(
+                f"SELECT {', '.join(columns)}, run_at FROM awa.jobs WHERE id = %s", (job_id,)
+            ).fetchone()  # type: ignore[return-value]
+
         for first, second in zip(single, ids, strict=False):
             assert second is not None
             a, b = row(first.id), row(second)
@@ -469,4 +552,6 @@ async def test_the_group_insert_stores_every_option_as_a_single_insert_does(dsn:
 def _kwargs(opts: object) -> dict[str, object]:
     from dataclasses import fields
 
-    return {f.name: getattr(opts, f.name) for f in fields(opts) if getattr(opts, f.name) is not None}  # type: ignore[arg-type]
+    return {
+        f.name: getattr(opts, f.name) for f in fields(opts) if getattr(opts, f.name) is not None
+    }  # type: ignore[arg-type]

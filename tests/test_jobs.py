@@ -168,9 +168,9 @@ def test_run_at_outside_years_1_to_9999_in_utc(run_at: Any) -> None:
 
 
 def test_run_at_edges_inside_the_range_and_naive_is_utc() -> None:
-    assert _prep(run_at=datetime(1, 1, 1, 5, tzinfo=timezone(timedelta(hours=5)))).run_at == datetime(
-        1, 1, 1, tzinfo=UTC
-    )
+    assert _prep(
+        run_at=datetime(1, 1, 1, 5, tzinfo=timezone(timedelta(hours=5)))
+    ).run_at == datetime(1, 1, 1, tzinfo=UTC)
     assert _prep(run_at=datetime(9999, 12, 31, 23, 59, tzinfo=UTC)).run_at.year == 9999
     naive = _prep(run_at=datetime(2030, 1, 2, 3, 4)).run_at
     assert naive == datetime(2030, 1, 2, 3, 4, tzinfo=UTC)
@@ -248,7 +248,11 @@ def test_priority_range_property(value: int) -> None:
 
 
 @settings(max_examples=80, deadline=None)
-@given(st.one_of(st.integers(min_value=-100_000, max_value=100_000), st.sampled_from([0, 1, 1000, 1001])))
+@given(
+    st.one_of(
+        st.integers(min_value=-100_000, max_value=100_000), st.sampled_from([0, 1, 1000, 1001])
+    )
+)
 def test_max_attempts_range_property(value: int) -> None:
     if 1 <= value <= 1000:
         assert _prep(max_attempts=value).max_attempts == value
@@ -346,13 +350,21 @@ def test_unique_states_are_stored_sorted_names() -> None:
 def test_args_as_dataclass_pydantic_or_dict_serialise_the_same() -> None:
     texts = {
         prepare(args, InsertOpts(kind="send_email")).args_json
-        for args in (SendEmail("a@b", "s"), SendEmailModel(to="a@b", subject="s"), {"to": "a@b", "subject": "s"})
+        for args in (
+            SendEmail("a@b", "s"),
+            SendEmailModel(to="a@b", subject="s"),
+            {"to": "a@b", "subject": "s"},
+        )
     }
     assert len(texts) == 1
     assert json.loads(texts.pop()) == {"to": "a@b", "subject": "s"}
     keys = {
         _key(args, kind="send_email")
-        for args in (SendEmail("a@b", "s"), SendEmailModel(to="a@b", subject="s"), {"subject": "s", "to": "a@b"})
+        for args in (
+            SendEmail("a@b", "s"),
+            SendEmailModel(to="a@b", subject="s"),
+            {"subject": "s", "to": "a@b"},
+        )
     }
     assert len(keys) == 1
 
@@ -385,14 +397,22 @@ def test_default_unique_states() -> None:
 
 def test_job_state_order_matches_the_enum() -> None:
     assert [s.value for s in JobState] == [
-        "scheduled", "available", "running", "waiting_external",
-        "retryable", "completed", "failed", "cancelled",
+        "scheduled",
+        "available",
+        "running",
+        "waiting_external",
+        "retryable",
+        "completed",
+        "failed",
+        "cancelled",
     ]
 
 
 def test_enqueue_request_chain() -> None:
     req = EnqueueRequest({"a": 1})
-    same = req.queue("email").priority(1).max_attempts(3).unique({"by_queue": True}).metadata({"m": 1})
+    same = (
+        req.queue("email").priority(1).max_attempts(3).unique({"by_queue": True}).metadata({"m": 1})
+    )
     assert same is req
     assert req.opts == InsertOpts(
         queue="email", priority=1, max_attempts=3, unique_opts={"by_queue": True}, metadata={"m": 1}

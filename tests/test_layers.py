@@ -13,7 +13,13 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "awa_cli"
-PURE = {"awa_cli.app", "awa_cli.jobs", "awa_cli.results", "awa_cli.events", "awa_cli.plugins.marker"}
+PURE = {
+    "awa_cli.app",
+    "awa_cli.jobs",
+    "awa_cli.results",
+    "awa_cli.events",
+    "awa_cli.plugins.marker",
+}
 CLI_LAYER_PREFIXES = ("awa_cli.commands", "awa_cli.cli", "awa_cli.terminal", "awa_cli.manpages")
 
 
@@ -54,13 +60,25 @@ def test_db_layer_is_the_bottom(name: str) -> None:
 
 
 def test_outcome_core_sits_below_clients_and_workers() -> None:
-    above = ("awa_cli.client", "awa_cli.worker", "awa_cli.maintenance", "awa_cli.commands", "awa_cli.cli",
-             "awa_cli.testing")
+    above = (
+        "awa_cli.client",
+        "awa_cli.worker",
+        "awa_cli.maintenance",
+        "awa_cli.commands",
+        "awa_cli.cli",
+        "awa_cli.testing",
+    )
     assert not {m for m in project_imports("awa_cli.outcomes") if m.startswith(above)}
 
 
-@pytest.mark.parametrize("name", sorted(n for n in MODULES if n.startswith(("awa_cli.client", "awa_cli.worker",
-                                                                             "awa_cli.maintenance"))))
+@pytest.mark.parametrize(
+    "name",
+    sorted(
+        n
+        for n in MODULES
+        if n.startswith(("awa_cli.client", "awa_cli.worker", "awa_cli.maintenance"))
+    ),
+)
 def test_runtime_never_imports_the_cli(name: str) -> None:
     assert not {m for m in project_imports(name) if m.startswith(CLI_LAYER_PREFIXES)}, name
 

@@ -74,7 +74,9 @@ async def test_stale_heartbeat_rescue_fences_the_late_completion(dsn: str) -> No
         await wait_until(lambda: job.id in worker.running)  # claimed and its handler started
         claimed = job_row(dsn, job.id)
         execute(dsn, "UPDATE awa.jobs SET heartbeat_at = now() - interval '1 hour'")
-        maintenance = Maintenance(worker.dsn, worker.pool, worker.core, worker.timings, worker=worker)
+        maintenance = Maintenance(
+            worker.dsn, worker.pool, worker.core, worker.timings, worker=worker
+        )
         await maintenance._sweep()
         row = job_row(dsn, job.id)
         assert row.state == "retryable" and row.run_lease == claimed.run_lease
@@ -97,18 +99,25 @@ async def test_deadline_and_last_attempt(dsn: str) -> None:
     with awa.Client(dsn) as client:
         a = client.insert(Slow(1))
         b = client.insert(Slow(2), max_attempts=1)
-    execute(dsn, "UPDATE awa.jobs SET state = 'running', attempt = 1, run_lease = 1, heartbeat_at = now(), "
-                 "deadline_at = now() - interval '1 second'")
+    execute(
+        dsn,
+        "UPDATE awa.jobs SET state = 'running', attempt = 1, run_lease = 1, heartbeat_at = now(), "
+        "deadline_at = now() - interval '1 second'",
+    )
     hooks: list[object] = []
     pool, core = await core_for(dsn, hooks=hooks)
     try:
-        report = await sweep_once(core, heartbeat_staleness=15, completed_retention=3600, failed_retention=3600)
+        report = await sweep_once(
+            core, heartbeat_staleness=15, completed_retention=3600, failed_retention=3600
+        )
     finally:
         await pool.close()
     assert {r.id for r in report.rescued["deadline_exceeded"]} == {a.id, b.id}
     ra, rb = job_row(dsn, a.id), job_row(dsn, b.id)
     assert ra.state == "retryable" and ra.errors[-1]["error"] == "hard deadline exceeded"
-    assert rb.state == "failed" and rb.errors[-1]["terminal"] is True and rb.finalized_at is not None
+    assert (
+        rb.state == "failed" and rb.errors[-1]["terminal"] is True and rb.finalized_at is not None
+    )
     assert {e.reason for e in hooks} == {awa.RescueReason.DEADLINE_EXCEEDED}  # type: ignore[attr-defined]
 
 
@@ -116,8 +125,11 @@ async def test_deadline_and_last_attempt(dsn: str) -> None:
 async def test_expired_callback_clears_the_callback(dsn: str) -> None:
     with awa.Client(dsn) as client:
         job = client.insert(Slow(), max_attempts=1)
-    execute(dsn, "UPDATE awa.jobs SET state = 'waiting_external', attempt = 1, callback_id = gen_random_uuid(), "
-                 "callback_timeout_at = now() - interval '1 second'")
+    execute(
+        dsn,
+        "UPDATE awa.jobs SET state = 'waiting_external', attempt = 1, callback_id = gen_random_uuid(), "
+        "callback_timeout_at = now() - interval '1 second'",
+    )
     pool, core = await core_for(dsn)
     try:
         [rescued] = await core.rescue(awa.RescueReason.EXPIRED_CALLBACK)
@@ -130,7 +142,9 @@ async def test_expired_callback_clears_the_callback(dsn: str) -> None:
 
 
 @pytest.mark.asyncio
-async def test_rescue_follow_up_failure_is_retried_by_a_later_sweep_exactly_once(dsn: str, caplog: pytest.LogCaptureFixture) -> None:
+async def test_rescue_follow_up_failure_is_retried_by_a_later_sweep_exactly_once(
+    dsn: str, caplog: pytest.LogCaptureFixture
+) -> None:
     app = awa.App()
     app.task(Slow)(lambda job: None)
     fail = True
@@ -143,24 +157,35 @@ async def test_rescue_follow_up_failure_is_retried_by_a_later_sweep_exactly_once
 
     with awa.Client(dsn) as client:
         job = client.insert(Slow())
-    execute(dsn, "UPDATE awa.jobs SET state = 'running', attempt = 1, heartbeat_at = now() - interval '1 hour'")
+    execute(
+        dsn,
+        "UPDATE awa.jobs SET state = 'running', attempt = 1, heartbeat_at = now() - interval '1 hour'",
+    )
     pool, core = await core_for(dsn, app)
     try:
         with caplog.at_level(logging.ERROR):
-            first = await sweep_once(core, heartbeat_staleness=15, completed_retention=3600, failed_retention=3600)
+            first = await sweep_once(
+                core, heartbeat_staleness=15, completed_retention=3600, failed_retention=3600
+            )
         assert first.follow_ups_failed == 1 and first.follow_ups_done == 0
         assert f"rescue follow-up of job {job.id} failed" in caplog.text
         row = job_row(dsn, job.id)
         assert row.state == "retryable"  # the rescue stands
         fail = False
-        second = await sweep_once(core, heartbeat_staleness=15, completed_retention=3600, failed_retention=3600)
-        third = await sweep_once(core, heartbeat_staleness=15, completed_retention=3600, failed_retention=3600)
+        second = await sweep_once(
+            core, heartbeat_staleness=15, completed_retention=3600, failed_retention=3600
+        )
+        third = await sweep_once(
+            core, heartbeat_staleness=15, completed_retention=3600, failed_retention=3600
+        )
     finally:
         await pool.close()
     assert second.follow_ups_done == 1 and third.follow_ups_done == 0
     with psycopg.connect(dsn) as conn:
         alerts = conn.execute("SELECT args FROM awa.jobs WHERE kind = 'alert'").fetchall()
-        pending = conn.execute("SELECT count(*) FROM awa.jobs WHERE rescue_pending IS NOT NULL").fetchone()[0]
+        pending = conn.execute(
+            "SELECT count(*) FROM awa.jobs WHERE rescue_pending IS NOT NULL"
+        ).fetchone()[0]
     assert alerts == [({"job_id": job.id, "reason": "stale_heartbeat"},)] and pending == 0
 
 
@@ -183,8 +208,12 @@ async def test_exactly_one_leader_and_failover(dsn: str) -> None:
         leader = next(i for i, m in enumerate(members) if m.is_leader)
         stopping[leader].set()  # the leader's process goes away …
         tasks[leader].cancel()
-        execute(dsn, "SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory' "
-                     "AND objid = %s AND granted", 0x6177615F6C6472 & 0xFFFFFFFF)
+        execute(
+            dsn,
+            "SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory' "
+            "AND objid = %s AND granted",
+            0x6177615F6C6472 & 0xFFFFFFFF,
+        )
         others = [m for i, m in enumerate(members) if i != leader]
         await wait_until(lambda: sum(m.is_leader for m in others) == 1, timeout=5)
     finally:
@@ -203,8 +232,16 @@ async def test_retention_prunes_in_batches_and_releases_unique_keys(dsn: str) ->
         old = client.insert(Slow(1), unique_opts={})
         client.insert(Slow(2))
         failed = client.insert(Slow(3))
-    execute(dsn, "UPDATE awa.jobs SET state = 'completed', finalized_at = now() - interval '2 days' WHERE id = %s", old.id)
-    execute(dsn, "UPDATE awa.jobs SET state = 'failed', finalized_at = now() - interval '2 days' WHERE id = %s", failed.id)
+    execute(
+        dsn,
+        "UPDATE awa.jobs SET state = 'completed', finalized_at = now() - interval '2 days' WHERE id = %s",
+        old.id,
+    )
+    execute(
+        dsn,
+        "UPDATE awa.jobs SET state = 'failed', finalized_at = now() - interval '2 days' WHERE id = %s",
+        failed.id,
+    )
     pool, core = await core_for(dsn)
     try:
         pruned = await core.prune(completed_retention=86400, failed_retention=3 * 86400)
@@ -225,23 +262,41 @@ def test_staleness_below_three_intervals_warns(caplog: pytest.LogCaptureFixture)
 def test_awa_rescue_run_end_to_end(dsn: str, tmp_path: Path) -> None:
     with awa.Client(dsn) as client:
         job = client.insert(Slow())
-    execute(dsn, "UPDATE awa.jobs SET state = 'running', attempt = 1, heartbeat_at = now() - interval '1 hour'")
+    execute(
+        dsn,
+        "UPDATE awa.jobs SET state = 'running', attempt = 1, heartbeat_at = now() - interval '1 hour'",
+    )
     config = tmp_path / "awa.toml"
-    config.write_text("[maintenance]\nheartbeat_staleness = \"15s\"\n")
+    config.write_text('[maintenance]\nheartbeat_staleness = "15s"\n')
     env = {**os.environ, "AWA_DATABASE_URL": dsn, "NO_COLOR": "1"}
     awa_bin = str(Path(sys.executable).parent / "awa")
-    dry = subprocess.run([awa_bin, "--config", str(config), "rescue", "run", "--dry-run", "--json"],
-                         env=env, capture_output=True, text=True, timeout=60)
+    dry = subprocess.run(
+        [awa_bin, "--config", str(config), "rescue", "run", "--dry-run", "--json"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert dry.returncode == 0, dry.stderr
     assert json.loads(dry.stdout)["rescued"]["stale_heartbeat"] == [job.id]
     assert job_row(dsn, job.id).state == "running"  # dry run changed nothing
-    real = subprocess.run([awa_bin, "--config", str(config), "rescue", "run", "--json"],
-                          env=env, capture_output=True, text=True, timeout=60)
+    real = subprocess.run(
+        [awa_bin, "--config", str(config), "rescue", "run", "--json"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert real.returncode == 0, real.stderr
     assert json.loads(real.stdout)["rescued"]["stale_heartbeat"] == [job.id]
     assert job_row(dsn, job.id).state == "retryable"
-    table = subprocess.run([awa_bin, "--config", str(config), "rescue", "run"],
-                           env=env, capture_output=True, text=True, timeout=60)
+    table = subprocess.run(
+        [awa_bin, "--config", str(config), "rescue", "run"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert table.returncode == 0 and "stale_heartbeat" in table.stdout
 
 
@@ -251,16 +306,32 @@ def test_awa_rescue_run_loads_the_app_and_plugins(dsn: str, tmp_path: Path) -> N
 
     with awa.Client(dsn) as client:
         job = client.insert(Park(3))
-    execute(dsn, "UPDATE awa.jobs SET state = 'waiting_external', attempt = 1, callback_id = gen_random_uuid(), "
-                 "callback_timeout_at = now() - interval '1 second'")
+    execute(
+        dsn,
+        "UPDATE awa.jobs SET state = 'waiting_external', attempt = 1, callback_id = gen_random_uuid(), "
+        "callback_timeout_at = now() - interval '1 second'",
+    )
     config = tmp_path / "awa.toml"
-    config.write_text('[app]\nmodules = ["tests.apps.callbacks"]\nplugins = ["tests.apps.callbacks"]\n')
+    config.write_text(
+        '[app]\nmodules = ["tests.apps.callbacks"]\nplugins = ["tests.apps.callbacks"]\n'
+    )
     events = tmp_path / "events.txt"
-    env = {**os.environ, "AWA_DATABASE_URL": dsn, "NO_COLOR": "1", "PYTHONPATH": str(ROOT),
-           "AWA_TEST_EVENTS": str(events)}
+    env = {
+        **os.environ,
+        "AWA_DATABASE_URL": dsn,
+        "NO_COLOR": "1",
+        "PYTHONPATH": str(ROOT),
+        "AWA_TEST_EVENTS": str(events),
+    }
     awa_bin = str(Path(sys.executable).parent / "awa")
-    done = subprocess.run([awa_bin, "--config", str(config), "rescue", "run", "--json"], cwd=ROOT,
-                          env=env, capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [awa_bin, "--config", str(config), "rescue", "run", "--json"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
     assert report["rescued"]["expired_callback"] == [job.id]

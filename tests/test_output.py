@@ -43,7 +43,9 @@ def output_app(events: list[Any], spec_rows: list[awa.JobRow]) -> awa.App:
         match job.args.mode:
             case "ok":
                 job.set_output({"first": True})
-                job.set_output({"item_id": 42, "at": AT, "ref": REF, "tags": ["a", "b"]})  # last one wins
+                job.set_output(
+                    {"item_id": 42, "at": AT, "ref": REF, "tags": ["a", "b"]}
+                )  # last one wins
                 job.enqueue_on_completion(Notify(resolve_job=job.id))  # the value goes in args
                 return None
             case "none":
@@ -97,7 +99,9 @@ async def test_output_is_stored_carried_by_completed_and_hidden_from_specs(dsn: 
 
 @pytest.mark.asyncio
 @pytest.mark.parametrize(("mode", "outcome"), [("none", "completed"), ("retry", "retryable")])
-async def test_no_output_or_not_completed_leaves_the_column_empty(dsn: str, mode: str, outcome: str) -> None:
+async def test_no_output_or_not_completed_leaves_the_column_empty(
+    dsn: str, mode: str, outcome: str
+) -> None:
     events: list[Any] = []
     async with AsyncAwaTestClient(dsn, output_app(events, [])) as tc:
         await tc.insert(Resolve(mode))
@@ -139,9 +143,15 @@ def test_awa_job_show_prints_the_output(dsn: str, tmp_path: Path) -> None:
         return job.id
 
     job_id = asyncio.run(run())
-    runner = CliRunner(env={"NO_COLOR": "1", "COLUMNS": "200", "AWA_CONFIG": None, "AWA_DATABASE_URL": None})
-    result = runner.invoke(cli, ["--config", str(config), "--database-url", dsn, "job", "show", str(job_id)])
+    runner = CliRunner(
+        env={"NO_COLOR": "1", "COLUMNS": "200", "AWA_CONFIG": None, "AWA_DATABASE_URL": None}
+    )
+    result = runner.invoke(
+        cli, ["--config", str(config), "--database-url", dsn, "job", "show", str(job_id)]
+    )
     assert result.exit_code == 0, result.output
     assert f"output: {json.dumps(EXPECTED, sort_keys=True)}" in result.stdout
-    as_json = runner.invoke(cli, ["--config", str(config), "--database-url", dsn, "job", "show", str(job_id), "--json"])
+    as_json = runner.invoke(
+        cli, ["--config", str(config), "--database-url", dsn, "job", "show", str(job_id), "--json"]
+    )
     assert json.loads(as_json.stdout)["output"] == EXPECTED

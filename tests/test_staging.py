@@ -72,9 +72,22 @@ def staging_app(shared: Shared) -> awa.App:
         mode = job.args.mode
         if mode == "nothing":
             return None
-        if mode in ("ok", "retry_after", "snooze", "cancel", "raise", "terminal", "park",
-                    "rescued", "superseded", "wait_in_handler", "retry_then_ok"):
-            job.enqueue_on_completion(StageB(item_id=job.args.item * 10 + job.attempt), unique_opts={})
+        if mode in (
+            "ok",
+            "retry_after",
+            "snooze",
+            "cancel",
+            "raise",
+            "terminal",
+            "park",
+            "rescued",
+            "superseded",
+            "wait_in_handler",
+            "retry_then_ok",
+        ):
+            job.enqueue_on_completion(
+                StageB(item_id=job.args.item * 10 + job.attempt), unique_opts={}
+            )
         match mode:
             case "ok" | "nothing":
                 return None
@@ -196,18 +209,26 @@ async def harness(dsn: str) -> Any:
 
 
 @pytest.mark.asyncio
-async def test_completed_inserts_the_staged_follow_up_in_the_completion_transaction(harness: Any, dsn: str) -> None:
+async def test_completed_inserts_the_staged_follow_up_in_the_completion_transaction(
+    harness: Any, dsn: str
+) -> None:
     tc, _ = harness
     trigger = await tc.insert(StageA(4))
     result = await tc.work_one(StageA)
     assert result.outcome == "completed"
     [follow] = rows_of(dsn, "stage_b")
     assert result.follow_up_ids == [follow.id]
-    assert follow.args == {"item_id": 41} and follow.queue == "stage_b"  # the kind's registered queue
+    assert (
+        follow.args == {"item_id": 41} and follow.queue == "stage_b"
+    )  # the kind's registered queue
     assert follow.unique_key is not None and follow.state == "available"
     with psycopg.connect(dsn) as conn:  # one transaction: the same xmin as the completion
-        xmins = {r[0] for r in conn.execute(
-            "SELECT xmin::text FROM awa.jobs WHERE id IN (%s, %s)", (trigger.id, follow.id)).fetchall()}
+        xmins = {
+            r[0]
+            for r in conn.execute(
+                "SELECT xmin::text FROM awa.jobs WHERE id IN (%s, %s)", (trigger.id, follow.id)
+            ).fetchall()
+        }
     assert len(xmins) == 1
     assert tc.core.counters.snapshot() == {"inserted": 1, "duplicate": 0, "discarded": 0}
 
@@ -215,10 +236,17 @@ async def test_completed_inserts_the_staged_follow_up_in_the_completion_transact
 @pytest.mark.asyncio
 @pytest.mark.parametrize(
     ("mode", "outcome"),
-    [("retry_after", "retryable"), ("snooze", "scheduled"), ("cancel", "cancelled"),
-     ("raise", "retryable"), ("terminal", "failed")],
+    [
+        ("retry_after", "retryable"),
+        ("snooze", "scheduled"),
+        ("cancel", "cancelled"),
+        ("raise", "retryable"),
+        ("terminal", "failed"),
+    ],
 )
-async def test_every_other_outcome_discards_them(harness: Any, dsn: str, mode: str, outcome: str) -> None:
+async def test_every_other_outcome_discards_them(
+    harness: Any, dsn: str, mode: str, outcome: str
+) -> None:
     tc, _ = harness
     await tc.insert(StageA(1, mode))
     result = await tc.work_one(StageA)
@@ -238,8 +266,12 @@ async def test_wait_for_callback_discards_them_with_a_warning_and_the_discard_co
     assert result.outcome == "waiting_external"
     assert rows_of(dsn, "stage_b") == []
     assert tc.core.counters.snapshot() == {"inserted": 0, "duplicate": 0, "discarded": 2}
-    [record] = [r for r in caplog.records if getattr(r, "action", "") == "staged_follow_ups_discarded"]
-    assert record.levelno == logging.WARNING and "2 staged follow-ups discarded" in record.getMessage()
+    [record] = [
+        r for r in caplog.records if getattr(r, "action", "") == "staged_follow_ups_discarded"
+    ]
+    assert (
+        record.levelno == logging.WARNING and "2 staged follow-ups discarded" in record.getMessage()
+    )
     # ... and complete_external does not bring them back
     await tc.client.complete_external(result.job.callback_id)
     assert (await tc.get_job(job.id)).state == "completed"
@@ -247,7 +279,9 @@ async def test_wait_for_callback_discards_them_with_a_warning_and_the_discard_co
 
 
 @pytest.mark.asyncio
-async def test_complete_external_discards_what_a_waiting_handler_staged(harness: Any, dsn: str) -> None:
+async def test_complete_external_discards_what_a_waiting_handler_staged(
+    harness: Any, dsn: str
+) -> None:
     tc, _ = harness
     job = await tc.insert(StageA(1, "wait_in_handler"))
     work = asyncio.create_task(tc.work_one(StageA))
@@ -262,12 +296,16 @@ async def test_complete_external_discards_what_a_waiting_handler_staged(harness:
 
 
 @pytest.mark.asyncio
-async def test_stage_after_wait_for_callback_builds_the_follow_up_from_the_payload(harness: Any, dsn: str) -> None:
+async def test_stage_after_wait_for_callback_builds_the_follow_up_from_the_payload(
+    harness: Any, dsn: str
+) -> None:
     tc, _ = harness
     job = await tc.insert(StageA(1, "wait_then_stage"))
     work = asyncio.create_task(tc.work_one(StageA))
     await wait_until(lambda: job_row(dsn, job.id).state == "waiting_external")
-    await tc.resume_external(job_row(dsn, job.id).callback_id, {"item_id": 77})  # wakes the waiting handler
+    await tc.resume_external(
+        job_row(dsn, job.id).callback_id, {"item_id": 77}
+    )  # wakes the waiting handler
     result = await asyncio.wait_for(work, 10)
     assert result.outcome == "completed"
     assert [r.args for r in rows_of(dsn, "stage_b")] == [{"item_id": 77}]
@@ -275,7 +313,9 @@ async def test_stage_after_wait_for_callback_builds_the_follow_up_from_the_paylo
 
 @pytest.mark.asyncio
 @pytest.mark.parametrize(("mode", "state"), [("rescued", "retryable"), ("superseded", "cancelled")])
-async def test_a_rescued_or_superseded_attempt_discards_them(harness: Any, dsn: str, mode: str, state: str) -> None:
+async def test_a_rescued_or_superseded_attempt_discards_them(
+    harness: Any, dsn: str, mode: str, state: str
+) -> None:
     tc, _ = harness
     job = await tc.insert(StageA(1, mode))
     result = await tc.work_one(StageA)
@@ -312,7 +352,9 @@ async def test_the_follow_ups_handle_stages_from_awaited_tasks(harness: Any, dsn
 
 
 @pytest.mark.asyncio
-async def test_a_swallowed_staging_error_still_fails_the_attempt_terminally(harness: Any, dsn: str) -> None:
+async def test_a_swallowed_staging_error_still_fails_the_attempt_terminally(
+    harness: Any, dsn: str
+) -> None:
     tc, shared = harness
     await tc.insert(StageA(1, "swallow"))
     result = await tc.work_one(StageA)
@@ -328,12 +370,17 @@ async def test_a_swallowed_staging_error_still_fails_the_attempt_terminally(harn
 
 @pytest.mark.asyncio
 @pytest.mark.parametrize("mode", ["unswallowed", "swallow_then_raise"])
-async def test_a_failed_stage_fails_terminally_whatever_the_handler_does_next(harness: Any, mode: str) -> None:
+async def test_a_failed_stage_fails_terminally_whatever_the_handler_does_next(
+    harness: Any, mode: str
+) -> None:
     tc, _ = harness
     await tc.insert(StageA(1, mode))
     result = await tc.work_one(StageA)
     assert result.outcome == "failed"
-    assert result.job.errors[-1]["error"].startswith("StagingError:") and result.job.errors[-1]["terminal"]
+    assert (
+        result.job.errors[-1]["error"].startswith("StagingError:")
+        and result.job.errors[-1]["terminal"]
+    )
 
 
 @pytest.mark.asyncio
@@ -347,7 +394,9 @@ async def test_staging_after_the_handler_returned_is_sealed(harness: Any, dsn: s
 
 
 @pytest.mark.asyncio
-async def test_the_seventeenth_stage_is_rejected_and_fails_the_attempt(harness: Any, dsn: str) -> None:
+async def test_the_seventeenth_stage_is_rejected_and_fails_the_attempt(
+    harness: Any, dsn: str
+) -> None:
     tc, shared = harness
     await tc.insert(StageA(1, "sixteen"))
     assert (await tc.work_one(StageA)).outcome == "completed"
@@ -356,7 +405,9 @@ async def test_the_seventeenth_stage_is_rejected_and_fails_the_attempt(harness: 
     result = await tc.work_one(StageA)
     [caught] = shared.errors
     assert isinstance(caught, awa.StagingError) and "16" in str(caught)
-    assert result.outcome == "failed" and len(rows_of(dsn, "stage_b")) == 16  # none of the second job's
+    assert (
+        result.outcome == "failed" and len(rows_of(dsn, "stage_b")) == 16
+    )  # none of the second job's
 
 
 @pytest.mark.asyncio
@@ -407,7 +458,9 @@ class NotSerialisable:
         (StageB(1), {"run_at": "tomorrow"}, "run_at"),
     ],
 )
-def test_staging_validates_eagerly_and_raises_staging_error(args: Any, options: dict[str, Any], field: str) -> None:
+def test_staging_validates_eagerly_and_raises_staging_error(
+    args: Any, options: dict[str, Any], field: str
+) -> None:
     job = HandlerJob(StageA(1))
     with pytest.raises(awa.StagingError) as caught:
         job.enqueue_on_completion(args, **options)
@@ -420,9 +473,18 @@ def test_staging_validates_eagerly_and_raises_staging_error(args: Any, options: 
 
 def test_the_same_values_are_accepted_at_the_edges() -> None:
     job = HandlerJob(StageA(1))
-    job.enqueue_on_completion(StageB(1), priority=1, max_attempts=1000, kind="k" * 200, queue="q" * 200,
-                              tags=[f"t{i}" for i in range(20)], run_at=datetime(9999, 12, 31, tzinfo=UTC))
-    job.enqueue_on_completion(StageB(2), priority=4, max_attempts=1, run_at=datetime(1, 1, 1, 2, tzinfo=UTC_PLUS_1))
+    job.enqueue_on_completion(
+        StageB(1),
+        priority=1,
+        max_attempts=1000,
+        kind="k" * 200,
+        queue="q" * 200,
+        tags=[f"t{i}" for i in range(20)],
+        run_at=datetime(9999, 12, 31, tzinfo=UTC),
+    )
+    job.enqueue_on_completion(
+        StageB(2), priority=4, max_attempts=1, run_at=datetime(1, 1, 1, 2, tzinfo=UTC_PLUS_1)
+    )
     assert len(job.staged) == 2 and job.staging_error is None
 
 
@@ -436,10 +498,18 @@ EXACT = MAX_STAGED_BYTES - 16
 
 @pytest.mark.parametrize(
     ("extra", "ok"),
-    [({}, True), ({"ordering_key": "k"}, False), ({"tags": ["t"]}, False),
-     ({"metadata": {"a": 1}}, False), ({"queue": "qq"}, False), ({"kind": "padd"}, False)],
+    [
+        ({}, True),
+        ({"ordering_key": "k"}, False),
+        ({"tags": ["t"]}, False),
+        ({"metadata": {"a": 1}}, False),
+        ({"queue": "qq"}, False),
+        ({"kind": "padd"}, False),
+    ],
 )
-def test_the_byte_limit_counts_kind_queue_args_metadata_tags_and_ordering_key(extra: dict[str, Any], ok: bool) -> None:
+def test_the_byte_limit_counts_kind_queue_args_metadata_tags_and_ordering_key(
+    extra: dict[str, Any], ok: bool
+) -> None:
     job = HandlerJob(StageA(1))
     options = {"kind": "pad", "queue": "q", **extra}
     if ok:
@@ -510,18 +580,26 @@ class CallSpy:
 
 
 @pytest.mark.asyncio
-async def test_worker_counters_dedup_and_only_stagers_take_the_follow_up_transaction(dsn: str) -> None:
+async def test_worker_counters_dedup_and_only_stagers_take_the_follow_up_transaction(
+    dsn: str,
+) -> None:
     app = staging_app(Shared())
     async with running_worker(app, dsn, {"default": 10, "stage_a": 10}) as worker:
         # spies on the real calls, in place before any job exists
         batch = worker.core._finalize_batch = CallSpy(worker.core._finalize_batch)  # type: ignore[method-assign]
         own = worker.core._finalize_with_follow_ups = CallSpy(  # type: ignore[method-assign]
-            worker.core._finalize_with_follow_ups)
+            worker.core._finalize_with_follow_ups
+        )
         async with awa.AsyncClient(dsn) as client:
             plain = [(await client.insert(Plain(n))).id for n in range(4)]
-            stagers = [(await client.insert(StageA(n, "same_unique"), queue="stage_a")).id for n in range(2)]
+            stagers = [
+                (await client.insert(StageA(n, "same_unique"), queue="stage_a")).id
+                for n in range(2)
+            ]
             nothing = (await client.insert(StageA(9, "nothing"), queue="stage_a")).id
-        await wait_until(lambda: all(job_row(dsn, i).state == "completed" for i in [*plain, *stagers, nothing]))
+        await wait_until(
+            lambda: all(job_row(dsn, i).state == "completed" for i in [*plain, *stagers, nothing])
+        )
         await wait_until(lambda: worker.finalizer.in_flight == 0)
         snapshot = worker.core.counters.snapshot()
     assert snapshot == {"inserted": 1, "duplicate": 1, "discarded": 0}
@@ -545,7 +623,9 @@ async def test_worker_discard_counter_on_wait_for_callback(dsn: str) -> None:
 
 
 @pytest.mark.asyncio
-async def test_a_worker_that_does_not_know_the_follow_up_kind_fails_it_terminally(harness: Any) -> None:
+async def test_a_worker_that_does_not_know_the_follow_up_kind_fails_it_terminally(
+    harness: Any,
+) -> None:
     tc, _ = harness
     await tc.insert({"x": 1}, kind="deployed_later")
     result = await tc.work_one("deployed_later")

@@ -15,7 +15,13 @@ from typing import Any
 import pytest
 
 import awa_cli as awa
-from awa_cli.testing import AsyncAwaTestClient, AwaTestClient, HandlerJob, run_handler, run_handler_async
+from awa_cli.testing import (
+    AsyncAwaTestClient,
+    AwaTestClient,
+    HandlerJob,
+    run_handler,
+    run_handler_async,
+)
 
 # -- "the application": myapp/jobs.py ----------------------------------------------------
 
@@ -97,7 +103,10 @@ def test_unit_with_app_resolves_kinds_and_queues_like_a_worker() -> None:
 
 def test_unit_outcomes_are_decided_as_in_a_worker() -> None:
     assert run_handler(import_order, HandlerJob(ImportOrder(1, "flaky"))).outcome == "retryable"
-    assert run_handler(import_order, HandlerJob(ImportOrder(1, "flaky"), attempt=25)).outcome == "failed"
+    assert (
+        run_handler(import_order, HandlerJob(ImportOrder(1, "flaky"), attempt=25)).outcome
+        == "failed"
+    )
     assert run_handler(import_order, HandlerJob(ImportOrder(1, "bad"))).outcome == "failed"
     assert run_handler(import_order, HandlerJob(ImportOrder(1, "later"))).outcome == "scheduled"
     assert run_handler(import_order, HandlerJob(ImportOrder(1, "gone"))).outcome == "cancelled"
@@ -110,7 +119,9 @@ async def test_unit_a_swallowed_staging_error_is_visible_and_fails_the_attempt()
     job = HandlerJob(ImportOrder(1, "sloppy"))
     result = await run_handler_async(import_order, job)
     assert job.staged == [] and isinstance(job.staging_error, awa.StagingError)
-    assert result.outcome == "failed" and result.error.startswith("StagingError: follow-up rejected: priority")
+    assert result.outcome == "failed" and result.error.startswith(
+        "StagingError: follow-up rejected: priority"
+    )
 
 
 def test_unit_limits_and_sealing_are_the_workers() -> None:
@@ -151,7 +162,10 @@ def test_work_one_runs_the_handler_through_the_real_core(dsn: str) -> None:
         [ship_id] = result.follow_up_ids
         shipped = tc.work_one(ShipOrder)
         assert shipped.outcome == "completed" and shipped.job.id == ship_id
-        assert shipped.job.queue == "shipping" and shipped.job.args == {"order_id": 5, "warehouse": "north"}
+        assert shipped.job.queue == "shipping" and shipped.job.args == {
+            "order_id": 5,
+            "warehouse": "north",
+        }
         assert hook_log == ["Started", "Completed"]  # hooks ran before work_one returned
         assert tc.work_one(ShipOrder).outcome == "no_job"
         # the same unique follow-up again: skipped and counted as a duplicate
@@ -164,8 +178,14 @@ def test_work_one_runs_the_handler_through_the_real_core(dsn: str) -> None:
 @pytest.mark.integration
 def test_work_one_outcomes(dsn: str) -> None:
     with AwaTestClient(dsn, app) as tc:
-        expected = {"flaky": "retryable", "bad": "failed", "later": "scheduled", "gone": "cancelled",
-                    "external": "waiting_external", "sloppy": "failed"}
+        expected = {
+            "flaky": "retryable",
+            "bad": "failed",
+            "later": "scheduled",
+            "gone": "cancelled",
+            "external": "waiting_external",
+            "sloppy": "failed",
+        }
         for n, mode in enumerate(expected, start=1):
             tc.insert(ImportOrder(n, mode))
         got = {}
@@ -186,7 +206,9 @@ def test_work_one_with_a_given_handler_a_kind_string_a_queue_and_a_client(dsn: s
         client.insert(ImportOrder(1), queue="elsewhere")
         assert tc.work_one(ImportOrder, queue="imports").outcome == "no_job"
         result = tc.work_one("import_order", stub, queue="elsewhere")
-        assert result.outcome == "retryable" and result.follow_up_ids == []  # only Completed inserts
+        assert (
+            result.outcome == "retryable" and result.follow_up_ids == []
+        )  # only Completed inserts
         assert tc.work_one(ImportOrder).outcome == "completed"  # the app's own handler this time
         assert tc.insert(ImportOrder(3)).queue == "imports"  # resolved from the test client's app
         assert client.list_jobs(kind="ship_order")[0].args == {"order_id": 1, "warehouse": "north"}
@@ -206,16 +228,16 @@ async def test_async_test_client(dsn: str) -> None:
 
 # -- the opt-in pytest plugin --------------------------------------------------------------
 
-USER_CONFTEST = '''
+USER_CONFTEST = """
 import pytest
 from myapp import app
 
 @pytest.fixture
 def awa_app():
     return app
-'''
+"""
 
-USER_APP = '''
+USER_APP = """
 from dataclasses import dataclass
 import awa_cli as awa
 
@@ -233,9 +255,9 @@ class Log:
 async def greet(job):
     job.enqueue_on_completion(Log(f"hello {job.args.name}"))
     job.set_output({"greeted": job.args.name})
-'''
+"""
 
-USER_TESTS = '''
+USER_TESTS = """
 import psycopg
 from myapp import Greet
 
@@ -252,10 +274,12 @@ def test_fresh_database_each_time_two(awa_test_client):
 
 def test_without_fixtures_needs_no_database():
     assert True
-'''
+"""
 
 
-def _run_user_suite(tmp_path: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def _run_user_suite(
+    tmp_path: Path, *args: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     (tmp_path / "myapp.py").write_text(textwrap.dedent(USER_APP), encoding="utf-8")
     (tmp_path / "conftest.py").write_text(textwrap.dedent(USER_CONFTEST), encoding="utf-8")
     (tmp_path / "test_user.py").write_text(textwrap.dedent(USER_TESTS), encoding="utf-8")
@@ -264,7 +288,11 @@ def _run_user_suite(tmp_path: Path, *args: str, env: dict[str, str] | None = Non
     full_env.update(env or {})
     return subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args],
-        cwd=tmp_path, env=full_env, capture_output=True, text=True, timeout=120,
+        cwd=tmp_path,
+        env=full_env,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
 
 
@@ -294,7 +322,9 @@ def test_pytest_plugin_is_opt_in(tmp_path: Path) -> None:
 def test_pytest_plugin_is_a_pytest11_entry_point() -> None:
     import tomllib
 
-    pyproject = tomllib.loads((Path(__file__).parent.parent / "pyproject.toml").read_text(encoding="utf-8"))
+    pyproject = tomllib.loads(
+        (Path(__file__).parent.parent / "pyproject.toml").read_text(encoding="utf-8")
+    )
     assert pyproject["project"]["entry-points"]["pytest11"] == {"awa": "awa_cli.testing_plugin"}
 
 

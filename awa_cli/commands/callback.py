@@ -27,14 +27,16 @@ def command() -> None:
 
 
 def _options(fn: Any) -> Any:
-    fn = click.option("--bare", is_flag=True,
-                      help="Resolve without the app: no follow-ups, no hooks.")(fn)
+    fn = click.option(
+        "--bare", is_flag=True, help="Resolve without the app: no follow-ups, no hooks."
+    )(fn)
     fn = json_option(fn)
     return click.argument("callback_id")(fn)
 
 
-def _resolve(ctx: CliContext, callback_id: str, bare: bool, json_flag: bool, verb: str,
-             action: Any) -> None:
+def _resolve(
+    ctx: CliContext, callback_id: str, bare: bool, json_flag: bool, verb: str, action: Any
+) -> None:
     parse_callback_id(callback_id)  # a malformed id is a usage error before any connection
     app = None if bare else ctx.app
     hooks = () if bare else ctx.plugins.event_hooks()
@@ -66,11 +68,19 @@ def _resolve(ctx: CliContext, callback_id: str, bare: bool, json_flag: bool, ver
 @_options
 @click.option("--payload", metavar="JSON", help="JSON payload stored with the completion.")
 @pass_context
-def complete(ctx: CliContext, callback_id: str, bare: bool, json_flag: bool, payload: str | None) -> None:
+def complete(
+    ctx: CliContext, callback_id: str, bare: bool, json_flag: bool, payload: str | None
+) -> None:
     """Complete the job waiting on CALLBACK_ID."""
     data = parse_json_option(payload, "--payload") if payload is not None else None
-    _resolve(ctx, callback_id, bare, json_flag, "completed",
-             lambda c: c.complete_external(callback_id, data))
+    _resolve(
+        ctx,
+        callback_id,
+        bare,
+        json_flag,
+        "completed",
+        lambda c: c.complete_external(callback_id, data),
+    )
 
 
 @command.command(name="fail")
@@ -79,7 +89,9 @@ def complete(ctx: CliContext, callback_id: str, bare: bool, json_flag: bool, pay
 @pass_context
 def fail(ctx: CliContext, callback_id: str, bare: bool, json_flag: bool, error: str) -> None:
     """Fail the job waiting on CALLBACK_ID."""
-    _resolve(ctx, callback_id, bare, json_flag, "failed", lambda c: c.fail_external(callback_id, error))
+    _resolve(
+        ctx, callback_id, bare, json_flag, "failed", lambda c: c.fail_external(callback_id, error)
+    )
 
 
 @command.command(name="retry")
@@ -87,18 +99,23 @@ def fail(ctx: CliContext, callback_id: str, bare: bool, json_flag: bool, error: 
 @pass_context
 def retry(ctx: CliContext, callback_id: str, bare: bool, json_flag: bool) -> None:
     """Make the job waiting on CALLBACK_ID available again, attempts reset."""
-    _resolve(ctx, callback_id, bare, json_flag, "made available",
-             lambda c: c.retry_external(callback_id))
+    _resolve(
+        ctx, callback_id, bare, json_flag, "made available", lambda c: c.retry_external(callback_id)
+    )
 
 
 @command.command(name="resume")
 @_options
 @click.option("--payload", metavar="JSON", help="JSON payload handed to the handler.")
 @pass_context
-def resume(ctx: CliContext, callback_id: str, bare: bool, json_flag: bool, payload: str | None) -> None:
+def resume(
+    ctx: CliContext, callback_id: str, bare: bool, json_flag: bool, payload: str | None
+) -> None:
     """Hand a payload to the job waiting on CALLBACK_ID and let it continue."""
     data = parse_json_option(payload, "--payload") if payload is not None else None
-    _resolve(ctx, callback_id, bare, json_flag, "resumed", lambda c: c.resume_external(callback_id, data))
+    _resolve(
+        ctx, callback_id, bare, json_flag, "resumed", lambda c: c.resume_external(callback_id, data)
+    )
 
 
 @command.command(name="heartbeat")
@@ -114,19 +131,42 @@ def heartbeat(ctx: CliContext, callback_id: str, bare: bool, json_flag: bool, ti
         seconds = parse_duration(timeout, "--timeout")
     except ConfigError as exc:
         raise ValidationError("--timeout", exc.message) from None
-    _resolve(ctx, callback_id, True, json_flag, "extended",
-             lambda c: c.heartbeat_callback(callback_id, seconds))
+    _resolve(
+        ctx,
+        callback_id,
+        True,
+        json_flag,
+        "extended",
+        lambda c: c.heartbeat_callback(callback_id, seconds),
+    )
 
 
 @command.command(name="resolve")
 @_options
 @click.option("--payload", metavar="JSON", help="JSON payload.")
-@click.option("--default-action", type=click.Choice(["complete", "fail", "ignore"]), default="ignore",
-              show_default=True, help="What resolving does.")
+@click.option(
+    "--default-action",
+    type=click.Choice(["complete", "fail", "ignore"]),
+    default="ignore",
+    show_default=True,
+    help="What resolving does.",
+)
 @pass_context
-def resolve(ctx: CliContext, callback_id: str, bare: bool, json_flag: bool, payload: str | None,
-            default_action: str) -> None:
+def resolve(
+    ctx: CliContext,
+    callback_id: str,
+    bare: bool,
+    json_flag: bool,
+    payload: str | None,
+    default_action: str,
+) -> None:
     """Resolve CALLBACK_ID by --default-action (ignore changes nothing)."""
     data = parse_json_option(payload, "--payload") if payload is not None else None
-    _resolve(ctx, callback_id, bare, json_flag, "resolved",
-             lambda c: c.resolve_callback(callback_id, data, default_action))
+    _resolve(
+        ctx,
+        callback_id,
+        bare,
+        json_flag,
+        "resolved",
+        lambda c: c.resolve_callback(callback_id, data, default_action),
+    )

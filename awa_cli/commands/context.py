@@ -39,11 +39,7 @@ class CliContext:
     def database_url(self) -> str | None:
         """The configured URL, or None when the embedded server is to be used."""
         config = self.config  # an explicit --config is validated even when the URL is given
-        return (
-            self.database_url_option
-            or self.env.get("AWA_DATABASE_URL")
-            or config.database.url
-        )
+        return self.database_url_option or self.env.get("AWA_DATABASE_URL") or config.database.url
 
     def dsn(self) -> str:
         """A DSN to connect to, starting the embedded server on demand."""
@@ -69,8 +65,12 @@ class CliContext:
             return PrometheusPlugin(port, self.env)
 
         extra = [] if port is None else [("awa_cli.plugins.prometheus", prometheus)]
-        return build_plugin_host(self.config.app.plugins, self.config.base_dir, report=self.terminal.status,
-                                 extra_builtins=extra)
+        return build_plugin_host(
+            self.config.app.plugins,
+            self.config.base_dir,
+            report=self.terminal.status,
+            extra_builtins=extra,
+        )
 
     @cached_property
     def app(self) -> App:
@@ -84,10 +84,14 @@ pass_context = click.make_pass_decorator(CliContext)
 
 def json_option(fn: Any) -> Any:
     """``--json`` after the command, same as ``awa --json COMMAND``."""
-    return click.option("--json", "json_flag", is_flag=True, help="Machine-readable JSON output.")(fn)
+    return click.option("--json", "json_flag", is_flag=True, help="Machine-readable JSON output.")(
+        fn
+    )
 
 
-def run_with_client(ctx: CliContext, action: Any, *, app: Any = None, plugin_hooks: Any = ()) -> Any:
+def run_with_client(
+    ctx: CliContext, action: Any, *, app: Any = None, plugin_hooks: Any = ()
+) -> Any:
     """Cross the async boundary once: open an AsyncClient, run ``action(client)``, close it
     (waiting briefly for dispatched hooks)."""
     import asyncio

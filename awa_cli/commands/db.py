@@ -67,9 +67,13 @@ def stop(ctx: CliContext, json_flag: bool) -> None:
     server = _server(ctx)
     was_running = server.stop()
     if ctx.wants_json(json_flag):
-        ctx.terminal.json({"stopped": was_running, "was_running": was_running, "data_dir": str(server.data_dir)})
+        ctx.terminal.json(
+            {"stopped": was_running, "was_running": was_running, "data_dir": str(server.data_dir)}
+        )
         return
-    ctx.terminal.status("embedded PostgreSQL stopped" if was_running else "embedded PostgreSQL was not running")
+    ctx.terminal.status(
+        "embedded PostgreSQL stopped" if was_running else "embedded PostgreSQL was not running"
+    )
 
 
 @command.command()

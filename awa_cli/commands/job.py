@@ -24,7 +24,9 @@ def parse_json_option(text: str, option: str) -> Any:
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
-        raise ValidationError(option, f"invalid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
+        raise ValidationError(
+            option, f"invalid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
+        ) from None
     except RecursionError:
         raise ValidationError(option, "JSON nested too deeply") from None
 
@@ -55,29 +57,52 @@ def show_row(ctx: CliContext, row: JobRow, json_flag: bool, verb: str | None = N
 
 
 def _summary(row: JobRow) -> tuple[Any, ...]:
-    return (row.id, row.kind, row.queue, row.state, f"{row.attempt}/{row.max_attempts}",
-            row.run_at.isoformat(timespec="seconds"))
+    return (
+        row.id,
+        row.kind,
+        row.queue,
+        row.state,
+        f"{row.attempt}/{row.max_attempts}",
+        row.run_at.isoformat(timespec="seconds"),
+    )
 
 
 @command.command(name="enqueue")
 @click.argument("kind")
-@click.option("--args", "args_json", default="{}", metavar="JSON", help="The job's args as a JSON object.")
+@click.option(
+    "--args", "args_json", default="{}", metavar="JSON", help="The job's args as a JSON object."
+)
 @click.option("--queue", help="Queue (default: the kind's registered queue, else 'default').")
 @click.option("--priority", type=int, help="1 (most urgent) to 4; default 2.")
 @click.option("--max-attempts", type=int, help="1 to 1000; default 25.")
 @click.option("--run-at", help="ISO 8601 time or +DURATION (e.g. +5m).")
-@click.option("--unique", is_flag=True, help="Deduplicate by kind and args (default unique options).")
+@click.option(
+    "--unique", is_flag=True, help="Deduplicate by kind and args (default unique options)."
+)
 @json_option
 @pass_context
-def enqueue(ctx: CliContext, kind: str, args_json: str, queue: str | None, priority: int | None,
-            max_attempts: int | None, run_at: str | None, unique: bool, json_flag: bool) -> None:
+def enqueue(
+    ctx: CliContext,
+    kind: str,
+    args_json: str,
+    queue: str | None,
+    priority: int | None,
+    max_attempts: int | None,
+    run_at: str | None,
+    unique: bool,
+    json_flag: bool,
+) -> None:
     """Enqueue one job of KIND."""
     args = parse_json_option(args_json, "--args")
     if not isinstance(args, dict):
         raise ValidationError("--args", "must be a JSON object")
-    options: dict[str, Any] = {"kind": kind, "queue": queue, "priority": priority,
-                               "max_attempts": max_attempts,
-                               "run_at": parse_run_at(run_at) if run_at else None}
+    options: dict[str, Any] = {
+        "kind": kind,
+        "queue": queue,
+        "priority": priority,
+        "max_attempts": max_attempts,
+        "run_at": parse_run_at(run_at) if run_at else None,
+    }
     if unique:
         options["unique_opts"] = {}
     app = ctx.app if ctx.config.app.modules else None
@@ -97,14 +122,24 @@ def enqueue(ctx: CliContext, kind: str, args_json: str, queue: str | None, prior
 @click.option("--limit", type=click.IntRange(1, 100000), default=50, show_default=True)
 @json_option
 @pass_context
-def list_jobs(ctx: CliContext, state: str | None, kind: str | None, queue: str | None, limit: int,
-              json_flag: bool) -> None:
+def list_jobs(
+    ctx: CliContext,
+    state: str | None,
+    kind: str | None,
+    queue: str | None,
+    limit: int,
+    json_flag: bool,
+) -> None:
     """List jobs, newest first."""
-    rows = run_with_client(ctx, lambda c: c.list_jobs(state=state, kind=kind, queue=queue, limit=limit))
+    rows = run_with_client(
+        ctx, lambda c: c.list_jobs(state=state, kind=kind, queue=queue, limit=limit)
+    )
     if ctx.wants_json(json_flag):
         ctx.terminal.json([r.to_json() for r in rows])
         return
-    ctx.terminal.table(["id", "kind", "queue", "state", "attempt", "run_at"], [_summary(r) for r in rows])
+    ctx.terminal.table(
+        ["id", "kind", "queue", "state", "attempt", "run_at"], [_summary(r) for r in rows]
+    )
 
 
 @command.command(name="show")
@@ -118,12 +153,31 @@ def show(ctx: CliContext, job_id: int, json_flag: bool) -> None:
         ctx.terminal.json(row.to_json())
         return
     data = row.to_json()
-    for key in ("id", "kind", "queue", "state", "priority", "attempt", "max_attempts", "run_at",
-                "run_lease", "created_at", "attempted_at", "finalized_at", "heartbeat_at", "deadline_at",
-                "callback_id", "callback_timeout_at", "tags", "ordering_key"):
+    for key in (
+        "id",
+        "kind",
+        "queue",
+        "state",
+        "priority",
+        "attempt",
+        "max_attempts",
+        "run_at",
+        "run_lease",
+        "created_at",
+        "attempted_at",
+        "finalized_at",
+        "heartbeat_at",
+        "deadline_at",
+        "callback_id",
+        "callback_timeout_at",
+        "tags",
+        "ordering_key",
+    ):
         value = data[key]
         if value not in (None, [], ""):
-            ctx.terminal.data(f"{key}: {value if not isinstance(value, list) else ', '.join(value)}")
+            ctx.terminal.data(
+                f"{key}: {value if not isinstance(value, list) else ', '.join(value)}"
+            )
     ctx.terminal.data(f"args: {json.dumps(row.args, sort_keys=True)}")
     if row.metadata:
         ctx.terminal.data(f"metadata: {json.dumps(row.metadata, sort_keys=True)}")
@@ -133,7 +187,9 @@ def show(ctx: CliContext, job_id: int, json_flag: bool) -> None:
         ctx.terminal.data(f"callback_result: {json.dumps(row.callback_result, sort_keys=True)}")
     for entry in row.errors:
         terminal = " (terminal)" if entry.get("terminal") else ""
-        ctx.terminal.data(f"error attempt {entry.get('attempt')} at {entry.get('at')}{terminal}: {entry.get('error')}")
+        ctx.terminal.data(
+            f"error attempt {entry.get('attempt')} at {entry.get('at')}{terminal}: {entry.get('error')}"
+        )
 
 
 @command.command(name="cancel")
@@ -143,7 +199,9 @@ def show(ctx: CliContext, job_id: int, json_flag: bool) -> None:
 def cancel(ctx: CliContext, job_id: int, json_flag: bool) -> None:
     """Cancel a pending, running or waiting job (fires Cancelled with the loaded app)."""
     app = ctx.app if ctx.config.app.modules else None
-    row = run_with_client(ctx, lambda c: c.cancel(job_id), app=app, plugin_hooks=ctx.plugins.event_hooks())
+    row = run_with_client(
+        ctx, lambda c: c.cancel(job_id), app=app, plugin_hooks=ctx.plugins.event_hooks()
+    )
     show_row(ctx, row, json_flag, verb="cancelled")
 
 

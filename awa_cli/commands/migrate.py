@@ -9,8 +9,15 @@ from awa_cli.db import migrations
 
 
 @click.command(name="migrate")
-@click.option("--status", "show_status", is_flag=True, help="List migrations and whether each is applied.")
-@click.option("--sql", "show_sql", is_flag=True, help="Print the SQL of every migration; no connection is made.")
+@click.option(
+    "--status", "show_status", is_flag=True, help="List migrations and whether each is applied."
+)
+@click.option(
+    "--sql",
+    "show_sql",
+    is_flag=True,
+    help="Print the SQL of every migration; no connection is made.",
+)
 @json_option
 @pass_context
 def command(ctx: CliContext, show_status: bool, show_sql: bool, json_flag: bool) -> None:
@@ -26,11 +33,17 @@ def command(ctx: CliContext, show_status: bool, show_sql: bool, json_flag: bool)
         if show_status:
             rows = migrations.status(conn)
             if ctx.wants_json(json_flag):
-                ctx.terminal.json([
-                    {"version": r.version, "name": r.name, "applied": r.applied_at is not None,
-                     "applied_at": r.applied_at.isoformat() if r.applied_at else None}
-                    for r in rows
-                ])
+                ctx.terminal.json(
+                    [
+                        {
+                            "version": r.version,
+                            "name": r.name,
+                            "applied": r.applied_at is not None,
+                            "applied_at": r.applied_at.isoformat() if r.applied_at else None,
+                        }
+                        for r in rows
+                    ]
+                )
             else:
                 ctx.terminal.table(
                     ["version", "name", "applied_at"],

@@ -25,7 +25,9 @@ GROUP BY queue, state
 """
 
 
-async def fetch_stats(dsn: str, queue: str | None, configured: dict[str, Any]) -> list[dict[str, Any]]:
+async def fetch_stats(
+    dsn: str, queue: str | None, configured: dict[str, Any]
+) -> list[dict[str, Any]]:
     import psycopg
 
     async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
@@ -66,8 +68,12 @@ def _render(stats: list[dict[str, Any]]) -> Any:
 
     table = Table("queue", *STATES, "completed/s", "oldest available", title="awa queue stats")
     for s in stats:
-        table.add_row(s["queue"], *(str(s["counts"][st]) for st in STATES),
-                      f"{s['completed_per_second']:.2f}", _age(s["oldest_available_age_seconds"]))
+        table.add_row(
+            s["queue"],
+            *(str(s["counts"][st]) for st in STATES),
+            f"{s['completed_per_second']:.2f}",
+            _age(s["oldest_available_age_seconds"]),
+        )
     return table
 
 
@@ -83,27 +89,46 @@ def list_queues(ctx: CliContext, json_flag: bool) -> None:
     """Queues that are configured or hold jobs, with job counts."""
     stats = asyncio.run(fetch_stats(ctx.dsn(), None, ctx.config.queues))
     if ctx.wants_json(json_flag):
-        ctx.terminal.json([
-            {"queue": s["queue"], "configured": s["concurrency"] is not None,
-             "concurrency": s["concurrency"], "jobs": sum(s["counts"].values()),
-             "available": s["counts"]["available"], "running": s["counts"]["running"]}
-            for s in stats
-        ])
+        ctx.terminal.json(
+            [
+                {
+                    "queue": s["queue"],
+                    "configured": s["concurrency"] is not None,
+                    "concurrency": s["concurrency"],
+                    "jobs": sum(s["counts"].values()),
+                    "available": s["counts"]["available"],
+                    "running": s["counts"]["running"],
+                }
+                for s in stats
+            ]
+        )
         return
     ctx.terminal.table(
         ["queue", "concurrency", "jobs", "available", "running"],
-        [(s["queue"], s["concurrency"] or "-", sum(s["counts"].values()), s["counts"]["available"],
-          s["counts"]["running"]) for s in stats],
+        [
+            (
+                s["queue"],
+                s["concurrency"] or "-",
+                sum(s["counts"].values()),
+                s["counts"]["available"],
+                s["counts"]["running"],
+            )
+            for s in stats
+        ],
     )
 
 
 @command.command(name="stats")
 @click.argument("queue", required=False)
-@click.option("--watch", is_flag=True, help="Refresh in place every --interval seconds until Ctrl-C.")
+@click.option(
+    "--watch", is_flag=True, help="Refresh in place every --interval seconds until Ctrl-C."
+)
 @click.option("--interval", type=click.FloatRange(0.2, 3600), default=1.0, show_default=True)
 @json_option
 @pass_context
-def stats(ctx: CliContext, queue: str | None, watch: bool, interval: float, json_flag: bool) -> None:
+def stats(
+    ctx: CliContext, queue: str | None, watch: bool, interval: float, json_flag: bool
+) -> None:
     """Per queue: counts by state, completions per second (last minute), oldest available job."""
     dsn = ctx.dsn()
     configured = ctx.config.queues
@@ -114,8 +139,15 @@ def stats(ctx: CliContext, queue: str | None, watch: bool, interval: float, json
         rows = asyncio.run(fetch_stats(dsn, queue, configured))
         ctx.terminal.table(
             ["queue", *STATES, "completed/s", "oldest available"],
-            [(s["queue"], *(s["counts"][st] for st in STATES), f"{s['completed_per_second']:.2f}",
-              _age(s["oldest_available_age_seconds"])) for s in rows],
+            [
+                (
+                    s["queue"],
+                    *(s["counts"][st] for st in STATES),
+                    f"{s['completed_per_second']:.2f}",
+                    _age(s["oldest_available_age_seconds"]),
+                )
+                for s in rows
+            ],
         )
         return
     from rich.live import Live

@@ -46,8 +46,13 @@ def run(ctx: CliContext, dry_run: bool, json_flag: bool) -> None:
     if ctx.wants_json(json_flag):
         ctx.terminal.json(report.to_json())
         return
-    rows = [(reason, len(jobs), ", ".join(str(j.id) for j in jobs[:20])) for reason, jobs in report.rescued.items()]
-    ctx.terminal.table(["reason", "jobs", "ids"], rows, title="would rescue" if dry_run else "rescued")
+    rows = [
+        (reason, len(jobs), ", ".join(str(j.id) for j in jobs[:20]))
+        for reason, jobs in report.rescued.items()
+    ]
+    ctx.terminal.table(
+        ["reason", "jobs", "ids"], rows, title="would rescue" if dry_run else "rescued"
+    )
     if not dry_run:
         ctx.terminal.status(
             f"rescue follow-ups: {report.follow_ups_done} inserted, {report.follow_ups_failed} failed "

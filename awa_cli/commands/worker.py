@@ -22,15 +22,21 @@ def parse_queue_options(values: tuple[str, ...], default_concurrency: int = 10) 
     for value in values:
         name, sep, number = value.partition("=")
         if not name:
-            raise click.BadParameter(f"{value!r}: expected NAME or NAME=CONCURRENCY", param_hint="--queue")
+            raise click.BadParameter(
+                f"{value!r}: expected NAME or NAME=CONCURRENCY", param_hint="--queue"
+            )
         concurrency = default_concurrency
         if sep:
             try:
                 concurrency = int(number)
             except ValueError:
-                raise click.BadParameter(f"{value!r}: concurrency must be an integer", param_hint="--queue") from None
+                raise click.BadParameter(
+                    f"{value!r}: concurrency must be an integer", param_hint="--queue"
+                ) from None
             if not 1 <= concurrency <= 10000:
-                raise click.BadParameter(f"{value!r}: concurrency must be 1-10000", param_hint="--queue")
+                raise click.BadParameter(
+                    f"{value!r}: concurrency must be 1-10000", param_hint="--queue"
+                )
         queues[name] = concurrency
     return queues
 
@@ -41,7 +47,9 @@ def build_worker(ctx: CliContext, queue_options: tuple[str, ...]) -> Any:
 
     config = ctx.config
     if not config.app.modules:
-        raise ConfigError("no [app] modules configured: the worker has no handlers", key="app.modules")
+        raise ConfigError(
+            "no [app] modules configured: the worker has no handlers", key="app.modules"
+        )
     app = ctx.app
     if queue_options:
         specs = {
@@ -49,13 +57,21 @@ def build_worker(ctx: CliContext, queue_options: tuple[str, ...]) -> Any:
             for name, n in parse_queue_options(queue_options).items()
         }
     else:
-        specs = {name: QueueSpec(name, q.concurrency, q.deadline) for name, q in config.queues.items()}
+        specs = {
+            name: QueueSpec(name, q.concurrency, q.deadline) for name, q in config.queues.items()
+        }
     m = config.maintenance
     return Worker(
-        app, ctx.dsn(), specs, plugins=ctx.plugins,
-        heartbeat_interval=m.heartbeat_interval, heartbeat_staleness=m.heartbeat_staleness,
-        rescue_interval=m.rescue_interval, leader_election_interval=m.leader_election_interval,
-        completed_retention=m.completed_retention, failed_retention=m.failed_retention,
+        app,
+        ctx.dsn(),
+        specs,
+        plugins=ctx.plugins,
+        heartbeat_interval=m.heartbeat_interval,
+        heartbeat_staleness=m.heartbeat_staleness,
+        rescue_interval=m.rescue_interval,
+        leader_election_interval=m.leader_election_interval,
+        completed_retention=m.completed_retention,
+        failed_retention=m.failed_retention,
         shutdown_timeout=config.worker.shutdown_timeout,
     )
 
@@ -77,7 +93,9 @@ async def run_until_signalled(worker: Any, env: Mapping[str, str] | None = None)
         if signals_seen > 1:
             log.warning("second signal: exiting at once", extra={"action": "worker_abort"})
             raise SystemExit(1)
-        log.info("received %s: draining", signal.Signals(signum).name, extra={"action": "worker_signal"})
+        log.info(
+            "received %s: draining", signal.Signals(signum).name, extra={"action": "worker_signal"}
+        )
         stop_requested.set()
 
     for signum in (signal.SIGTERM, signal.SIGINT):
@@ -97,10 +115,19 @@ async def run_until_signalled(worker: Any, env: Mapping[str, str] | None = None)
 
 
 @click.command(name="worker")
-@click.option("--queue", "queues", multiple=True, metavar="NAME[=CONCURRENCY]",
-              help="Queue to work (repeatable); replaces the config's [queues].")
-@click.option("--processes", type=click.IntRange(1, 256), default=None,
-              help="Worker processes to supervise (default: [worker] processes).")
+@click.option(
+    "--queue",
+    "queues",
+    multiple=True,
+    metavar="NAME[=CONCURRENCY]",
+    help="Queue to work (repeatable); replaces the config's [queues].",
+)
+@click.option(
+    "--processes",
+    type=click.IntRange(1, 256),
+    default=None,
+    help="Worker processes to supervise (default: [worker] processes).",
+)
 @pass_context
 def command(ctx: CliContext, queues: tuple[str, ...], processes: int | None) -> None:
     """Run the worker daemon in the foreground until SIGTERM/SIGINT.
@@ -119,10 +146,23 @@ def command(ctx: CliContext, queues: tuple[str, ...], processes: int | None) -> 
         from awa_cli.worker.supervisor import SupervisorPlan, supervise
 
         config = ctx.config
-        sizes = parse_queue_options(queues) if queues else {n: q.concurrency for n, q in config.queues.items()}
-        argv = [sys.executable, "-m", "awa_cli", *(["--config", str(config.path)] if config.path else []),
-                *(["-v"] * ctx.verbose), *(["-q"] if ctx.terminal.quiet else []),
-                "worker", *(f"--queue={q}" for q in queues), "--processes", "1"]
+        sizes = (
+            parse_queue_options(queues)
+            if queues
+            else {n: q.concurrency for n, q in config.queues.items()}
+        )
+        argv = [
+            sys.executable,
+            "-m",
+            "awa_cli",
+            *(["--config", str(config.path)] if config.path else []),
+            *(["-v"] * ctx.verbose),
+            *(["-q"] if ctx.terminal.quiet else []),
+            "worker",
+            *(f"--queue={q}" for q in queues),
+            "--processes",
+            "1",
+        ]
         # The URL goes by environment, not argv (ps shows argv); resolved once, so the
         # children share one embedded server rather than race to start it.
         env = {**ctx.env, "AWA_DATABASE_URL": ctx.dsn()}

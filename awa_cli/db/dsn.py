@@ -6,7 +6,9 @@ import re
 
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-_URL_PASSWORD = re.compile(r"(?P<head>[a-z][a-z0-9+.-]*://[^:/@?#]*:)(?P<pw>[^@/?#]*)(?P<tail>@)", re.I)
+_URL_PASSWORD = re.compile(
+    r"(?P<head>[a-z][a-z0-9+.-]*://[^:/@?#]*:)(?P<pw>[^@/?#]*)(?P<tail>@)", re.I
+)
 _KV_PASSWORD = re.compile(r"(password\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)", re.I)
 
 

@@ -137,7 +137,14 @@ def _server_user() -> _User | None:
         useradd = shutil.which("useradd")
         if useradd:
             subprocess.run(
-                [useradd, "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", SERVER_USER],
+                [
+                    useradd,
+                    "--system",
+                    "--no-create-home",
+                    "--shell",
+                    "/usr/sbin/nologin",
+                    SERVER_USER,
+                ],
                 capture_output=True,
                 check=False,
             )
@@ -170,7 +177,11 @@ def _ensure_traversable(path: Path, user: _User) -> None:
 def _ensure_readable_tree(root: Path) -> None:
     """o+rX on an install tree (pgserver's binaries and libraries) if it lacks it."""
     probe = root / "bin" / "postgres"
-    if probe.exists() and probe.stat().st_mode & stat.S_IXOTH and root.stat().st_mode & stat.S_IXOTH:
+    if (
+        probe.exists()
+        and probe.stat().st_mode & stat.S_IXOTH
+        and root.stat().st_mode & stat.S_IXOTH
+    ):
         return
     for dirpath, _dirnames, filenames in os.walk(root):
         d = Path(dirpath)
@@ -288,7 +299,17 @@ class EmbeddedPostgres:
             user = _server_user()
             bin_dir = self._bin_dir()
             result = self._run(
-                [str(bin_dir / "pg_ctl"), "stop", "-D", str(self.data_dir), "-m", mode, "-w", "-t", str(_START_TIMEOUT)],
+                [
+                    str(bin_dir / "pg_ctl"),
+                    "stop",
+                    "-D",
+                    str(self.data_dir),
+                    "-m",
+                    mode,
+                    "-w",
+                    "-t",
+                    str(_START_TIMEOUT),
+                ],
                 user,
             )
             if result.returncode != 0 and self._running_pid() is not None:
@@ -362,10 +383,13 @@ class EmbeddedPostgres:
             log_dir.rename(moved_log / "log")
         cmd = [
             str(bin_dir / "initdb"),
-            "-D", str(self.data_dir),
-            "-U", SUPERUSER,
+            "-D",
+            str(self.data_dir),
+            "-U",
+            SUPERUSER,
             "--auth=trust",
-            "-E", "UTF8",
+            "-E",
+            "UTF8",
             "--locale=C",
         ]
         if self._fast_init:
@@ -386,7 +410,9 @@ class EmbeddedPostgres:
         settings.update(self._settings)
         lines = ["", "# awa embedded server"]
         for key, value in settings.items():
-            rendered = value if isinstance(value, int) else "'" + str(value).replace("'", "''") + "'"
+            rendered = (
+                value if isinstance(value, int) else "'" + str(value).replace("'", "''") + "'"
+            )
             lines.append(f"{key} = {rendered}")
         with (self.data_dir / "postgresql.conf").open("a", encoding="utf-8") as conf:
             conf.write("\n".join(lines) + "\n")
@@ -418,11 +444,17 @@ class EmbeddedPostgres:
         options = f"-c listen_addresses='' -k {shlex.quote(str(self.socket_dir))} -p {self.port}"
         result = self._run(
             [
-                str(bin_dir / "pg_ctl"), "start",
-                "-D", str(self.data_dir),
-                "-l", str(self.log_path),
-                "-o", options,
-                "-w", "-t", str(_START_TIMEOUT),
+                str(bin_dir / "pg_ctl"),
+                "start",
+                "-D",
+                str(self.data_dir),
+                "-l",
+                str(self.log_path),
+                "-o",
+                options,
+                "-w",
+                "-t",
+                str(_START_TIMEOUT),
             ],
             user,
         )
@@ -439,7 +471,9 @@ class EmbeddedPostgres:
 
     def _ensure_database(self, name: str) -> None:
         with psycopg.connect(self.dsn_for("postgres"), autocommit=True) as conn:
-            exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone()
+            exists = conn.execute(
+                "SELECT 1 FROM pg_database WHERE datname = %s", (name,)
+            ).fetchone()
             if not exists:
                 conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
 
@@ -452,7 +486,13 @@ class EmbeddedPostgres:
             env["HOME"] = "/"
             env["USER"] = env["LOGNAME"] = user.name
         return subprocess.run(
-            cmd, env=env, cwd="/", capture_output=True, text=True, stdin=subprocess.DEVNULL, **kwargs
+            cmd,
+            env=env,
+            cwd="/",
+            capture_output=True,
+            text=True,
+            stdin=subprocess.DEVNULL,
+            **kwargs,
         )
 
 

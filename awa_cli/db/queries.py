@@ -134,6 +134,8 @@ def insert_each_params(jobs: Sequence[PreparedJob]) -> dict[str, Any]:
         "metadata": [j.metadata_json for j in jobs],
         "tags": [json.dumps(j.tags) for j in jobs],
         "unique_keys": [j.unique_key for j in jobs],
-        "unique_states": [None if j.unique_states is None else json.dumps(j.unique_states) for j in jobs],
+        "unique_states": [
+            None if j.unique_states is None else json.dumps(j.unique_states) for j in jobs
+        ],
         "ordering_keys": [j.ordering_key for j in jobs],
     }

@@ -169,5 +169,4 @@ RETURNING *
 """
 
 
-
 NOTIFY_QUEUES = "SELECT pg_notify(awa.channel_for(q), '') FROM unnest(%(queues)s::text[]) AS q"

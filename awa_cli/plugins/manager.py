@@ -108,8 +108,15 @@ class PluginHost:
             except asyncio.CancelledError:
                 raise
             except BaseException as exc:
-                log.error("plugin %s failed in %s: %s: %s", name, hook_name, type(exc).__name__, exc,
-                          exc_info=exc, extra={"action": "plugin_failed", "plugin": name})
+                log.error(
+                    "plugin %s failed in %s: %s: %s",
+                    name,
+                    hook_name,
+                    type(exc).__name__,
+                    exc,
+                    exc_info=exc,
+                    extra={"action": "plugin_failed", "plugin": name},
+                )
 
 
 def _bind(impl: Any) -> Callable[..., Any]:
@@ -175,8 +182,13 @@ def build_plugin_host(
         try:
             plugin = load()
             if pm.is_registered(plugin):
-                log.info("plugin %s (%s) is already loaded as %s", name, origin,
-                         pm.get_name(plugin), extra={"action": "plugin_duplicate", "plugin": name})
+                log.info(
+                    "plugin %s (%s) is already loaded as %s",
+                    name,
+                    origin,
+                    pm.get_name(plugin),
+                    extra={"action": "plugin_duplicate", "plugin": name},
+                )
                 return
             pm.register(plugin, name=name)
         except Exception as exc:

@@ -45,10 +45,35 @@ log = logging.getLogger("awa.metrics")
 
 NAME = "awa_cli.plugins.prometheus"
 SLOT_ENV = "AWA_WORKER_SLOT"  # set by the --processes supervisor for each child (1..N)
-OUTCOMES = ("started", "completed", "retried", "exhausted", "cancelled",
-            "waiting_for_callback", "rescued")
-DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
-                    60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0)
+OUTCOMES = (
+    "started",
+    "completed",
+    "retried",
+    "exhausted",
+    "cancelled",
+    "waiting_for_callback",
+    "rescued",
+)
+DURATION_BUCKETS = (
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+    30.0,
+    60.0,
+    120.0,
+    300.0,
+    600.0,
+    1800.0,
+    3600.0,
+)
 
 
 class PrometheusPlugin:
@@ -58,12 +83,25 @@ class PrometheusPlugin:
         self.port = port
         self.env = os.environ if env is None else env
         self.registry = CollectorRegistry(auto_describe=True)
-        self.jobs = Counter("awa_jobs", "Job lifecycle events by kind, queue and outcome.",
-                            ("kind", "queue", "outcome"), registry=self.registry)
-        self.durations = Histogram("awa_job_duration_seconds", "Handler wall time of completed jobs.",
-                                   ("kind", "queue"), buckets=DURATION_BUCKETS, registry=self.registry)
-        self.rescues = Counter("awa_job_rescues", "Jobs rescued by maintenance, by reason.",
-                               ("reason",), registry=self.registry)
+        self.jobs = Counter(
+            "awa_jobs",
+            "Job lifecycle events by kind, queue and outcome.",
+            ("kind", "queue", "outcome"),
+            registry=self.registry,
+        )
+        self.durations = Histogram(
+            "awa_job_duration_seconds",
+            "Handler wall time of completed jobs.",
+            ("kind", "queue"),
+            buckets=DURATION_BUCKETS,
+            registry=self.registry,
+        )
+        self.rescues = Counter(
+            "awa_job_rescues",
+            "Jobs rescued by maintenance, by reason.",
+            ("reason",),
+            registry=self.registry,
+        )
         for reason in RescueReason:  # every reason exported from the start, at 0
             self.rescues.labels(reason.value)
         self.workers: list[Any] = []  # every worker this plugin saw start, in this process
@@ -107,11 +145,16 @@ class PrometheusPlugin:
         self._stopping.discard(id(worker))
         if self._server is None and self.port is not None:
             port = self.port_for_process()
-            started = start_http_server(port, registry=self.registry)  # binds now, serves in a thread
+            started = start_http_server(
+                port, registry=self.registry
+            )  # binds now, serves in a thread
             self._server = started[0] if isinstance(started, tuple) else _Unclosable()
             self.serving_port = port
-            log.info("serving Prometheus metrics on port %d", port,
-                     extra={"action": "metrics_serving", "port": port})
+            log.info(
+                "serving Prometheus metrics on port %d",
+                port,
+                extra={"action": "metrics_serving", "port": port},
+            )
 
     @hookimpl
     async def awa_worker_stopping(self, worker: Any) -> None:
@@ -169,24 +212,31 @@ class _WorkerCollector(Collector):
         return self._families(running, (inserted, duplicate, discarded), failures)
 
     @staticmethod
-    def _families(running: dict[str, int], staged: tuple[int, int, int],
-                  failures: int) -> Iterator[Metric]:
+    def _families(
+        running: dict[str, int], staged: tuple[int, int, int], failures: int
+    ) -> Iterator[Metric]:
         inserted, duplicate, discarded = staged
         committed = CounterMetricFamily(
             "awa_job_staged_follow_ups_committed",
-            "Handler-staged follow-ups of committed completions, by result.", labels=("result",))
+            "Handler-staged follow-ups of committed completions, by result.",
+            labels=("result",),
+        )
         committed.add_metric(("inserted",), inserted)
         committed.add_metric(("duplicate",), duplicate)
         yield committed
         yield CounterMetricFamily(
             "awa_job_staged_follow_ups_discarded",
-            "Handler-staged follow-ups discarded (the job parked on a callback).", value=discarded)
+            "Handler-staged follow-ups discarded (the job parked on a callback).",
+            value=discarded,
+        )
         yield CounterMetricFamily(
-            "awa_hook_failures", "Hook and awa_job_event implementations that raised.",
-            value=failures)
-        gauge = GaugeMetricFamily("awa_jobs_running", "Jobs running in this process, by queue.",
-                                  labels=("queue",))
+            "awa_hook_failures",
+            "Hook and awa_job_event implementations that raised.",
+            value=failures,
+        )
+        gauge = GaugeMetricFamily(
+            "awa_jobs_running", "Jobs running in this process, by queue.", labels=("queue",)
+        )
         for queue, count in sorted(running.items()):
             gauge.add_metric((queue,), count)
         yield gauge
-

@@ -54,7 +54,9 @@ class CallbackWaitAborted(AwaError):
 
 @dataclass
 class CallbackServices:
-    pool: AsyncConnectionPool = field(default=cast("AsyncConnectionPool", None))  # set by the worker
+    pool: AsyncConnectionPool = field(
+        default=cast("AsyncConnectionPool", None)
+    )  # set by the worker
     _waiters: dict[int, asyncio.Event] = field(default_factory=dict)
 
     async def register_callback(self, row: JobRow, timeout: float) -> uuid.UUID:
@@ -62,7 +64,12 @@ class CallbackServices:
         async with self.pool.connection() as conn:
             cur = await conn.execute(
                 _REGISTER,
-                {"callback_id": callback_id, "timeout": timeout, "id": row.id, "lease": row.run_lease},
+                {
+                    "callback_id": callback_id,
+                    "timeout": timeout,
+                    "id": row.id,
+                    "lease": row.run_lease,
+                },
             )
             if await cur.fetchone() is None:
                 raise CallbackWaitAborted(f"job {row.id} is no longer running this attempt")
@@ -70,7 +77,9 @@ class CallbackServices:
 
     async def wait_for_callback(self, job: Job, token: CallbackToken) -> Any:
         if token.id != job.callback_id:
-            raise AwaError("wait_for_callback: token was not registered by this job's current attempt")
+            raise AwaError(
+                "wait_for_callback: token was not registered by this job's current attempt"
+            )
         event = self._waiters.setdefault(job.id, asyncio.Event())
         async with self.pool.connection() as conn:
             cur = await conn.execute(
@@ -90,7 +99,9 @@ class CallbackServices:
                 state, callback_id, result, lease = await self._poll(job.id)
                 if lease != job.run_lease or state not in ("running", "waiting_external"):
                     job._cancel()
-                    raise CallbackWaitAborted(f"job {job.id} was {state} while waiting for its callback")
+                    raise CallbackWaitAborted(
+                        f"job {job.id} was {state} while waiting for its callback"
+                    )
                 if state == "running" and callback_id is None:
                     return result  # resumed: the resolution already put us back to running
                 if state == "waiting_external" and callback_id != token.id:

@@ -48,7 +48,9 @@ class Finalizer:
 
     def start(self) -> None:
         loop = asyncio.get_running_loop()
-        self._tasks = [loop.create_task(self._run(), name=f"awa-finalizer-{i}") for i in range(self.parallel)]
+        self._tasks = [
+            loop.create_task(self._run(), name=f"awa-finalizer-{i}") for i in range(self.parallel)
+        ]
 
     def submit(self, result: AttemptResult) -> None:
         result.own_transaction = self.core.needs_own_transaction(result)
@@ -96,7 +98,9 @@ class Finalizer:
             except (psycopg.OperationalError, psycopg.InterfaceError, OSError) as exc:
                 log.warning(
                     "finalising %d jobs failed, retrying in %.1fs: %s",
-                    len(batch), delay, exc,
+                    len(batch),
+                    delay,
+                    exc,
                     extra={"action": "finalize_retry", "jobs": len(batch)},
                 )
                 # The server may have dropped every idle connection (a restart, terminated

@@ -133,7 +133,9 @@ class Job:
         ``wait_for_callback(token)``."""
         timeout_s = seconds(timeout, "timeout")
         if self._services is None:
-            raise ValidationError("register_callback", "needs a worker (use AwaTestClient in tests)")
+            raise ValidationError(
+                "register_callback", "needs a worker (use AwaTestClient in tests)"
+            )
         callback_id = await self._services.register_callback(self.row, timeout_s)
         self._registered_callback = self.callback_id = callback_id
         return CallbackToken(callback_id, self.id, self.run_lease)

@@ -30,7 +30,9 @@ def channel_for(queue: str) -> str:
 
 
 class Listener:
-    def __init__(self, dsn: str, runners: Mapping[str, QueueRunner], services: CallbackServices) -> None:
+    def __init__(
+        self, dsn: str, runners: Mapping[str, QueueRunner], services: CallbackServices
+    ) -> None:
         self.dsn = dsn
         self.services = services
         self.by_channel: dict[str, list[QueueRunner]] = {}
@@ -57,8 +59,12 @@ class Listener:
                 self.connected.clear()
                 if stopping.is_set():
                     return
-                log.warning("listener connection lost, reconnecting in %.1fs: %s", backoff, exc,
-                            extra={"action": "listener_reconnect"})
+                log.warning(
+                    "listener connection lost, reconnecting in %.1fs: %s",
+                    backoff,
+                    exc,
+                    extra={"action": "listener_reconnect"},
+                )
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 5.0)
 

@@ -98,8 +98,13 @@ class QueueRunner:
                     rows = await self.claim(requested)
                     backoff = 0.1
                 except (psycopg.OperationalError, psycopg.InterfaceError, OSError) as exc:
-                    log.warning("claim on queue %s failed, retrying in %.1fs: %s", self.spec.name, backoff, exc,
-                                extra={"action": "claim_failed", "queue": self.spec.name})
+                    log.warning(
+                        "claim on queue %s failed, retrying in %.1fs: %s",
+                        self.spec.name,
+                        backoff,
+                        exc,
+                        extra={"action": "claim_failed", "queue": self.spec.name},
+                    )
                     await recheck(self.worker.claim_pool)
                     await asyncio.sleep(backoff)
                     backoff = min(backoff * 2, 5.0)
@@ -150,9 +155,13 @@ class QueueRunner:
         worker = self.worker
         started = time.monotonic()
         try:
-            result = await execute(worker.app, row, worker.services, worker._threads, worker.running)
+            result = await execute(
+                worker.app, row, worker.services, worker._threads, worker.running
+            )
         except Exception:
-            log.exception("executing job %s failed inside awa", row.id, extra={"action": "execute_bug"})
+            log.exception(
+                "executing job %s failed inside awa", row.id, extra={"action": "execute_bug"}
+            )
             worker.running.pop(row.id, None)
             return
         log.debug("job %s %s in %.3fs", row.id, result.action, time.monotonic() - started)

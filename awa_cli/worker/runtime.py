@@ -97,7 +97,9 @@ class Worker:
         self._runner_tasks: list[asyncio.Task[Any]] = []
         self.running: dict[int, Job] = {}
         total = sum(q.concurrency for q in self.queues.values())
-        self._threads = ThreadPoolExecutor(max_workers=max(4, total), thread_name_prefix="awa-handler")
+        self._threads = ThreadPoolExecutor(
+            max_workers=max(4, total), thread_name_prefix="awa-handler"
+        )
         self.pool = AsyncConnectionPool(
             with_options(self.dsn, options="-c awa.defer_notify=on"),
             min_size=2,
@@ -127,9 +129,7 @@ class Worker:
         self.core = OutcomeCore(self.pool, app, self.dispatcher, defer_notify=True)
         self.services = WorkerServices(pool=self.pool, core=self.core)
         self.finalizer = Finalizer(self.core, self._finalized)
-        self.runners = {
-            name: QueueRunner(self, spec) for name, spec in self.queues.items()
-        }
+        self.runners = {name: QueueRunner(self, spec) for name, spec in self.queues.items()}
         self.listener = Listener(self.dsn, self.runners, self.services)
         self.maintenance: Any = None
 
@@ -144,7 +144,8 @@ class Worker:
         self.finalizer.start()
         loop = asyncio.get_running_loop()
         self._runner_tasks = [
-            loop.create_task(r.run(), name=f"awa-queue-{r.spec.name}") for r in self.runners.values()
+            loop.create_task(r.run(), name=f"awa-queue-{r.spec.name}")
+            for r in self.runners.values()
         ]
         self._tasks = [
             loop.create_task(self.listener.run(self._stopping), name="awa-listener"),
@@ -153,8 +154,12 @@ class Worker:
         if self.maintenance_enabled:
             from awa_cli.maintenance import Maintenance
 
-            self.maintenance = Maintenance(self.dsn, self.pool, self.core, self.timings, worker=self)
-            self._tasks.append(loop.create_task(self.maintenance.run(self._stopping), name="awa-maintenance"))
+            self.maintenance = Maintenance(
+                self.dsn, self.pool, self.core, self.timings, worker=self
+            )
+            self._tasks.append(
+                loop.create_task(self.maintenance.run(self._stopping), name="awa-maintenance")
+            )
         log.info(
             "worker %s started: queues %s, database %s",
             self.id,
@@ -178,13 +183,19 @@ class Worker:
         for runner in self.runners.values():
             runner.wake()
         # Let each runner finish the claim it may be in, so every claimed job is in flight.
-        _, stuck = await asyncio.wait(self._runner_tasks, timeout=10) if self._runner_tasks else ((), ())
+        _, stuck = (
+            await asyncio.wait(self._runner_tasks, timeout=10) if self._runner_tasks else ((), ())
+        )
         for task in stuck:
             task.cancel()
         in_flight = [t for r in self.runners.values() for t in r.tasks]
         if in_flight:
-            log.info("draining %d in-flight jobs (up to %.0fs)", len(in_flight), timeout,
-                     extra={"action": "worker_draining"})
+            log.info(
+                "draining %d in-flight jobs (up to %.0fs)",
+                len(in_flight),
+                timeout,
+                extra={"action": "worker_draining"},
+            )
             _, pending = await asyncio.wait(in_flight, timeout=timeout)
             for task in pending:
                 task.cancel()  # the executor turns this into a retryable interrupted attempt
@@ -209,14 +220,17 @@ class Worker:
         if done.stale:
             log.info(
                 "stale finalisation of job %s (run_lease %s) ignored",
-                result.job.id, result.job.run_lease,
+                result.job.id,
+                result.job.run_lease,
                 extra={"action": "finalize_stale", "job_id": result.job.id},
             )
 
     async def _heartbeat_loop(self) -> None:
         while not self._stopping.is_set():
             try:
-                await asyncio.wait_for(self._stopping.wait(), timeout=self.timings.heartbeat_interval)
+                await asyncio.wait_for(
+                    self._stopping.wait(), timeout=self.timings.heartbeat_interval
+                )
                 return
             except TimeoutError:
                 pass
@@ -232,7 +246,9 @@ class Worker:
         if not jobs:
             return
         async with self.claim_pool.connection() as conn:
-            cur = await conn.execute(_HEARTBEAT, {"ids": [j.id for j in jobs], "leases": [j.run_lease for j in jobs]})
+            cur = await conn.execute(
+                _HEARTBEAT, {"ids": [j.id for j in jobs], "leases": [j.run_lease for j in jobs]}
+            )
             alive = {row[0] for row in await cur.fetchall()}
         for job in jobs:
             if job.id not in alive and self.running.get(job.id) is job:

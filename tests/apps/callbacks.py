@@ -41,4 +41,6 @@ async def rescue_alert(job: awa.Job) -> None:
     return None
 
 
-app.on_rescued_enqueue(Park, RescueAlert, lambda args, job, reason: RescueAlert(job.id, str(reason)))
+app.on_rescued_enqueue(
+    Park, RescueAlert, lambda args, job, reason: RescueAlert(job.id, str(reason))
+)

@@ -62,9 +62,13 @@ async def _pool_() -> Any:
     global _pool
     if _pool is None:
         _pool = AsyncConnectionPool(
-            os.environ["AWA_DATABASE_URL"], min_size=1, max_size=4, open=False,
+            os.environ["AWA_DATABASE_URL"],
+            min_size=1,
+            max_size=4,
+            open=False,
             kwargs={"autocommit": True, "application_name": "awa-test-recorder"},
-            check=AsyncConnectionPool.check_connection, reconnect_timeout=0,
+            check=AsyncConnectionPool.check_connection,
+            reconnect_timeout=0,
         )
         await _pool.open()
     return _pool
@@ -135,10 +139,14 @@ def resolve_loop(dsn: str) -> int:
             if client is None:
                 client = awa.Client(dsn, app=app)
             with psycopg.connect(dsn, autocommit=True, connect_timeout=5) as conn:
-                ids = [r[0] for r in conn.execute(
-                    "SELECT callback_id FROM awa.jobs WHERE state = 'waiting_external' "
-                    "AND callback_id IS NOT NULL AND (id % 4 <> 0 OR callback_timeout_at < "
-                    "now() + interval '580 seconds') ORDER BY random() LIMIT 50").fetchall()]
+                ids = [
+                    r[0]
+                    for r in conn.execute(
+                        "SELECT callback_id FROM awa.jobs WHERE state = 'waiting_external' "
+                        "AND callback_id IS NOT NULL AND (id % 4 <> 0 OR callback_timeout_at < "
+                        "now() + interval '580 seconds') ORDER BY random() LIMIT 50"
+                    ).fetchall()
+                ]
             for callback_id in ids:
                 try:
                     client.complete_external(callback_id, {"by": "resolver"})
@@ -149,7 +157,11 @@ def resolve_loop(dsn: str) -> int:
                 time.sleep(0.1)
         except (psycopg.Error, OSError, awa.AwaError) as exc:
             errors += 1
-            print(f"resolver: {type(exc).__name__}: {str(exc).strip()[:200]}", file=sys.stderr, flush=True)
+            print(
+                f"resolver: {type(exc).__name__}: {str(exc).strip()[:200]}",
+                file=sys.stderr,
+                flush=True,
+            )
             if client is not None:
                 try:
                     client.close()

@@ -34,8 +34,13 @@ async def _conn() -> psycopg.AsyncConnection:
 
     global _pool
     if _pool is None:
-        _pool = AsyncConnectionPool(os.environ["AWA_DATABASE_URL"], min_size=1, max_size=4,
-                                    kwargs={"autocommit": True}, open=False)
+        _pool = AsyncConnectionPool(
+            os.environ["AWA_DATABASE_URL"],
+            min_size=1,
+            max_size=4,
+            kwargs={"autocommit": True},
+            open=False,
+        )
         await _pool.open()
     return _pool  # type: ignore[return-value]
 

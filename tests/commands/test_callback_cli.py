@@ -31,7 +31,9 @@ ENV = {"NO_COLOR": "1", "COLUMNS": "120"}
 @pytest.fixture
 def config(tmp_path: Path) -> Path:
     path = tmp_path / "awa.toml"
-    path.write_text('[app]\nmodules = ["tests.apps.callbacks"]\nplugins = ["tests.apps.callbacks"]\n')
+    path.write_text(
+        '[app]\nmodules = ["tests.apps.callbacks"]\nplugins = ["tests.apps.callbacks"]\n'
+    )
     return path
 
 
@@ -54,11 +56,15 @@ def invoke(config: Path, dsn: str, *args: str) -> object:
     return CliRunner().invoke(cli, ["--config", str(config), "--database-url", dsn, *args], env=ENV)
 
 
-def test_complete_with_payload_json(dsn: str, config: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_complete_with_payload_json(
+    dsn: str, config: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     events = tmp_path / "events.txt"
     monkeypatch.setenv("AWA_TEST_EVENTS", str(events))
     row = park(dsn)
-    result = invoke(config, dsn, "callback", "complete", str(row.callback_id), "--payload", '{"a": 1}', "--json")
+    result = invoke(
+        config, dsn, "callback", "complete", str(row.callback_id), "--payload", '{"a": 1}', "--json"
+    )
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
     assert data["state"] == "completed" and data["callback_result"] == {"a": 1}
@@ -71,19 +77,34 @@ def test_fail_retry_heartbeat_resolve(dsn: str, config: Path) -> None:
     assert r.exit_code == 0 and json.loads(r.stdout)["errors"][-1]["error"] == "nope"
     r = invoke(config, dsn, "callback", "retry", str(b.callback_id), "--json")
     assert r.exit_code == 0 and json.loads(r.stdout)["state"] == "available"
-    r = invoke(config, dsn, "callback", "heartbeat", str(c.callback_id), "--timeout", "2h", "--json")
+    r = invoke(
+        config, dsn, "callback", "heartbeat", str(c.callback_id), "--timeout", "2h", "--json"
+    )
     assert r.exit_code == 0 and json.loads(r.stdout)["state"] == "waiting_external"
     r = invoke(config, dsn, "callback", "resolve", str(d.callback_id), "--json")
     assert r.exit_code == 0 and json.loads(r.stdout)["outcome"] == "ignored"
-    r = invoke(config, dsn, "callback", "resolve", str(d.callback_id), "--default-action", "complete", "--json")
+    r = invoke(
+        config,
+        dsn,
+        "callback",
+        "resolve",
+        str(d.callback_id),
+        "--default-action",
+        "complete",
+        "--json",
+    )
     assert r.exit_code == 0 and json.loads(r.stdout)["outcome"] == "completed"
-    r = invoke(config, dsn, "callback", "resume", str(c.callback_id), "--payload", "[1,2]", "--json")
+    r = invoke(
+        config, dsn, "callback", "resume", str(c.callback_id), "--payload", "[1,2]", "--json"
+    )
     assert r.exit_code == 0 and json.loads(r.stdout)["state"] == "available"
 
 
 def test_errors_are_one_line_with_documented_exit_codes(dsn: str, config: Path) -> None:
     row = park(dsn)
-    bad_json = invoke(config, dsn, "callback", "complete", str(row.callback_id), "--payload", "{nope")
+    bad_json = invoke(
+        config, dsn, "callback", "complete", str(row.callback_id), "--payload", "{nope"
+    )
     assert bad_json.exit_code == 2 and "--payload" in bad_json.stderr
     assert len(bad_json.stderr.strip().splitlines()) == 1 and "Traceback" not in bad_json.stderr
     malformed = invoke(config, dsn, "callback", "complete", "12345")
@@ -103,10 +124,17 @@ def test_unknown_kind_is_refused_unless_bare(dsn: str, config: Path) -> None:
     assert job_row(dsn, row.id).state == "completed"
 
 
-def test_end_to_end_worker_parks_and_cli_process_completes(dsn: str, config: Path, tmp_path: Path) -> None:
+def test_end_to_end_worker_parks_and_cli_process_completes(
+    dsn: str, config: Path, tmp_path: Path
+) -> None:
     events = tmp_path / "events.txt"
-    env = {**os.environ, "AWA_DATABASE_URL": dsn, "PYTHONPATH": str(ROOT), "AWA_TEST_EVENTS": str(events),
-           "NO_COLOR": "1"}
+    env = {
+        **os.environ,
+        "AWA_DATABASE_URL": dsn,
+        "PYTHONPATH": str(ROOT),
+        "AWA_TEST_EVENTS": str(events),
+        "NO_COLOR": "1",
+    }
     awa_bin = str(Path(sys.executable).parent / "awa")
     with awa.Client(dsn) as client:
         job = client.insert(Park(7))
@@ -117,8 +145,14 @@ def test_end_to_end_worker_parks_and_cli_process_completes(dsn: str, config: Pat
             assert time.monotonic() < deadline and worker.poll() is None
             time.sleep(0.1)
         callback_id = str(job_row(dsn, job.id).callback_id)
-        done = subprocess.run([awa_bin, "--config", str(config), "callback", "complete", callback_id, "--json"],
-                              env=env, cwd=ROOT, capture_output=True, text=True, timeout=60)
+        done = subprocess.run(
+            [awa_bin, "--config", str(config), "callback", "complete", callback_id, "--json"],
+            env=env,
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert done.returncode == 0, done.stderr
         assert json.loads(done.stdout)["state"] == "completed"
     finally:

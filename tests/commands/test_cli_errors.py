@@ -33,7 +33,12 @@ def test_usage_errors_are_one_line(args: list[str], needle: str, tmp_path: Path)
 
 def test_usage_error_from_the_real_console_script() -> None:
     awa = str(Path(sys.executable).parent / "awa")
-    done = subprocess.run([awa, "job", "enqueue", "k", "--priority", "abc"], capture_output=True, text=True,
-                          env={"NO_COLOR": "1", "PATH": "/usr/bin:/bin"}, timeout=30)
+    done = subprocess.run(
+        [awa, "job", "enqueue", "k", "--priority", "abc"],
+        capture_output=True,
+        text=True,
+        env={"NO_COLOR": "1", "PATH": "/usr/bin:/bin"},
+        timeout=30,
+    )
     assert done.returncode == 2 and done.stdout == ""
     assert len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr

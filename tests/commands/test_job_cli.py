@@ -22,7 +22,6 @@ pytestmark = pytest.mark.integration
 ENV = {"NO_COLOR": "1", "COLUMNS": "120", "AWA_CONFIG": None, "AWA_DATABASE_URL": None}
 
 
-
 @pytest.fixture
 def awa(dsn: str, config_file: Path) -> Any:
     """Run `awa --config <tmp> --database-url <dsn> ARGS...` in-process."""
@@ -65,10 +64,21 @@ def _awa_script() -> str:
 def test_enqueue_json_then_list_and_show(awa: Any, db: psycopg.Connection) -> None:
     before = datetime.now(UTC)
     result = awa(
-        "job", "enqueue", "send_report",
-        "--args", '{"report": 7, "to": "ops@example.com"}',
-        "--queue", "reports", "--priority", "1", "--max-attempts", "3",
-        "--run-at", "+5m", "--unique", "--json",
+        "job",
+        "enqueue",
+        "send_report",
+        "--args",
+        '{"report": 7, "to": "ops@example.com"}',
+        "--queue",
+        "reports",
+        "--priority",
+        "1",
+        "--max-attempts",
+        "3",
+        "--run-at",
+        "+5m",
+        "--unique",
+        "--json",
     )
     assert result.exit_code == 0, result.output
     job = json.loads(result.stdout)
@@ -79,8 +89,14 @@ def test_enqueue_json_then_list_and_show(awa: Any, db: psycopg.Connection) -> No
     assert job["state"] == "scheduled"
     assert job["unique_key"]
     run_at = datetime.fromisoformat(job["run_at"])
-    assert before + timedelta(minutes=4, seconds=50) < run_at < datetime.now(UTC) + timedelta(minutes=5, seconds=10)
-    stored = db.execute("SELECT kind, queue, priority, state::text FROM awa.jobs WHERE id = %s", (job["id"],)).fetchone()
+    assert (
+        before + timedelta(minutes=4, seconds=50)
+        < run_at
+        < datetime.now(UTC) + timedelta(minutes=5, seconds=10)
+    )
+    stored = db.execute(
+        "SELECT kind, queue, priority, state::text FROM awa.jobs WHERE id = %s", (job["id"],)
+    ).fetchone()
     assert stored == ("send_report", "reports", 1, "scheduled")
     db.commit()
 
@@ -208,7 +224,9 @@ def test_cancel_and_retry(awa: Any, db: psycopg.Connection) -> None:
     retried = awa("job", "retry", str(job_id), "--json")
     assert retried.exit_code == 0, retried.output
     assert json.loads(retried.stdout)["state"] == "available"
-    assert db.execute("SELECT state::text FROM awa.jobs WHERE id = %s", (job_id,)).fetchone() == ("available",)
+    assert db.execute("SELECT state::text FROM awa.jobs WHERE id = %s", (job_id,)).fetchone() == (
+        "available",
+    )
 
 
 # -- the real console script ------------------------------------------------------------------
@@ -219,7 +237,11 @@ def _run(*args: str, config: Path) -> subprocess.CompletedProcess[str]:
     env.update(NO_COLOR="1", COLUMNS="120")
     return subprocess.run(
         [_awa_script(), "--config", str(config), *args],
-        capture_output=True, text=True, env=env, timeout=60, cwd=config.parent,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        cwd=config.parent,
     )
 
 
@@ -228,8 +250,17 @@ def test_console_script_migrate_enqueue_list(dsn: str, config_file: Path) -> Non
     assert migrated.returncode == 0, migrated.stderr
     assert json.loads(migrated.stdout) == {"applied": []}  # the test database is already migrated
 
-    enqueued = _run("--database-url", dsn, "job", "enqueue", "from_shell", "--args", '{"x": 1}',
-                    "--json", config=config_file)
+    enqueued = _run(
+        "--database-url",
+        dsn,
+        "job",
+        "enqueue",
+        "from_shell",
+        "--args",
+        '{"x": 1}',
+        "--json",
+        config=config_file,
+    )
     assert enqueued.returncode == 0, enqueued.stderr
     job = json.loads(enqueued.stdout)
 

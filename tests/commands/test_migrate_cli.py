@@ -16,8 +16,6 @@ ENV = {"NO_COLOR": "1", "COLUMNS": "120", "AWA_CONFIG": None, "AWA_DATABASE_URL"
 BOGUS_URL = "postgresql://nobody@/nodb?host=/nonexistent-awa-socket&port=1"
 
 
-
-
 def run(config: Path, *args: str) -> Result:
     return CliRunner(env=ENV).invoke(cli, ["--config", str(config), *args])
 
@@ -36,7 +34,9 @@ def test_migrate_applies_then_is_up_to_date(fresh_dsn: str, config_file: Path) -
     first = run(config_file, "--database-url", fresh_dsn, "migrate")
     assert first.exit_code == 0, first.output
     assert first.stdout == ""
-    assert [f"applied {n}" for n in names] == [line for line in first.stderr.splitlines() if line.strip()]
+    assert [f"applied {n}" for n in names] == [
+        line for line in first.stderr.splitlines() if line.strip()
+    ]
     with psycopg.connect(fresh_dsn) as conn:
         assert conn.execute("SELECT to_regclass('awa.jobs') IS NOT NULL").fetchone() == (True,)
 
@@ -47,7 +47,9 @@ def test_migrate_applies_then_is_up_to_date(fresh_dsn: str, config_file: Path) -
     as_json = run(config_file, "--database-url", fresh_dsn, "migrate", "--json")
     assert as_json.exit_code == 0
     assert json.loads(as_json.stdout) == {"applied": []}
-    assert json.loads(run(config_file, "--database-url", fresh_dsn, "--json", "migrate").stdout) == {"applied": []}
+    assert json.loads(
+        run(config_file, "--database-url", fresh_dsn, "--json", "migrate").stdout
+    ) == {"applied": []}
 
     applied = run(config_file, "--database-url", fresh_dsn, "--json", "migrate", "--status")
     rows = json.loads(applied.stdout)
@@ -66,7 +68,9 @@ def test_migrate_applies_then_is_up_to_date(fresh_dsn: str, config_file: Path) -
 def test_migrate_json_on_a_fresh_database(fresh_dsn: str, config_file: Path) -> None:
     result = run(config_file, "--database-url", fresh_dsn, "migrate", "--json")
     assert result.exit_code == 0, result.output
-    assert json.loads(result.stdout) == {"applied": [f"{m.version:04d}_{m.name}" for m in migrations.available()]}
+    assert json.loads(result.stdout) == {
+        "applied": [f"{m.version:04d}_{m.name}" for m in migrations.available()]
+    }
 
 
 @pytest.mark.integration

@@ -35,34 +35,52 @@ def seed(dsn: str) -> None:
         client.insert_many([{"n": i} for i in range(3)], kind="mail", queue="email")
         client.insert_many([{"n": i} for i in range(2)], kind="other", queue="reports")
     with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute("UPDATE awa.jobs SET run_at = now() - interval '90 seconds' WHERE queue = 'email'")
-        conn.execute("UPDATE awa.jobs SET state = 'completed', finalized_at = now() "
-                     "WHERE id = (SELECT min(id) FROM awa.jobs WHERE queue = 'reports')")
+        conn.execute(
+            "UPDATE awa.jobs SET run_at = now() - interval '90 seconds' WHERE queue = 'email'"
+        )
+        conn.execute(
+            "UPDATE awa.jobs SET state = 'completed', finalized_at = now() "
+            "WHERE id = (SELECT min(id) FROM awa.jobs WHERE queue = 'reports')"
+        )
 
 
 def test_queue_list_json_and_table(dsn: str, config: Path) -> None:
     seed(dsn)
     runner = CliRunner()
-    result = runner.invoke(cli, ["--config", str(config), "--database-url", dsn, "queue", "list", "--json"], env=ENV)
+    result = runner.invoke(
+        cli, ["--config", str(config), "--database-url", dsn, "queue", "list", "--json"], env=ENV
+    )
     assert result.exit_code == 0, result.output
     by_name = {q["queue"]: q for q in json.loads(result.stdout)}
     assert set(by_name) == {"default", "email", "reports"}
     assert by_name["email"]["concurrency"] == 3 and by_name["email"]["available"] == 3
     assert by_name["reports"]["configured"] is False and by_name["reports"]["jobs"] == 2
-    table = runner.invoke(cli, ["--config", str(config), "--database-url", dsn, "queue", "list"], env=ENV)
+    table = runner.invoke(
+        cli, ["--config", str(config), "--database-url", dsn, "queue", "list"], env=ENV
+    )
     assert table.exit_code == 0 and table.stdout.splitlines()[0].split("\t")[0] == "queue"
 
 
 def test_queue_stats_json(dsn: str, config: Path) -> None:
     seed(dsn)
-    result = CliRunner().invoke(cli, ["--config", str(config), "--database-url", dsn, "--json", "queue", "stats"], env=ENV)
+    result = CliRunner().invoke(
+        cli, ["--config", str(config), "--database-url", dsn, "--json", "queue", "stats"], env=ENV
+    )
     assert result.exit_code == 0, result.output
     stats = {s["queue"]: s for s in json.loads(result.stdout)}
     assert stats["email"]["counts"]["available"] == 3
     assert 89 <= stats["email"]["oldest_available_age_seconds"] < 200
-    assert stats["reports"]["counts"] == {**{s: 0 for s in stats["reports"]["counts"]}, "available": 1, "completed": 1}
+    assert stats["reports"]["counts"] == {
+        **{s: 0 for s in stats["reports"]["counts"]},
+        "available": 1,
+        "completed": 1,
+    }
     assert stats["reports"]["completed_per_second"] == pytest.approx(1 / 60, abs=0.001)
-    one = CliRunner().invoke(cli, ["--config", str(config), "--database-url", dsn, "queue", "stats", "email", "--json"], env=ENV)
+    one = CliRunner().invoke(
+        cli,
+        ["--config", str(config), "--database-url", dsn, "queue", "stats", "email", "--json"],
+        env=ENV,
+    )
     assert [s["queue"] for s in json.loads(one.stdout)] == ["email"]
 
 
@@ -72,8 +90,14 @@ def test_queue_stats_watch_refreshes_in_place_on_a_terminal(dsn: str, config: Pa
     parent, child = pty.openpty()
     env = {**os.environ, "AWA_DATABASE_URL": dsn, "COLUMNS": "160", "LINES": "40", "TERM": "xterm"}
     env.pop("NO_COLOR", None)
-    proc = subprocess.Popen([awa_bin, "--config", str(config), "queue", "stats", "--watch", "--interval", "0.2"],
-                            stdin=child, stdout=child, stderr=child, env=env, close_fds=True)
+    proc = subprocess.Popen(
+        [awa_bin, "--config", str(config), "queue", "stats", "--watch", "--interval", "0.2"],
+        stdin=child,
+        stdout=child,
+        stderr=child,
+        env=env,
+        close_fds=True,
+    )
     os.close(child)
     output = b""
     deadline = time.monotonic() + 15

@@ -65,7 +65,10 @@ def test_start_then_connect(server: EmbeddedPostgres) -> None:
     dsn = server.start()
     with psycopg.connect(dsn) as conn:
         assert conn.execute("SELECT 1").fetchone() == (1,)
-        assert conn.execute("SELECT current_database(), current_user").fetchone() == ("awa", "postgres")
+        assert conn.execute("SELECT current_database(), current_user").fetchone() == (
+            "awa",
+            "postgres",
+        )
         assert conn.execute("SHOW server_encoding").fetchone() == ("UTF8",)
 
 
@@ -161,7 +164,9 @@ def test_cli_db_commands(tmp_path: Path) -> None:
     runner = CliRunner()
 
     def awa(*args: str) -> tuple[int, str, str]:
-        result = runner.invoke(cli, ["--config", str(config), *args], env={"AWA_DATABASE_URL": None})
+        result = runner.invoke(
+            cli, ["--config", str(config), *args], env={"AWA_DATABASE_URL": None}
+        )
         return result.exit_code, result.stdout, result.stderr
 
     code, out, err = awa("db", "status")

@@ -53,15 +53,22 @@ JOB_COLUMNS = {
 }
 
 JOB_STATES = [
-    "scheduled", "available", "running", "waiting_external",
-    "retryable", "completed", "failed", "cancelled",
+    "scheduled",
+    "available",
+    "running",
+    "waiting_external",
+    "retryable",
+    "completed",
+    "failed",
+    "cancelled",
 ]
-
 
 
 def _ledger(dsn: str) -> list[tuple[int, str]]:
     with psycopg.connect(dsn) as conn:
-        return conn.execute("SELECT version, name FROM awa.schema_migrations ORDER BY version").fetchall()
+        return conn.execute(
+            "SELECT version, name FROM awa.schema_migrations ORDER BY version"
+        ).fetchall()
 
 
 def test_available_finds_the_packaged_migrations_in_order() -> None:
@@ -78,7 +85,9 @@ def test_migrate_a_fresh_database_then_nothing(fresh_dsn: str) -> None:
     with psycopg.connect(fresh_dsn) as conn:
         assert conn.execute("SELECT to_regclass('awa.jobs')").fetchone() == (None,)
         before = migrations.status(conn)
-    assert [(s.version, s.applied_at) for s in before] == [(m.version, None) for m in migrations.available()]
+    assert [(s.version, s.applied_at) for s in before] == [
+        (m.version, None) for m in migrations.available()
+    ]
     applied = migrate_dsn(fresh_dsn)
     assert [m.version for m in applied] == [m.version for m in migrations.available()]
     assert applied[0].version == 1
@@ -127,7 +136,9 @@ def test_concurrent_migrates_on_a_fresh_database(fresh_dsn: str) -> None:
             "SELECT count(*) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
             " WHERE n.nspname = 'awa' AND c.relname = 'jobs'"
         ).fetchone() == (1,)
-        assert conn.execute("SELECT count(*) FROM pg_namespace WHERE nspname = 'awa'").fetchone() == (1,)
+        assert conn.execute(
+            "SELECT count(*) FROM pg_namespace WHERE nspname = 'awa'"
+        ).fetchone() == (1,)
 
 
 @pytest.mark.integration
@@ -142,7 +153,10 @@ def test_concurrent_awa_migrate_processes(fresh_dsn: str) -> None:
     procs = [
         subprocess.Popen(
             [str(awa), "--config", os.devnull, "--database-url", fresh_dsn, "migrate", "--json"],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
         )
         for _ in range(2)
     ]
@@ -185,7 +199,12 @@ def test_column_defaults_and_checks(db: psycopg.Connection) -> None:
     ).fetchone()
     assert row == ("default", "available", 2, 25, 0, 0, [], {}, [])
     db.rollback()
-    for column, value in [("priority", 0), ("priority", 5), ("max_attempts", 0), ("max_attempts", 1001)]:
+    for column, value in [
+        ("priority", 0),
+        ("priority", 5),
+        ("max_attempts", 0),
+        ("max_attempts", 1001),
+    ]:
         with pytest.raises(psycopg.errors.CheckViolation):
             db.execute(f"INSERT INTO awa.jobs (kind, {column}) VALUES ('k', %s)", (value,))
         db.rollback()
@@ -194,7 +213,9 @@ def test_column_defaults_and_checks(db: psycopg.Connection) -> None:
             db.execute("INSERT INTO awa.jobs (kind) VALUES (%s)", (kind,))
         db.rollback()
     with pytest.raises(psycopg.errors.CheckViolation):
-        db.execute("INSERT INTO awa.jobs (kind, tags) VALUES ('k', %s)", ([str(i) for i in range(21)],))
+        db.execute(
+            "INSERT INTO awa.jobs (kind, tags) VALUES ('k', %s)", ([str(i) for i in range(21)],)
+        )
     db.rollback()
 
 
@@ -215,7 +236,10 @@ def _indexes(db: psycopg.Connection) -> dict[str, dict[str, Any]]:
         WHERE i.indrelid = 'awa.jobs'::regclass
         """
     ).fetchall()
-    return {name: {"unique": unique, "predicate": pred, "def": definition} for name, unique, pred, definition in rows}
+    return {
+        name: {"unique": unique, "predicate": pred, "def": definition}
+        for name, unique, pred, definition in rows
+    }
 
 
 @pytest.mark.integration
@@ -284,7 +308,15 @@ def test_sql_is_found_through_importlib_resources() -> None:
 def _copy_project(dest: Path) -> Path:
     """A clean copy of the sources, so building leaves no build/ or egg-info in the checkout."""
     ignore = shutil.ignore_patterns(
-        ".venv", ".git", "build", "dist", "*.egg-info", "__pycache__", ".awa", "tests", ".pytest_cache"
+        ".venv",
+        ".git",
+        "build",
+        "dist",
+        "*.egg-info",
+        "__pycache__",
+        ".awa",
+        "tests",
+        ".pytest_cache",
     )
     shutil.copytree(ROOT, dest, ignore=ignore)
     return dest
@@ -299,8 +331,13 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     # (which needs setuptools >= 70.1 or the wheel package for bdist_wheel).
     proc = subprocess.run(cmd, cwd=src, capture_output=True, text=True, timeout=300)
     if proc.returncode != 0 and importlib.util.find_spec("setuptools") is not None:
-        proc = subprocess.run(cmd + ["--no-isolation", "--skip-dependency-check"], cwd=src,
-                              capture_output=True, text=True, timeout=300)
+        proc = subprocess.run(
+            cmd + ["--no-isolation", "--skip-dependency-check"],
+            cwd=src,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     wheels = list(out.glob("awa_worker-*.whl"))
     assert len(wheels) == 1, list(out.iterdir())
@@ -333,8 +370,14 @@ def test_installed_wheel_finds_its_migrations(wheel: Path, tmp_path: Path) -> No
         " 'versions': [m.version for m in migrations.available()]}))"
     )
     env = {**os.environ, "PYTHONPATH": str(site)}
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
-                          cwd=tmp_path, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=60,
+    )
     assert proc.returncode == 0, proc.stderr
     import json
 

@@ -39,7 +39,9 @@ async def awa_job_event(event: Any) -> None:
     dsn = CONFIG.get("dsn")
     if dsn:
         async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
-            cur = await conn.execute("SELECT state::text FROM awa.jobs WHERE id = %s", (event.job.id,))
+            cur = await conn.execute(
+                "SELECT state::text FROM awa.jobs WHERE id = %s", (event.job.id,)
+            )
             row = await cur.fetchone()
         SEEN_STATES.append((event.job.id, event.name, row[0] if row else "missing"))
     gate = CONFIG.get("gate", {}).get(event.name)

@@ -26,7 +26,9 @@ def awa_job_event(event: Any) -> None:
     dsn = CONFIG.get("dsn")
     if dsn:
         with psycopg.connect(dsn, autocommit=True) as conn:
-            row = conn.execute("SELECT state::text FROM awa.jobs WHERE id = %s", (event.job.id,)).fetchone()
+            row = conn.execute(
+                "SELECT state::text FROM awa.jobs WHERE id = %s", (event.job.id,)
+            ).fetchone()
             state = row[0] if row else "missing"
     SEEN.append((event.job.id, event.name, state, event.args))
 

@@ -17,8 +17,11 @@ TESTS = Path(__file__).resolve().parent.parent
 
 
 def hook_functions() -> list[tuple[str, Any]]:
-    return [(name, fn) for name, fn in vars(hookspecs).items()
-            if name.startswith("awa_") and inspect.isfunction(fn)]
+    return [
+        (name, fn)
+        for name, fn in vars(hookspecs).items()
+        if name.startswith("awa_") and inspect.isfunction(fn)
+    ]
 
 
 def test_the_contract_declares_the_documented_hooks() -> None:
@@ -70,7 +73,8 @@ def test_every_hook_is_exercised_by_a_test(name: str) -> None:
     """Each hook's name appears in a test module other than this one, which calls it through
     a worker or the plugin host."""
     using = [
-        path.relative_to(TESTS) for path in TESTS.rglob("test_*.py")
+        path.relative_to(TESTS)
+        for path in TESTS.rglob("test_*.py")
         if path.resolve() != Path(__file__).resolve() and name in path.read_text(encoding="utf-8")
     ]
     assert using, f"no test exercises {name}"

@@ -65,7 +65,8 @@ def test_factory_builds_a_fresh_manager_with_the_builtin_first() -> None:
     one, two = build_plugin_host(entry_points=False), build_plugin_host(entry_points=False)
     assert one.pm is not two.pm
     assert [p.to_json() for p in one.loaded] == [
-        {"name": BUILTIN, "origin": "builtin", "hooks": ["awa_job_event"]}]
+        {"name": BUILTIN, "origin": "builtin", "hooks": ["awa_job_event"]}
+    ]
     assert one.failed == []
 
 
@@ -83,10 +84,16 @@ def test_a_plugin_that_fails_to_import_is_reported_by_name_and_the_rest_load(
 ) -> None:
     reported: list[str] = []
     with caplog.at_level(logging.ERROR, logger="awa.plugins"):
-        host = build_plugin_host([BROKEN, SAMPLE, "tests.plugins.no_such_plugin"], entry_points=False,
-                                 report=reported.append)
+        host = build_plugin_host(
+            [BROKEN, SAMPLE, "tests.plugins.no_such_plugin"],
+            entry_points=False,
+            report=reported.append,
+        )
     assert [p.name for p in host.loaded] == [BUILTIN, SAMPLE]
-    assert [(f.name, f.origin) for f in host.failed] == [(BROKEN, "config"), ("tests.plugins.no_such_plugin", "config")]
+    assert [(f.name, f.origin) for f in host.failed] == [
+        (BROKEN, "config"),
+        ("tests.plugins.no_such_plugin", "config"),
+    ]
     assert host.failed[0].error == "RuntimeError: broken_plugin cannot be imported"
     assert host.failed[1].error.startswith("ModuleNotFoundError")
     assert len(reported) == 2 and BROKEN in reported[0] and "no_such_plugin" in reported[1]
@@ -98,8 +105,13 @@ def test_entry_points_load_between_builtins_and_config_and_name_their_distributi
 ) -> None:
     host = build_plugin_host([SAMPLE])
     assert [(p.name, p.origin) for p in host.loaded] == [
-        (BUILTIN, "builtin"), ("ep_sample", "entry point awa-test-plugins"), (SAMPLE, "config")]
-    assert [(f.name, f.origin) for f in host.failed] == [("ep_broken", "entry point awa-test-plugins")]
+        (BUILTIN, "builtin"),
+        ("ep_sample", "entry point awa-test-plugins"),
+        (SAMPLE, "config"),
+    ]
+    assert [(f.name, f.origin) for f in host.failed] == [
+        ("ep_broken", "entry point awa-test-plugins")
+    ]
     # ep_plugin's implementation is trylast: it is called after the config plugin
     assert [name for name, _ in host.event_hooks()] == [BUILTIN, SAMPLE, "ep_sample"]
 
@@ -114,8 +126,11 @@ def test_a_module_listed_twice_loads_once() -> None:
     assert [p.name for p in host.loaded] == [BUILTIN, SAMPLE] and host.failed == []
 
 
-def test_module_attr_plugins_and_invalid_implementations(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    (tmp_path / "awa_test_object_plugin.py").write_text(textwrap.dedent("""
+def test_module_attr_plugins_and_invalid_implementations(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "awa_test_object_plugin.py").write_text(
+        textwrap.dedent("""
         import awa_cli
 
         class Metrics:
@@ -128,11 +143,16 @@ def test_module_attr_plugins_and_invalid_implementations(tmp_path: Path, monkeyp
         @awa_cli.hookimpl
         def awa_job_event(evnt):  # not an argument of the spec
             pass
-    """))
-    host = build_plugin_host(["awa_test_object_plugin:metrics", "awa_test_object_plugin"],
-                             base_dir=tmp_path, entry_points=False)
+    """)
+    )
+    host = build_plugin_host(
+        ["awa_test_object_plugin:metrics", "awa_test_object_plugin"],
+        base_dir=tmp_path,
+        entry_points=False,
+    )
     assert [(p.name, p.origin, p.hooks) for p in host.loaded][1:] == [
-        ("awa_test_object_plugin:metrics", "config", ("awa_job_event",))]
+        ("awa_test_object_plugin:metrics", "config", ("awa_job_event",))
+    ]
     [failed] = host.failed
     assert failed.name == "awa_test_object_plugin" and "evnt" in failed.error
 
@@ -146,9 +166,22 @@ def test_hookimpl_is_the_public_marker() -> None:
 def fake_row(kind: str = "thing") -> JobRow:
     values: dict[str, Any] = {f.name: None for f in dataclasses.fields(JobRow)}
     now = datetime.now(UTC)
-    values.update(id=1, kind=kind, queue="default", args={"n": 1}, state=JobState.COMPLETED, priority=2,
-                  attempt=1, max_attempts=25, run_at=now, run_lease=1, errors=[], metadata={}, tags=[],
-                  created_at=now)
+    values.update(
+        id=1,
+        kind=kind,
+        queue="default",
+        args={"n": 1},
+        state=JobState.COMPLETED,
+        priority=2,
+        attempt=1,
+        max_attempts=25,
+        run_at=now,
+        run_lease=1,
+        errors=[],
+        metadata={},
+        tags=[],
+        created_at=now,
+    )
     return JobRow(**values)
 
 
@@ -202,7 +235,9 @@ async def test_plugins_get_events_of_every_kind_even_without_app_hooks() -> None
 
 
 @pytest.mark.asyncio
-async def test_worker_hook_failures_are_logged_and_the_rest_still_run(caplog: pytest.LogCaptureFixture) -> None:
+async def test_worker_hook_failures_are_logged_and_the_rest_still_run(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     host = build_plugin_host([RAISING, SAMPLE, SYNC], entry_points=False)
     with caplog.at_level(logging.ERROR, logger="awa.plugins"):
         await host.worker_started("the worker")
@@ -247,7 +282,9 @@ async def test_worker_calls_worker_started_and_worker_stopping(dsn: str) -> None
 
 @pytest.mark.integration
 @pytest.mark.asyncio
-async def test_sync_and_async_plugins_see_the_committed_state(dsn: str, caplog: pytest.LogCaptureFixture) -> None:
+async def test_sync_and_async_plugins_see_the_committed_state(
+    dsn: str, caplog: pytest.LogCaptureFixture
+) -> None:
     sample_plugin.CONFIG["dsn"] = dsn
     sync_plugin.CONFIG["dsn"] = dsn
     host = build_plugin_host([RAISING, SAMPLE, SYNC], entry_points=False)
@@ -257,16 +294,32 @@ async def test_sync_and_async_plugins_see_the_committed_state(dsn: str, caplog: 
         async with running_worker(plugin_app(), dsn, plugins=host):
             await wait_until(lambda: len(sync_plugin.SEEN) == 2 and len(sample_plugin.EVENTS) == 2)
     assert sorted((name, state) for (_, name, state, _) in sync_plugin.SEEN) == [
-        ("completed", "completed"), ("started", "running")]
+        ("completed", "completed"),
+        ("started", "running"),
+    ]
     assert sorted((name, state) for (_, name, state) in sample_plugin.SEEN_STATES) == [
-        ("completed", "completed"), ("started", "running")]
+        ("completed", "completed"),
+        ("started", "running"),
+    ]
     assert all(args == {"n": 7} for (*_, args) in sync_plugin.SEEN)
-    assert sorted(raising_plugin.CALLS) == ["completed", "started", "worker_started"]  # raised each time
+    assert sorted(raising_plugin.CALLS) == [
+        "completed",
+        "started",
+        "worker_started",
+    ]  # raised each time
     # the built-in plugin logged each event as one structured line
-    lines = [r.getMessage() for r in caplog.records if r.name == "awa.events" and f"job_id={job.id} " in r.getMessage()]
+    lines = [
+        r.getMessage()
+        for r in caplog.records
+        if r.name == "awa.events" and f"job_id={job.id} " in r.getMessage()
+    ]
     assert len(lines) == 2 and all("\n" not in line for line in lines)
-    assert any(line.startswith("action=job_completed ") and "state=completed" in line for line in lines)
-    levels = {r.getMessage().split()[0]: r.levelno for r in caplog.records if r.name == "awa.events"}
+    assert any(
+        line.startswith("action=job_completed ") and "state=completed" in line for line in lines
+    )
+    levels = {
+        r.getMessage().split()[0]: r.levelno for r in caplog.records if r.name == "awa.events"
+    }
     assert levels == {"action=job_started": logging.DEBUG, "action=job_completed": logging.INFO}
 
 
@@ -275,7 +328,9 @@ def invoke(*args: str) -> Any:
     from awa_cli.cli import cli
 
     return CliRunner().invoke(
-        cli, list(args), env={"NO_COLOR": "1", "AWA_DATABASE_URL": None, "AWA_CONFIG": None},
+        cli,
+        list(args),
+        env={"NO_COLOR": "1", "AWA_DATABASE_URL": None, "AWA_CONFIG": None},
         terminal_width=100,
     )
 
@@ -294,13 +349,20 @@ def test_awa_plugins_json_lists_builtin_entry_point_and_config_plugins(
     tmp_path: Path, fake_distribution: Path
 ) -> None:
     config = write_config(tmp_path, [SAMPLE])
-    for args in (["--config", str(config), "plugins", "--json"], ["--json", "--config", str(config), "plugins"]):
+    for args in (
+        ["--config", str(config), "plugins", "--json"],
+        ["--json", "--config", str(config), "plugins"],
+    ):
         result = invoke(*args)
         assert result.exit_code == 0, result.stderr
         data = json.loads(result.stdout)
         assert data == [
             {"name": BUILTIN, "origin": "builtin", "hooks": ["awa_job_event"]},
-            {"name": "ep_sample", "origin": "entry point awa-test-plugins", "hooks": ["awa_job_event"]},
+            {
+                "name": "ep_sample",
+                "origin": "entry point awa-test-plugins",
+                "hooks": ["awa_job_event"],
+            },
             {"name": SAMPLE, "origin": "config", "hooks": list(ALL_HOOKS)},
         ]
         assert "ep_broken" in result.stderr  # the broken entry point, reported by name
@@ -318,7 +380,9 @@ def test_awa_plugins_table(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("quiet", [False, True])
-def test_awa_plugins_reports_an_import_failure_on_stderr_and_exits_0(tmp_path: Path, quiet: bool) -> None:
+def test_awa_plugins_reports_an_import_failure_on_stderr_and_exits_0(
+    tmp_path: Path, quiet: bool
+) -> None:
     config = write_config(tmp_path, [BROKEN, SAMPLE])
     result = invoke(*(["-q"] if quiet else []), "--config", str(config), "plugins", "--json")
     assert result.exit_code == 0, result.stderr
@@ -330,7 +394,9 @@ def test_awa_plugins_reports_an_import_failure_on_stderr_and_exits_0(tmp_path: P
 
 
 @pytest.mark.asyncio
-async def test_builtin_logging_costs_nothing_when_its_level_is_off(dsn: str, caplog: pytest.LogCaptureFixture) -> None:
+async def test_builtin_logging_costs_nothing_when_its_level_is_off(
+    dsn: str, caplog: pytest.LogCaptureFixture
+) -> None:
     """At WARNING the built-in logger is skipped by the dispatcher: no task per event."""
     from awa_cli.dispatch import Dispatcher
     from awa_cli.events import JobEvent

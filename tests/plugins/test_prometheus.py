@@ -46,18 +46,36 @@ HOOKS = ["awa_job_event", "awa_worker_started", "awa_worker_stopping"]
 
 def row(kind: str = "send_email", queue: str = "email", **changes: Any) -> JobRow:
     values: dict[str, Any] = {f.name: None for f in dataclasses.fields(JobRow)}
-    values.update(id=7, kind=kind, queue=queue, args={"to": "a@example.com"}, state=JobState.RUNNING,
-                  priority=2, attempt=1, max_attempts=25, run_at=NOW, run_lease=1, errors=[],
-                  metadata={}, tags=[], created_at=NOW)
+    values.update(
+        id=7,
+        kind=kind,
+        queue=queue,
+        args={"to": "a@example.com"},
+        state=JobState.RUNNING,
+        priority=2,
+        attempt=1,
+        max_attempts=25,
+        run_at=NOW,
+        run_lease=1,
+        errors=[],
+        metadata={},
+        tags=[],
+        created_at=NOW,
+    )
     values.update(changes)
     return JobRow(**values)
 
 
-def fake_worker(running: dict[int, str] | None = None, staged: tuple[int, int, int] = (0, 0, 0),
-                failures: int = 0, queues: tuple[str, ...] = ("email", "idle")) -> Any:
+def fake_worker(
+    running: dict[int, str] | None = None,
+    staged: tuple[int, int, int] = (0, 0, 0),
+    failures: int = 0,
+    queues: tuple[str, ...] = ("email", "idle"),
+) -> Any:
     inserted, duplicate, discarded = staged
-    counters = SimpleNamespace(snapshot=lambda: {"inserted": inserted, "duplicate": duplicate,
-                                                 "discarded": discarded})
+    counters = SimpleNamespace(
+        snapshot=lambda: {"inserted": inserted, "duplicate": duplicate, "discarded": discarded}
+    )
     return SimpleNamespace(
         core=SimpleNamespace(counters=counters),
         dispatcher=SimpleNamespace(failures=failures),
@@ -120,21 +138,44 @@ async def test_events_increment_the_counters_and_the_histogram() -> None:
         await plugin.awa_job_event(event)
     await plugin.awa_job_event(JobEvent.Started(job, {}))
     await plugin.awa_job_event(JobEvent.Completed(job, {}, 0.0))  # by a callback: no duration
-    await plugin.awa_job_event(JobEvent.Rescued(row(queue="other"), {}, RescueReason.STALE_HEARTBEAT))
+    await plugin.awa_job_event(
+        JobEvent.Rescued(row(queue="other"), {}, RescueReason.STALE_HEARTBEAT)
+    )
     get = plugin.registry.get_sample_value
-    jobs = {o: get("awa_jobs_total", {"kind": "send_email", "queue": "email", "outcome": o})
-            for o in ("started", "completed", "retried", "exhausted", "cancelled",
-                      "waiting_for_callback", "rescued")}
-    assert jobs == {"started": 2, "completed": 2, "retried": 1, "exhausted": 1, "cancelled": 1,
-                    "waiting_for_callback": 1, "rescued": 1}
-    assert get("awa_jobs_total", {"kind": "send_email", "queue": "other", "outcome": "rescued"}) == 1
+    jobs = {
+        o: get("awa_jobs_total", {"kind": "send_email", "queue": "email", "outcome": o})
+        for o in (
+            "started",
+            "completed",
+            "retried",
+            "exhausted",
+            "cancelled",
+            "waiting_for_callback",
+            "rescued",
+        )
+    }
+    assert jobs == {
+        "started": 2,
+        "completed": 2,
+        "retried": 1,
+        "exhausted": 1,
+        "cancelled": 1,
+        "waiting_for_callback": 1,
+        "rescued": 1,
+    }
+    assert (
+        get("awa_jobs_total", {"kind": "send_email", "queue": "other", "outcome": "rescued"}) == 1
+    )
     hist = {"kind": "send_email", "queue": "email"}
     assert get("awa_job_duration_seconds_count", hist) == 1
     assert get("awa_job_duration_seconds_sum", hist) == pytest.approx(0.2)
     assert get("awa_job_duration_seconds_bucket", {**hist, "le": "0.25"}) == 1
     assert get("awa_job_duration_seconds_bucket", {**hist, "le": "0.1"}) == 0
     assert {r.value: get("awa_job_rescues_total", {"reason": r.value}) for r in RescueReason} == {
-        "stale_heartbeat": 1, "deadline_exceeded": 1, "expired_callback": 0}
+        "stale_heartbeat": 1,
+        "deadline_exceeded": 1,
+        "expired_callback": 0,
+    }
 
 
 @pytest.mark.asyncio
@@ -167,8 +208,13 @@ async def test_the_endpoint_serves_its_own_registry_and_closes_when_the_worker_s
     try:
         assert plugin.serving_port == port
         samples = scrape(port)
-        assert value(samples, "awa_jobs_total", kind="send_email", queue="email", outcome="started") == 1
-        assert not any(name.startswith(("python_", "process_")) for name, _ in samples)  # not the global one
+        assert (
+            value(samples, "awa_jobs_total", kind="send_email", queue="email", outcome="started")
+            == 1
+        )
+        assert not any(
+            name.startswith(("python_", "process_")) for name, _ in samples
+        )  # not the global one
         assert b"awa_jobs_total" not in generate_latest(REGISTRY)
         await plugin.awa_worker_started(fake_worker())  # a second worker: the same endpoint
         assert plugin.serving_port == port
@@ -193,7 +239,9 @@ def test_each_supervised_process_serves_on_port_plus_its_slot() -> None:
 
 # -- loading -------------------------------------------------------------------------------
 @pytest.mark.parametrize("port", [None, 9464])
-def test_loaded_as_a_builtin_only_when_a_port_is_configured(tmp_path: Path, port: int | None) -> None:
+def test_loaded_as_a_builtin_only_when_a_port_is_configured(
+    tmp_path: Path, port: int | None
+) -> None:
     from awa_cli.cli import cli
 
     config = tmp_path / "awa.toml"
@@ -207,9 +255,13 @@ def test_loaded_as_a_builtin_only_when_a_port_is_configured(tmp_path: Path, port
 def test_extra_builtins_load_after_the_builtin_logger_and_the_hook_skips_the_args_copy() -> None:
     from awa_cli.plugins.manager import build_plugin_host
 
-    host = build_plugin_host(entry_points=False, extra_builtins=[(NAME, lambda: PrometheusPlugin(None))])
+    host = build_plugin_host(
+        entry_points=False, extra_builtins=[(NAME, lambda: PrometheusPlugin(None))]
+    )
     assert [(p.name, p.origin) for p in host.loaded] == [
-        ("awa_cli.plugins.builtin_logging", "builtin"), (NAME, "builtin")]
+        ("awa_cli.plugins.builtin_logging", "builtin"),
+        (NAME, "builtin"),
+    ]
     [(_, hook)] = [(name, fn) for name, fn in host.event_hooks() if name == NAME]
     assert getattr(hook, "awa_reads_args", True) is False  # it never reads event.args
 
@@ -237,8 +289,13 @@ async def test_the_dashboard_queries_only_exported_metrics_and_has_the_staged_pa
 
     used = {name for q in queries(dashboard) for name in re.findall(r"\bawa_[a-z0-9_]+", q)}
     assert used and used <= exported, used - exported
-    for family in ("awa_jobs_total", "awa_job_duration_seconds_bucket", "awa_jobs_running",
-                   "awa_job_rescues_total", "awa_hook_failures_total"):
+    for family in (
+        "awa_jobs_total",
+        "awa_job_duration_seconds_bucket",
+        "awa_jobs_running",
+        "awa_job_rescues_total",
+        "awa_hook_failures_total",
+    ):
         assert family in used
     [staged] = [p for p in dashboard["panels"] if p["title"] == "Staged Follow-ups"]
     exprs = " ".join(t["expr"] for t in staged["targets"])
@@ -248,7 +305,9 @@ async def test_the_dashboard_queries_only_exported_metrics_and_has_the_staged_pa
 
 
 # -- a real worker ---------------------------------------------------------------------------
-def start_worker(tmp_path: Path, dsn: str, port: int, *args: str) -> tuple[subprocess.Popen[bytes], Path]:
+def start_worker(
+    tmp_path: Path, dsn: str, port: int, *args: str
+) -> tuple[subprocess.Popen[bytes], Path]:
     config = tmp_path / "awa.toml"
     config.write_text(
         '[app]\nmodules = ["tests.apps.metrics_app"]\n'
@@ -263,9 +322,14 @@ def start_worker(tmp_path: Path, dsn: str, port: int, *args: str) -> tuple[subpr
         env.pop(name, None)
     log_path = tmp_path / "stderr.log"
     with log_path.open("w") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "awa_cli", "--config", str(config), "worker", *args],
-                                env=env, cwd=ROOT, stderr=log, stdin=subprocess.DEVNULL,
-                                start_new_session=True)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "awa_cli", "--config", str(config), "worker", *args],
+            env=env,
+            cwd=ROOT,
+            stderr=log,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
     return proc, log_path
 
 
@@ -281,8 +345,13 @@ def stop_worker(proc: subprocess.Popen[bytes]) -> int:
     return proc.returncode
 
 
-def scrape_until(port: int, expected: dict[tuple[str, tuple[tuple[str, str], ...]], float],
-                 proc: subprocess.Popen[bytes], log_path: Path, timeout: float = 15.0) -> dict[Any, float]:
+def scrape_until(
+    port: int,
+    expected: dict[tuple[str, tuple[tuple[str, str], ...]], float],
+    proc: subprocess.Popen[bytes],
+    log_path: Path,
+    timeout: float = 15.0,
+) -> dict[Any, float]:
     deadline = time.monotonic() + timeout
     samples: dict[Any, float] = {}
     while time.monotonic() < deadline:
@@ -295,12 +364,19 @@ def scrape_until(port: int, expected: dict[tuple[str, tuple[tuple[str, str], ...
         if all(samples.get(key) == want for key, want in expected.items()):
             return samples
         time.sleep(0.1)
-    wrong = {key: (samples.get(key), want) for key, want in expected.items() if samples.get(key) != want}
-    raise AssertionError(f"metrics not as expected (got, want): {wrong}\n{log_path.read_text()[-3000:]}")
+    wrong = {
+        key: (samples.get(key), want) for key, want in expected.items() if samples.get(key) != want
+    }
+    raise AssertionError(
+        f"metrics not as expected (got, want): {wrong}\n{log_path.read_text()[-3000:]}"
+    )
 
 
 def jobs_key(kind: str, outcome: str) -> tuple[str, tuple[tuple[str, str], ...]]:
-    return ("awa_jobs_total", tuple(sorted({"kind": kind, "queue": "default", "outcome": outcome}.items())))
+    return (
+        "awa_jobs_total",
+        tuple(sorted({"kind": kind, "queue": "default", "outcome": outcome}.items())),
+    )
 
 
 def test_a_real_worker_exports_its_jobs_on_the_configured_port(dsn: str, tmp_path: Path) -> None:
@@ -316,12 +392,18 @@ def test_a_real_worker_exports_its_jobs_on_the_configured_port(dsn: str, tmp_pat
     proc, log_path = start_worker(tmp_path, dsn, port)
     try:
         expected = {
-            jobs_key("metrics_ok", "started"): 3, jobs_key("metrics_ok", "completed"): 3,
-            jobs_key("metrics_fail", "started"): 1, jobs_key("metrics_fail", "exhausted"): 1,
-            jobs_key("metrics_stage", "started"): 2, jobs_key("metrics_stage", "completed"): 2,
-            jobs_key("metrics_follow", "started"): 1, jobs_key("metrics_follow", "completed"): 1,
-            jobs_key("metrics_park", "started"): 1, jobs_key("metrics_park", "waiting_for_callback"): 1,
-            jobs_key("metrics_slow", "started"): 1, jobs_key("metrics_slow", "rescued"): 1,
+            jobs_key("metrics_ok", "started"): 3,
+            jobs_key("metrics_ok", "completed"): 3,
+            jobs_key("metrics_fail", "started"): 1,
+            jobs_key("metrics_fail", "exhausted"): 1,
+            jobs_key("metrics_stage", "started"): 2,
+            jobs_key("metrics_stage", "completed"): 2,
+            jobs_key("metrics_follow", "started"): 1,
+            jobs_key("metrics_follow", "completed"): 1,
+            jobs_key("metrics_park", "started"): 1,
+            jobs_key("metrics_park", "waiting_for_callback"): 1,
+            jobs_key("metrics_slow", "started"): 1,
+            jobs_key("metrics_slow", "rescued"): 1,
             ("awa_job_duration_seconds_count", (("kind", "metrics_ok"), ("queue", "default"))): 3,
             ("awa_job_rescues_total", (("reason", "deadline_exceeded"),)): 1,
             ("awa_job_rescues_total", (("reason", "stale_heartbeat"),)): 0,
@@ -336,7 +418,10 @@ def test_a_real_worker_exports_its_jobs_on_the_configured_port(dsn: str, tmp_pat
         assert samples[("awa_job_duration_seconds_sum", ok)] >= 0.03  # each slept 10 ms
         assert samples[("awa_job_duration_seconds_bucket", (*ok[:1], ("le", "+Inf"), *ok[1:]))] == 3
         # No handler ran for the parked job's completion, nor did the rescued one complete.
-        assert ("awa_job_duration_seconds_count", (("kind", "metrics_slow"), ("queue", "default"))) not in samples
+        assert (
+            "awa_job_duration_seconds_count",
+            (("kind", "metrics_slow"), ("queue", "default")),
+        ) not in samples
         assert not any(key[1] and dict(key[1]).get("outcome") == "retried" for key in samples)
     finally:
         code = stop_worker(proc)
@@ -359,8 +444,11 @@ def test_with_processes_each_worker_serves_on_port_plus_its_slot(dsn: str, tmp_p
                 first, second = scrape(port), scrape(port + 1)
             except (urllib.error.URLError, ConnectionError):
                 first = second = {}
-            done = [value(s, "awa_jobs_total", kind="metrics_ok", queue="default", outcome="completed") or 0
-                    for s in (first, second)]
+            done = [
+                value(s, "awa_jobs_total", kind="metrics_ok", queue="default", outcome="completed")
+                or 0
+                for s in (first, second)
+            ]
             if first and second and sum(done) == 20:
                 break
             assert time.monotonic() < deadline, (done, log_path.read_text()[-3000:])

@@ -31,7 +31,11 @@ MAINTENANCE = (
     "rescue_interval = 0.5\nleader_election_interval = 0.5\n"
 )
 L = TypeVar("L", bound="Loop")
-RESCUE_ERRORS = ("heartbeat stale: worker presumed dead", "worker shut down", "hard deadline exceeded")
+RESCUE_ERRORS = (
+    "heartbeat stale: worker presumed dead",
+    "worker shut down",
+    "hard deadline exceeded",
+)
 
 
 def write_config(tmp_path: Path, concurrency: int = 10, shutdown_timeout: str = "10s") -> Path:
@@ -60,10 +64,13 @@ def enqueue_triggers(dsn: str, count: int, seed: int = 11, max_sleep: float = 0.
     """``count`` ChaosJobs: 70 % ok, 10 % fail by design, 10 % flaky, 10 % park."""
     rng = random.Random(seed)
     modes = ["ok"] * 7 + ["fail", "flaky", "park"]
-    jobs = [ChaosJob(n=i, mode=rng.choice(modes), sleep=round(rng.uniform(0, max_sleep), 3)) for i in range(count)]
+    jobs = [
+        ChaosJob(n=i, mode=rng.choice(modes), sleep=round(rng.uniform(0, max_sleep), 3))
+        for i in range(count)
+    ]
     with awa.Client(dsn) as client:
         for start in range(0, count, 1000):
-            assert client.insert_many(jobs[start:start + 1000]) == len(jobs[start:start + 1000])
+            assert client.insert_many(jobs[start : start + 1000]) == len(jobs[start : start + 1000])
 
 
 def alive(pid: int) -> bool:
@@ -84,18 +91,36 @@ READY = re.compile(r"action=child_ready slot=(\d+) pid=(\d+)")
 class Fleet:
     """A supervised `awa worker --processes N` in its own session, its stderr in a file."""
 
-    def __init__(self, tmp_path: Path, dsn: str, processes: int = 2, concurrency: int = 10,
-                 shutdown_timeout: str = "10s") -> None:
+    def __init__(
+        self,
+        tmp_path: Path,
+        dsn: str,
+        processes: int = 2,
+        concurrency: int = 10,
+        shutdown_timeout: str = "10s",
+    ) -> None:
         self.dsn = dsn
         self.config = write_config(tmp_path, concurrency, shutdown_timeout)
         self.log_path = tmp_path / "supervisor.log"
         self.env = env_for(dsn)
         with self.log_path.open("w") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "awa_cli", "--config", str(self.config), "worker",
-                 "--processes", str(processes)],
-                env=self.env, cwd=ROOT, stderr=log, stdout=subprocess.DEVNULL,
-                stdin=subprocess.DEVNULL, start_new_session=True,
+                [
+                    sys.executable,
+                    "-m",
+                    "awa_cli",
+                    "--config",
+                    str(self.config),
+                    "worker",
+                    "--processes",
+                    str(processes),
+                ],
+                env=self.env,
+                cwd=ROOT,
+                stderr=log,
+                stdout=subprocess.DEVNULL,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
             )
 
     def log(self) -> str:
@@ -140,8 +165,13 @@ class Resolver:
         self.log_path = tmp_path / "resolver.log"
         with self.log_path.open("w") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "tests.apps.chaos", "resolve"], env=env_for(dsn), cwd=ROOT,
-                stdout=subprocess.PIPE, stderr=log, stdin=subprocess.DEVNULL, text=True,
+                [sys.executable, "-m", "tests.apps.chaos", "resolve"],
+                env=env_for(dsn),
+                cwd=ROOT,
+                stdout=subprocess.PIPE,
+                stderr=log,
+                stdin=subprocess.DEVNULL,
+                text=True,
             )
 
     def stop(self) -> dict[str, int]:
@@ -211,15 +241,29 @@ class CliResolver(Loop):
             with psycopg.connect(self.fleet.dsn, autocommit=True, connect_timeout=5) as conn:
                 row = conn.execute(
                     "SELECT callback_id FROM awa.jobs WHERE state = 'waiting_external' "
-                    "AND callback_id IS NOT NULL ORDER BY id % 4 = 0 DESC, random() LIMIT 1").fetchone()
+                    "AND callback_id IS NOT NULL ORDER BY id % 4 = 0 DESC, random() LIMIT 1"
+                ).fetchone()
         except psycopg.OperationalError:
             return  # the server is restarting
         if row is None:
             return
         done = subprocess.run(
-            [AWA_BIN, "--config", str(self.fleet.config), "callback", "complete", str(row[0]),
-             "--payload", '{"by": "cli"}', "--json"],
-            env=self.fleet.env, cwd=ROOT, capture_output=True, text=True, timeout=60,
+            [
+                AWA_BIN,
+                "--config",
+                str(self.fleet.config),
+                "callback",
+                "complete",
+                str(row[0]),
+                "--payload",
+                '{"by": "cli"}',
+                "--json",
+            ],
+            env=self.fleet.env,
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=60,
         )
         self.codes[done.returncode] += 1
         if done.returncode == 0:
@@ -229,16 +273,25 @@ class CliResolver(Loop):
         else:
             raise AssertionError(f"exit {done.returncode}: {done.stderr}")
         if done.returncode:
-            assert len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr, done.stderr
+            assert len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr, (
+                done.stderr
+            )
 
 
 def counts(dsn: str) -> dict[str, int]:
     with psycopg.connect(dsn, connect_timeout=5) as conn:
-        return dict(conn.execute("SELECT state::text, count(*) FROM awa.jobs GROUP BY 1").fetchall())
+        return dict(
+            conn.execute("SELECT state::text, count(*) FROM awa.jobs GROUP BY 1").fetchall()
+        )
 
 
-def wait_all_terminal(dsn: str, expected_triggers: int, timeout: float, fleet: Fleet | None = None,
-                      loops: tuple[Loop, ...] = ()) -> None:
+def wait_all_terminal(
+    dsn: str,
+    expected_triggers: int,
+    timeout: float,
+    fleet: Fleet | None = None,
+    loops: tuple[Loop, ...] = (),
+) -> None:
     deadline = time.monotonic() + timeout
     while True:
         try:
@@ -246,11 +299,16 @@ def wait_all_terminal(dsn: str, expected_triggers: int, timeout: float, fleet: F
             with psycopg.connect(dsn, connect_timeout=5) as conn:
                 triggers_done, follow_ups = conn.execute(
                     "SELECT count(*) FILTER (WHERE kind = 'chaos_job' AND state IN ('completed','failed','cancelled')), "
-                    "count(*) FILTER (WHERE kind <> 'chaos_job') FROM awa.jobs").fetchone()
+                    "count(*) FILTER (WHERE kind <> 'chaos_job') FROM awa.jobs"
+                ).fetchone()
         except psycopg.OperationalError:
             c, triggers_done, follow_ups = {}, 0, 0
         terminal = sum(c.get(s, 0) for s in ("completed", "failed", "cancelled"))
-        if triggers_done == expected_triggers and terminal == sum(c.values()) and follow_ups == triggers_done:
+        if (
+            triggers_done == expected_triggers
+            and terminal == sum(c.values())
+            and follow_ups == triggers_done
+        ):
             return
         if fleet is not None:
             assert fleet.proc.poll() is None, fleet.log()[-5000:]
@@ -283,14 +341,19 @@ def check_end_state(dsn: str, expected_triggers: int) -> Report:
     (a rescue, or its by-design first failure), and its final attempt ran exactly once."""
     with psycopg.connect(dsn) as conn:
         jobs = conn.execute(
-            "SELECT id, kind, state::text, args, run_lease, attempt, errors FROM awa.jobs").fetchall()
-        executions = conn.execute("SELECT job_id, run_lease, attempt, kind FROM awa_test.executions").fetchall()
+            "SELECT id, kind, state::text, args, run_lease, attempt, errors FROM awa.jobs"
+        ).fetchall()
+        executions = conn.execute(
+            "SELECT job_id, run_lease, attempt, kind FROM awa_test.executions"
+        ).fetchall()
     report = Report()
     by_id = {j[0]: j for j in jobs}
     problems: list[str] = []
 
     # every job terminal
-    not_terminal = [(j[0], j[1], j[2]) for j in jobs if j[2] not in ("completed", "failed", "cancelled")]
+    not_terminal = [
+        (j[0], j[1], j[2]) for j in jobs if j[2] not in ("completed", "failed", "cancelled")
+    ]
     if not_terminal:
         problems.append(f"not terminal: {not_terminal[:10]}")
 
@@ -324,9 +387,13 @@ def check_end_state(dsn: str, expected_triggers: int) -> Report:
         want_done = 1 if state == "completed" else 0
         want_lost = 1 if state == "failed" else 0
         if len(done.get(job_id, [])) != want_done:
-            problems.append(f"trigger {job_id} ({state}) has completed-follow-ups {done.get(job_id)}")
+            problems.append(
+                f"trigger {job_id} ({state}) has completed-follow-ups {done.get(job_id)}"
+            )
         if len(lost.get(job_id, [])) != want_lost:
-            problems.append(f"trigger {job_id} ({state}) has exhausted-follow-ups {lost.get(job_id)}")
+            problems.append(
+                f"trigger {job_id} ({state}) has exhausted-follow-ups {lost.get(job_id)}"
+            )
     orphans = (set(done) | set(lost)) - {t[0] for t in triggers}
     if orphans:
         problems.append(f"follow-ups for unknown triggers {sorted(orphans)[:10]}")
@@ -346,11 +413,15 @@ def check_end_state(dsn: str, expected_triggers: int) -> Report:
         rescues = sum(1 for e in errors if e.get("error") in RESCUE_ERRORS)
         report.rescues += rescues
         if state == "completed" and leases.count(lease) != 1:
-            problems.append(f"job {job_id} completed with lease {lease} but ran with leases {sorted(leases)}")
+            problems.append(
+                f"job {job_id} completed with lease {lease} but ran with leases {sorted(leases)}"
+            )
         if len(leases) > 1:
             report.re_executions += len(leases) - 1
             if len(leases) - 1 > len(errors):
-                problems.append(f"job {job_id} ran {len(leases)} times with only {len(errors)} errors: {errors}")
+                problems.append(
+                    f"job {job_id} ran {len(leases)} times with only {len(errors)} errors: {errors}"
+                )
         if not leases and state != "cancelled":
             problems.append(f"job {job_id} ({kind}, {state}) never ran")
     unknown = set(runs) - set(by_id)
@@ -406,7 +477,11 @@ class ChaosRun:
     def report(self, title: str, **extra: Any) -> Report:
         assert self.code == 0, self.fleet.log()[-3000:]
         report = check_end_state(self.dsn, self.triggers)
-        report.extra.update(extra, cli_resolutions=dict(self.cli.codes), resolver=self.resolved,
-                            seconds=self.seconds)
+        report.extra.update(
+            extra,
+            cli_resolutions=dict(self.cli.codes),
+            resolver=self.resolved,
+            seconds=self.seconds,
+        )
         print(f"\n{title}: {report.line()}")
         return report

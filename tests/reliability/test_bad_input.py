@@ -26,49 +26,77 @@ from awa_cli.config import ConfigError, load_config
 from awa_cli.jobs import InsertOpts, prepare
 from awa_cli.outcomes import parse_callback_id
 
-DB_SETTINGS = settings(max_examples=60, deadline=None,
-                       suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+DB_SETTINGS = settings(
+    max_examples=60,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 PURE_SETTINGS = settings(max_examples=100, deadline=None)
 ENV = {"NO_COLOR": "1", "COLUMNS": "120"}
 
 junk = st.one_of(
-    st.none(), st.booleans(), st.integers(-10**20, 10**20), st.floats(allow_nan=True),
-    st.text(max_size=30), st.binary(max_size=5), st.lists(st.integers(), max_size=3),
-    st.dictionaries(st.text(max_size=5), st.integers(), max_size=2), st.just(object()),
-    st.timedeltas(), st.datetimes(),
+    st.none(),
+    st.booleans(),
+    st.integers(-(10**20), 10**20),
+    st.floats(allow_nan=True),
+    st.text(max_size=30),
+    st.binary(max_size=5),
+    st.lists(st.integers(), max_size=3),
+    st.dictionaries(st.text(max_size=5), st.integers(), max_size=2),
+    st.just(object()),
+    st.timedeltas(),
+    st.datetimes(),
 )
-names = st.one_of(st.text(max_size=250), st.sampled_from(["", "a" * 200, "a" * 201, "q\x00", "é" * 200]))
+names = st.one_of(
+    st.text(max_size=250), st.sampled_from(["", "a" * 200, "a" * 201, "q\x00", "é" * 200])
+)
 # jsonb keeps numbers as exact decimals: a float's shortest repr beyond 2**53 reads back as
 # that decimal (e.g. 5.426999045837307e+16 as the int 54269990458373070), so floats that must
 # round-trip equal stay in the exactly representable range; NaN and infinities are rejected.
 floats = st.floats(min_value=-1e15, max_value=1e15) | st.sampled_from([float("nan"), float("inf")])
 json_values = st.recursive(
-    st.one_of(st.none(), st.booleans(), st.integers(-2**70, 2**70), floats, st.text(max_size=20)),
-    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4),
+    st.one_of(st.none(), st.booleans(), st.integers(-(2**70), 2**70), floats, st.text(max_size=20)),
+    lambda children: (
+        st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4)
+    ),
     max_leaves=15,
 )
-insert_options = st.fixed_dictionaries({}, optional={
-    "kind": st.one_of(names, junk),
-    "queue": st.one_of(names, junk),
-    "priority": st.one_of(st.integers(-5, 10), junk),
-    "max_attempts": st.one_of(st.integers(-5, 1200), junk),
-    "run_at": st.one_of(st.datetimes(timezones=st.one_of(st.none(), st.timezones())), junk),
-    "deadline_duration": st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.integers(-5, 10**6), junk),
-    "metadata": st.one_of(st.dictionaries(st.text(max_size=8), json_values, max_size=4), junk),
-    "tags": st.one_of(st.lists(st.text(max_size=10), max_size=25), junk),
-    "unique_opts": st.one_of(st.none(), st.just({}), junk),
-    "ordering_key": st.one_of(names, junk),
-})
+insert_options = st.fixed_dictionaries(
+    {},
+    optional={
+        "kind": st.one_of(names, junk),
+        "queue": st.one_of(names, junk),
+        "priority": st.one_of(st.integers(-5, 10), junk),
+        "max_attempts": st.one_of(st.integers(-5, 1200), junk),
+        "run_at": st.one_of(st.datetimes(timezones=st.one_of(st.none(), st.timezones())), junk),
+        "deadline_duration": st.one_of(
+            st.floats(allow_nan=True, allow_infinity=True), st.integers(-5, 10**6), junk
+        ),
+        "metadata": st.one_of(st.dictionaries(st.text(max_size=8), json_values, max_size=4), junk),
+        "tags": st.one_of(st.lists(st.text(max_size=10), max_size=25), junk),
+        "unique_opts": st.one_of(st.none(), st.just({}), junk),
+        "ordering_key": st.one_of(names, junk),
+    },
+)
 unique_opts = st.one_of(
     st.builds(
         awa.UniqueOpts,
         by_args=st.one_of(st.booleans(), junk),
         by_queue=st.one_of(st.booleans(), junk),
-        by_period=st.one_of(st.none(), st.floats(allow_nan=True, allow_infinity=True), st.integers(-10, 10**6),
-                            st.timedeltas(), junk),
-        states=st.one_of(st.frozensets(st.sampled_from([*awa.JobState, "nope", "", "RUNNING"]), max_size=4), junk),
+        by_period=st.one_of(
+            st.none(),
+            st.floats(allow_nan=True, allow_infinity=True),
+            st.integers(-10, 10**6),
+            st.timedeltas(),
+            junk,
+        ),
+        states=st.one_of(
+            st.frozensets(st.sampled_from([*awa.JobState, "nope", "", "RUNNING"]), max_size=4), junk
+        ),
     ),
-    st.dictionaries(st.sampled_from(["by_args", "by_queue", "by_period", "states", "bogus"]), junk, max_size=3),
+    st.dictionaries(
+        st.sampled_from(["by_args", "by_queue", "by_period", "states", "bogus"]), junk, max_size=3
+    ),
 )
 
 
@@ -82,9 +110,13 @@ def job_count(dsn: str) -> int:
 
 @pytest.mark.integration
 @DB_SETTINGS
-@given(args=st.one_of(st.dictionaries(st.text(max_size=8), json_values, max_size=4), junk), options=insert_options)
-def test_insert_options_only_validation_or_unique_errors_and_nothing_written(dsn: str, args: Any,
-                                                                             options: dict[str, Any]) -> None:
+@given(
+    args=st.one_of(st.dictionaries(st.text(max_size=8), json_values, max_size=4), junk),
+    options=insert_options,
+)
+def test_insert_options_only_validation_or_unique_errors_and_nothing_written(
+    dsn: str, args: Any, options: dict[str, Any]
+) -> None:
     options.setdefault("kind", "fuzz")
     before = job_count(dsn)
     with awa.Client(dsn) as client:
@@ -100,8 +132,12 @@ def test_insert_options_only_validation_or_unique_errors_and_nothing_written(dsn
 
 @pytest.mark.integration
 @DB_SETTINGS
-@given(opts=unique_opts, args=st.dictionaries(st.sampled_from("abc"), st.integers(0, 2), max_size=2))
-def test_unique_opts_only_validation_or_unique_errors(dsn: str, opts: Any, args: dict[str, int]) -> None:
+@given(
+    opts=unique_opts, args=st.dictionaries(st.sampled_from("abc"), st.integers(0, 2), max_size=2)
+)
+def test_unique_opts_only_validation_or_unique_errors(
+    dsn: str, opts: Any, args: dict[str, int]
+) -> None:
     before = job_count(dsn)
     with awa.Client(dsn) as client:
         try:
@@ -115,12 +151,17 @@ def test_unique_opts_only_validation_or_unique_errors(dsn: str, opts: Any, args:
 @PURE_SETTINGS
 @given(
     args=st.one_of(st.dictionaries(st.text(max_size=5), json_values, max_size=3), junk),
-    calls=st.lists(st.tuples(st.sampled_from(["queue", "priority", "max_attempts", "unique", "metadata"]), junk),
-                   max_size=5),
+    calls=st.lists(
+        st.tuples(
+            st.sampled_from(["queue", "priority", "max_attempts", "unique", "metadata"]), junk
+        ),
+        max_size=5,
+    ),
     with_opts=st.one_of(st.none(), insert_options.map(lambda o: InsertOpts(**o))),
 )
-def test_enqueue_request_only_validation_errors(args: Any, calls: list[tuple[str, Any]],
-                                                with_opts: InsertOpts | None) -> None:
+def test_enqueue_request_only_validation_errors(
+    args: Any, calls: list[tuple[str, Any]], with_opts: InsertOpts | None
+) -> None:
     request = awa.EnqueueRequest(args)
     for method, value in calls:
         request = getattr(request, method)(value)
@@ -150,7 +191,9 @@ def test_callback_ids_parse_or_validation_error(value: Any) -> None:
 @pytest.mark.integration
 @DB_SETTINGS
 @given(value=st.one_of(st.text(max_size=40), st.uuids(), junk), payload=json_values)
-def test_resolving_random_callback_ids_is_validation_error_or_not_found(dsn: str, value: Any, payload: Any) -> None:
+def test_resolving_random_callback_ids_is_validation_error_or_not_found(
+    dsn: str, value: Any, payload: Any
+) -> None:
     before = job_count(dsn)
     with awa.Client(dsn) as client:
         with pytest.raises((awa.ValidationError, awa.CallbackNotFound)):
@@ -163,27 +206,88 @@ def test_resolving_random_callback_ids_is_validation_error_or_not_found(dsn: str
 # --------------------------------------------------------------------------- config files
 
 toml_values = st.one_of(
-    st.integers(-10**6, 10**6).map(str), st.floats(allow_nan=False, allow_infinity=False).map(repr),
-    st.text(max_size=12).map(json.dumps), st.booleans().map(lambda b: str(b).lower()),
-    st.sampled_from(['"5s"', '"1h30m"', '"0"', '"-1s"', '"10x"', '[]', '["a", 1]', '{a = 1}', '"nan"',
-                     '1979-05-27T07:32:00Z', '"ms"', '0', '-1', '1e309', 'inf', 'nan']),
+    st.integers(-(10**6), 10**6).map(str),
+    st.floats(allow_nan=False, allow_infinity=False).map(repr),
+    st.text(max_size=12).map(json.dumps),
+    st.booleans().map(lambda b: str(b).lower()),
+    st.sampled_from(
+        [
+            '"5s"',
+            '"1h30m"',
+            '"0"',
+            '"-1s"',
+            '"10x"',
+            "[]",
+            '["a", 1]',
+            "{a = 1}",
+            '"nan"',
+            "1979-05-27T07:32:00Z",
+            '"ms"',
+            "0",
+            "-1",
+            "1e309",
+            "inf",
+            "nan",
+        ]
+    ),
 )
-known_keys = st.sampled_from([
-    ("database", "url"), ("database", "embedded_dir"), ("app", "modules"), ("app", "plugins"),
-    ("worker", "processes"), ("worker", "shutdown_timeout"), ("queues.default", "concurrency"),
-    ("queues.email", "deadline"), ("maintenance", "heartbeat_interval"), ("maintenance", "heartbeat_staleness"),
-    ("maintenance", "rescue_interval"), ("maintenance", "leader_election_interval"),
-    ("maintenance", "completed_retention"), ("maintenance", "failed_retention"), ("metrics", "prometheus_port"),
-    ("metrics", "bogus"), ("bogus", "key"),
-])
+known_keys = st.sampled_from(
+    [
+        ("database", "url"),
+        ("database", "embedded_dir"),
+        ("app", "modules"),
+        ("app", "plugins"),
+        ("worker", "processes"),
+        ("worker", "shutdown_timeout"),
+        ("queues.default", "concurrency"),
+        ("queues.email", "deadline"),
+        ("maintenance", "heartbeat_interval"),
+        ("maintenance", "heartbeat_staleness"),
+        ("maintenance", "rescue_interval"),
+        ("maintenance", "leader_election_interval"),
+        ("maintenance", "completed_retention"),
+        ("maintenance", "failed_retention"),
+        ("metrics", "prometheus_port"),
+        ("metrics", "bogus"),
+        ("bogus", "key"),
+    ]
+)
 
 
 @PURE_SETTINGS
-@given(text=st.one_of(st.text(max_size=200), st.lists(st.sampled_from(
-    ["[database]", "[app]", "[worker]", "[queues.x]", "[maintenance]", "[[queues]]", "url = ", "=", '"', "'''",
-     "modules = [", "]", "processes = 3", "\n", "\x00", "\\", "[queues.\"a b\"]", "concurrency = 0"]), max_size=12)
-    .map("".join)))
-def test_random_config_text_is_a_config_or_a_config_error(tmp_path_factory: pytest.TempPathFactory, text: str) -> None:
+@given(
+    text=st.one_of(
+        st.text(max_size=200),
+        st.lists(
+            st.sampled_from(
+                [
+                    "[database]",
+                    "[app]",
+                    "[worker]",
+                    "[queues.x]",
+                    "[maintenance]",
+                    "[[queues]]",
+                    "url = ",
+                    "=",
+                    '"',
+                    "'''",
+                    "modules = [",
+                    "]",
+                    "processes = 3",
+                    "\n",
+                    "\x00",
+                    "\\",
+                    '[queues."a b"]',
+                    "concurrency = 0",
+                ]
+            ),
+            max_size=12,
+        ).map("".join),
+    )
+)
+def test_random_config_text_is_a_config_or_a_config_error(
+    tmp_path_factory: pytest.TempPathFactory, text: str
+) -> None:
     path = tmp_path_factory.mktemp("cfg") / "awa.toml"
     path.write_text(text, encoding="utf-8")
     try:
@@ -193,9 +297,14 @@ def test_random_config_text_is_a_config_or_a_config_error(tmp_path_factory: pyte
 
 
 @PURE_SETTINGS
-@given(entries=st.lists(st.tuples(known_keys, toml_values), min_size=1, max_size=4, unique_by=lambda e: e[0]))
-def test_random_values_for_known_keys(tmp_path_factory: pytest.TempPathFactory,
-                                      entries: list[tuple[tuple[str, str], str]]) -> None:
+@given(
+    entries=st.lists(
+        st.tuples(known_keys, toml_values), min_size=1, max_size=4, unique_by=lambda e: e[0]
+    )
+)
+def test_random_values_for_known_keys(
+    tmp_path_factory: pytest.TempPathFactory, entries: list[tuple[tuple[str, str], str]]
+) -> None:
     tables: dict[str, list[str]] = {}
     for (table, key), value in entries:
         tables.setdefault(table, []).append(f"{key} = {value}")
@@ -209,21 +318,45 @@ def test_random_values_for_known_keys(tmp_path_factory: pytest.TempPathFactory,
     # and `awa config check` on it: exit 0 or 2, never a traceback
     result = CliRunner().invoke(cli, ["--config", str(path), "config", "check"], env=ENV)
     assert result.exit_code in (0, 2), (text, result.output, result.exception)
-    assert result.exception is None or isinstance(result.exception, SystemExit), (text, result.exception)
+    assert result.exception is None or isinstance(result.exception, SystemExit), (
+        text,
+        result.exception,
+    )
     if result.exit_code == 2:
         assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.stderr
 
 
 # --------------------------------------------------------------------------- the CLI
 
-cli_text = st.one_of(st.text(max_size=30), st.sampled_from(["", "-1", "0", "5", "+5m", "+x", "9999-99-99", "{}",
-                                                             "[]", "null", '{"a": 1}', "{nope", "1e999", "--"]))
+cli_text = st.one_of(
+    st.text(max_size=30),
+    st.sampled_from(
+        [
+            "",
+            "-1",
+            "0",
+            "5",
+            "+5m",
+            "+x",
+            "9999-99-99",
+            "{}",
+            "[]",
+            "null",
+            '{"a": 1}',
+            "{nope",
+            "1e999",
+            "--",
+        ]
+    ),
+)
 
 
 def check_cli_error(result: Any) -> None:
     """Exit 2 or 4 with one error line, no traceback (click's own usage errors add their
     ``Usage:``/``Try`` hint lines, but still carry exactly one ``Error:`` line)."""
-    assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
+    assert result.exception is None or isinstance(result.exception, SystemExit), repr(
+        result.exception
+    )
     assert "Traceback" not in result.stderr
     errors = [line for line in result.stderr.splitlines() if line.startswith("Error:")]
     assert len(errors) == 1, result.stderr
@@ -234,19 +367,58 @@ def check_cli_error(result: Any) -> None:
 
 @pytest.mark.integration
 @DB_SETTINGS
-@given(kind=cli_text, args=st.one_of(cli_text, json_values.map(json.dumps)), queue=st.one_of(st.none(), cli_text),
-       priority=st.one_of(st.none(), cli_text), run_at=st.one_of(st.none(), cli_text),
-       max_attempts=st.one_of(st.none(), cli_text))
-def test_job_enqueue_arguments(dsn: str, tmp_path_factory: pytest.TempPathFactory, kind: str, args: str,
-                               queue: str | None, priority: str | None, run_at: str | None,
-                               max_attempts: str | None) -> None:
+@given(
+    kind=cli_text,
+    args=st.one_of(cli_text, json_values.map(json.dumps)),
+    queue=st.one_of(st.none(), cli_text),
+    priority=st.one_of(st.none(), cli_text),
+    run_at=st.one_of(st.none(), cli_text),
+    max_attempts=st.one_of(st.none(), cli_text),
+)
+def test_job_enqueue_arguments(
+    dsn: str,
+    tmp_path_factory: pytest.TempPathFactory,
+    kind: str,
+    args: str,
+    queue: str | None,
+    priority: str | None,
+    run_at: str | None,
+    max_attempts: str | None,
+) -> None:
     config = tmp_path_factory.mktemp("cfg") / "awa.toml"
     config.write_text("")
-    argv = ["--config", str(config), "--database-url", dsn, "job", "enqueue", "--", kind, "--args", args] \
-        if kind.startswith("-") else ["--config", str(config), "--database-url", dsn, "job", "enqueue", kind,
-                                      "--args", args]
-    for flag, value in (("--queue", queue), ("--priority", priority), ("--run-at", run_at),
-                        ("--max-attempts", max_attempts)):
+    argv = (
+        [
+            "--config",
+            str(config),
+            "--database-url",
+            dsn,
+            "job",
+            "enqueue",
+            "--",
+            kind,
+            "--args",
+            args,
+        ]
+        if kind.startswith("-")
+        else [
+            "--config",
+            str(config),
+            "--database-url",
+            dsn,
+            "job",
+            "enqueue",
+            kind,
+            "--args",
+            args,
+        ]
+    )
+    for flag, value in (
+        ("--queue", queue),
+        ("--priority", priority),
+        ("--run-at", run_at),
+        ("--max-attempts", max_attempts),
+    ):
         if value is not None:
             argv[-2:-2] = [f"{flag}={value}"]
     before = job_count(dsn)
@@ -261,11 +433,18 @@ def test_job_enqueue_arguments(dsn: str, tmp_path_factory: pytest.TempPathFactor
 
 @pytest.mark.integration
 @DB_SETTINGS
-@given(callback_id=st.one_of(cli_text, st.uuids().map(str)), payload=st.one_of(st.none(), cli_text,
-                                                                               json_values.map(json.dumps)),
-       verb=st.sampled_from(["complete", "resume", "resolve", "fail", "retry", "heartbeat"]))
-def test_callback_arguments(dsn: str, tmp_path_factory: pytest.TempPathFactory, callback_id: str,
-                            payload: str | None, verb: str) -> None:
+@given(
+    callback_id=st.one_of(cli_text, st.uuids().map(str)),
+    payload=st.one_of(st.none(), cli_text, json_values.map(json.dumps)),
+    verb=st.sampled_from(["complete", "resume", "resolve", "fail", "retry", "heartbeat"]),
+)
+def test_callback_arguments(
+    dsn: str,
+    tmp_path_factory: pytest.TempPathFactory,
+    callback_id: str,
+    payload: str | None,
+    verb: str,
+) -> None:
     config = tmp_path_factory.mktemp("cfg") / "awa.toml"
     config.write_text("")
     argv = ["--config", str(config), "--database-url", dsn, "callback", verb, "--bare"]
@@ -309,9 +488,13 @@ def test_deeply_nested_json_is_a_clean_error(dsn: str, tmp_path: Path) -> None:
     config = tmp_path / "awa.toml"
     config.write_text("")
     text = "[" * 10_000 + "]" * 10_000
-    for argv in (["job", "enqueue", "deep", "--args", '{"a": ' + text + "}"],
-                 ["callback", "complete", str(uuid.uuid4()), "--payload", text, "--bare"]):
-        result = CliRunner().invoke(cli, ["--config", str(config), "--database-url", dsn, *argv], env=ENV)
+    for argv in (
+        ["job", "enqueue", "deep", "--args", '{"a": ' + text + "}"],
+        ["callback", "complete", str(uuid.uuid4()), "--payload", text, "--bare"],
+    ):
+        result = CliRunner().invoke(
+            cli, ["--config", str(config), "--database-url", dsn, *argv], env=ENV
+        )
         assert result.exit_code == 2, (result.output, result.exception)
         check_cli_error(result)
         assert "nested too deeply" in result.stderr
@@ -346,7 +529,11 @@ class Strict:
 
 @pytest.mark.integration
 @DB_SETTINGS
-@given(args=st.dictionaries(st.text(max_size=6).filter(lambda k: k != "a"), json_values, min_size=1, max_size=3))
+@given(
+    args=st.dictionaries(
+        st.text(max_size=6).filter(lambda k: k != "a"), json_values, min_size=1, max_size=3
+    )
+)
 def test_args_that_do_not_rebuild_fail_terminally(dsn: str, args: dict[str, Any]) -> None:
     from awa_cli.testing import AwaTestClient
 
@@ -365,8 +552,10 @@ def test_args_that_do_not_rebuild_fail_terminally(dsn: str, args: dict[str, Any]
 
 
 def test_run_at_and_durations_edges() -> None:
-    for run_at in (datetime(1, 1, 1, tzinfo=timezone(timedelta(hours=1))),
-                   datetime(9999, 12, 31, 23, 59, tzinfo=timezone(timedelta(hours=-1)))):
+    for run_at in (
+        datetime(1, 1, 1, tzinfo=timezone(timedelta(hours=1))),
+        datetime(9999, 12, 31, 23, 59, tzinfo=timezone(timedelta(hours=-1))),
+    ):
         with pytest.raises(awa.ValidationError):
             prepare({}, InsertOpts(kind="k", run_at=run_at))
     for duration in (math.nan, math.inf, -1, "5s", True):

@@ -25,7 +25,9 @@ def completed(dsn: str) -> int:
             time.sleep(0.1)
 
 
-def run_with_restarts(cluster: ThrowawayCluster, tmp_path: Path, triggers: int, restarts: int) -> None:
+def run_with_restarts(
+    cluster: ThrowawayCluster, tmp_path: Path, triggers: int, restarts: int
+) -> None:
     dsn = cluster.dsn_for("postgres")
     migrate_dsn(dsn)
     resumed_after: list[float] = []
@@ -34,7 +36,9 @@ def run_with_restarts(cluster: ThrowawayCluster, tmp_path: Path, triggers: int, 
             target = completed(dsn) + max(50, triggers // (restarts + 2))
             deadline = time.monotonic() + 120
             while completed(dsn) < target:
-                assert time.monotonic() < deadline and run.fleet.proc.poll() is None, run.fleet.log()[-3000:]
+                assert time.monotonic() < deadline and run.fleet.proc.poll() is None, (
+                    run.fleet.log()[-3000:]
+                )
                 time.sleep(0.1)
             cluster.server.stop("fast")
             time.sleep(1.5)
@@ -51,7 +55,9 @@ def run_with_restarts(cluster: ThrowawayCluster, tmp_path: Path, triggers: int, 
 
 
 @pytest.mark.parametrize("triggers,restarts", [(400, 1)])
-def test_server_restart_mid_run(own_server: ThrowawayCluster, tmp_path: Path, triggers: int, restarts: int) -> None:
+def test_server_restart_mid_run(
+    own_server: ThrowawayCluster, tmp_path: Path, triggers: int, restarts: int
+) -> None:
     run_with_restarts(own_server, tmp_path, triggers, restarts)
 
 
@@ -80,7 +86,9 @@ def run_with_terminations(dsn: str, tmp_path: Path, triggers: int, every: float)
     with ChaosRun(dsn, tmp_path, triggers) as run:
         terminator = run.add(Terminator(dsn, every))
         while completed(dsn) < triggers // 2:
-            assert time.monotonic() - run.started < 120 and run.fleet.proc.poll() is None, run.fleet.log()[-3000:]
+            assert time.monotonic() - run.started < 120 and run.fleet.proc.poll() is None, (
+                run.fleet.log()[-3000:]
+            )
             assert not terminator.failures, terminator.failures
             time.sleep(0.1)
         terminator.stop()

@@ -43,7 +43,9 @@ class StepDone:
     lease: int
 
 
-def step_app(events: list[object], release: asyncio.Event | None, registered: list[awa.CallbackToken]) -> awa.App:
+def step_app(
+    events: list[object], release: asyncio.Event | None, registered: list[awa.CallbackToken]
+) -> awa.App:
     """Handlers block on ``release`` (None: return at once); ``park`` registers a callback first."""
     app = awa.App()
 
@@ -72,12 +74,18 @@ def step_app(events: list[object], release: asyncio.Event | None, registered: li
 async def rescue_stale(dsn: str) -> list[int]:
     """One maintenance sweep after making every running job's heartbeat stale."""
     with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute("UPDATE awa.jobs SET heartbeat_at = now() - interval '1 hour' WHERE state = 'running'")
+        conn.execute(
+            "UPDATE awa.jobs SET heartbeat_at = now() - interval '1 hour' WHERE state = 'running'"
+        )
     pool = AsyncConnectionPool(dsn, min_size=1, max_size=2, open=False, kwargs={"autocommit": True})
     await pool.open()
     try:
-        report = await sweep_once(OutcomeCore(pool, None, Dispatcher(None, [])), heartbeat_staleness=15,
-                                  completed_retention=3600, failed_retention=3600)
+        report = await sweep_once(
+            OutcomeCore(pool, None, Dispatcher(None, [])),
+            heartbeat_staleness=15,
+            completed_retention=3600,
+            failed_retention=3600,
+        )
     finally:
         await pool.close()
     with psycopg.connect(dsn, autocommit=True) as conn:  # skip the backoff: claimable now
@@ -87,7 +95,9 @@ async def rescue_stale(dsn: str) -> list[int]:
 
 def follow_ups(dsn: str) -> list[tuple[int, int]]:
     with psycopg.connect(dsn) as conn:
-        rows = conn.execute("SELECT args FROM awa.jobs WHERE kind = 'step_done' ORDER BY id").fetchall()
+        rows = conn.execute(
+            "SELECT args FROM awa.jobs WHERE kind = 'step_done' ORDER BY id"
+        ).fetchall()
     return [(r[0]["trigger_id"], r[0]["lease"]) for r in rows]
 
 
@@ -181,7 +191,9 @@ def park_by_sql(dsn: str, count: int = 1) -> list[tuple[int, str]]:
             "UPDATE awa.jobs SET state = 'waiting_external', attempt = 1, run_lease = 1, "
             "attempted_at = now(), callback_id = gen_random_uuid(), "
             "callback_timeout_at = now() + interval '1 hour' WHERE id = ANY(%s) "
-            "RETURNING id, callback_id::text", (ids,)).fetchall()
+            "RETURNING id, callback_id::text",
+            (ids,),
+        ).fetchall()
     return sorted(rows)
 
 
@@ -202,9 +214,15 @@ def _resolve_in_process(dsn: str, callback_id: str, i: int, barrier: object, out
 
 def exactly_one_follow_up(dsn: str, job_id: int) -> str:
     with psycopg.connect(dsn) as conn:
-        state = conn.execute("SELECT state::text FROM awa.jobs WHERE id = %s", (job_id,)).fetchone()[0]
-        kinds = [r[0] for r in conn.execute(
-            "SELECT kind FROM awa.jobs WHERE args->>'trigger_id' = %s", (str(job_id),)).fetchall()]
+        state = conn.execute(
+            "SELECT state::text FROM awa.jobs WHERE id = %s", (job_id,)
+        ).fetchone()[0]
+        kinds = [
+            r[0]
+            for r in conn.execute(
+                "SELECT kind FROM awa.jobs WHERE args->>'trigger_id' = %s", (str(job_id),)
+            ).fetchall()
+        ]
     assert kinds == [{"completed": "chaos_done", "failed": "chaos_lost"}[state]], (state, kinds)
     return state
 
@@ -213,7 +231,10 @@ def test_concurrent_resolutions_from_eight_processes_exactly_one_wins(dsn: str) 
     [(job_id, callback_id)] = park_by_sql(dsn)
     ctx = multiprocessing.get_context("spawn")
     barrier, out = ctx.Barrier(8), ctx.Queue()
-    procs = [ctx.Process(target=_resolve_in_process, args=(dsn, callback_id, i, barrier, out)) for i in range(8)]
+    procs = [
+        ctx.Process(target=_resolve_in_process, args=(dsn, callback_id, i, barrier, out))
+        for i in range(8)
+    ]
     for p in procs:
         p.start()
     for p in procs:
@@ -224,15 +245,30 @@ def test_concurrent_resolutions_from_eight_processes_exactly_one_wins(dsn: str) 
     exactly_one_follow_up(dsn, job_id)
 
 
-def test_eight_awa_callback_processes_exactly_one_exits_0_the_rest_4(dsn: str, tmp_path: Path) -> None:
+def test_eight_awa_callback_processes_exactly_one_exits_0_the_rest_4(
+    dsn: str, tmp_path: Path
+) -> None:
     [(job_id, callback_id)] = park_by_sql(dsn)
     config = write_config(tmp_path)
     env = env_for(dsn)
     procs = [
         subprocess.Popen(
-            [AWA_BIN, "--config", str(config), "callback", *(["complete", callback_id, "--payload", f'{{"by": {i}}}']
-                                                             if i % 2 else ["fail", callback_id, "--error", f"by {i}"])],
-            env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            [
+                AWA_BIN,
+                "--config",
+                str(config),
+                "callback",
+                *(
+                    ["complete", callback_id, "--payload", f'{{"by": {i}}}']
+                    if i % 2
+                    else ["fail", callback_id, "--error", f"by {i}"]
+                ),
+            ],
+            env=env,
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
         )
         for i in range(8)
     ]
@@ -251,14 +287,18 @@ def test_eight_awa_callback_processes_exactly_one_exits_0_the_rest_4(dsn: str, t
 def test_sigterm_drains_in_flight_jobs_and_leaves_none_running(dsn: str, tmp_path: Path) -> None:
     prepare_db(dsn)
     with awa.Client(dsn) as client:
-        client.insert_many([{"n": i, "mode": "ok", "sleep": 1.0} for i in range(12)], kind="chaos_job")
+        client.insert_many(
+            [{"n": i, "mode": "ok", "sleep": 1.0} for i in range(12)], kind="chaos_job"
+        )
     fleet = Fleet(tmp_path, dsn, processes=2, concurrency=6)
     try:
         fleet.wait_ready()
         deadline = time.monotonic() + 30
         while True:
             with psycopg.connect(dsn) as conn:
-                running = conn.execute("SELECT count(*) FROM awa.jobs WHERE state = 'running'").fetchone()[0]
+                running = conn.execute(
+                    "SELECT count(*) FROM awa.jobs WHERE state = 'running'"
+                ).fetchone()[0]
             if running == 12:
                 break
             assert time.monotonic() < deadline, running
@@ -268,10 +308,15 @@ def test_sigterm_drains_in_flight_jobs_and_leaves_none_running(dsn: str, tmp_pat
         fleet.kill()
     assert code == 0, fleet.log()[-3000:]
     with psycopg.connect(dsn) as conn:
-        states = dict(conn.execute("SELECT state::text, count(*) FROM awa.jobs WHERE kind = 'chaos_job' "
-                                   "GROUP BY 1").fetchall())
+        states = dict(
+            conn.execute(
+                "SELECT state::text, count(*) FROM awa.jobs WHERE kind = 'chaos_job' GROUP BY 1"
+            ).fetchall()
+        )
         done = conn.execute("SELECT count(*) FROM awa.jobs WHERE kind = 'chaos_done'").fetchone()[0]
-        runs = conn.execute("SELECT count(*), count(DISTINCT job_id) FROM awa_test.executions").fetchone()
+        runs = conn.execute(
+            "SELECT count(*), count(DISTINCT job_id) FROM awa_test.executions"
+        ).fetchone()
         stuck = conn.execute("SELECT count(*) FROM awa.jobs WHERE state = 'running'").fetchone()[0]
     assert stuck == 0
     assert states == {"completed": 12}, states

@@ -33,7 +33,7 @@ NASTY = [
     "'; DROP TABLE awa.jobs; --",
     "$$; DROP TABLE awa.jobs; $$",
     "\\'; SELECT pg_sleep(10); --",
-    '"quoted" \'single\' `back`',
+    "\"quoted\" 'single' `back`",
     "%s %(x)s {} {0}",
     "back\\slash\\\\",
     "Robert'); DELETE FROM awa.jobs WHERE ('1'='1",
@@ -67,8 +67,16 @@ def test_sql_fragments_are_stored_verbatim_and_never_executed(dsn: str, tmp_path
     rows = []
     with awa.Client(dsn) as client:
         for text in NASTY:
-            rows.append(client.insert(Echo(text), kind="echo " + NASTY[1], queue=queue, tags=NASTY,
-                                      metadata={text: text, "list": NASTY}, ordering_key=text[:200]))
+            rows.append(
+                client.insert(
+                    Echo(text),
+                    kind="echo " + NASTY[1],
+                    queue=queue,
+                    tags=NASTY,
+                    metadata={text: text, "list": NASTY},
+                    ordering_key=text[:200],
+                )
+            )
         for text in NASTY:
             row = client.insert({text: NASTY}, kind=text, queue=text)
             back = client.get_job(row.id)
@@ -76,7 +84,10 @@ def test_sql_fragments_are_stored_verbatim_and_never_executed(dsn: str, tmp_path
             assert [r.id for r in client.list_jobs(kind=text)] == [row.id]
     for row in rows:
         back = job_row(dsn, row.id)
-        assert back.tags == NASTY and back.metadata == {back.args["text"]: back.args["text"], "list": NASTY}
+        assert back.tags == NASTY and back.metadata == {
+            back.args["text"]: back.args["text"],
+            "list": NASTY,
+        }
 
     async def work() -> None:  # a worker LISTENs on and claims from the nasty queue
         async with running_worker(app, dsn, {queue: 5}):
@@ -90,11 +101,29 @@ def test_sql_fragments_are_stored_verbatim_and_never_executed(dsn: str, tmp_path
     config = tmp_path / "awa.toml"
     config.write_text("")
     for text in NASTY:
-        result = CliRunner().invoke(cli, ["--config", str(config), "--database-url", dsn, "job", "enqueue", text,
-                                          "--queue", text, "--args", json.dumps({"t": text}), "--json"], env=ENV)
+        result = CliRunner().invoke(
+            cli,
+            [
+                "--config",
+                str(config),
+                "--database-url",
+                dsn,
+                "job",
+                "enqueue",
+                text,
+                "--queue",
+                text,
+                "--args",
+                json.dumps({"t": text}),
+                "--json",
+            ],
+            env=ENV,
+        )
         assert result.exit_code == 0, result.output
         data = json.loads(result.stdout)
-        assert job_row(dsn, data["id"]).args == {"t": text} and data["kind"] == data["queue"] == text
+        assert (
+            job_row(dsn, data["id"]).args == {"t": text} and data["kind"] == data["queue"] == text
+        )
     assert table_exists(dsn)
     with psycopg.connect(dsn) as conn:
         assert conn.execute("SELECT count(*) FROM awa.jobs").fetchone()[0] == 3 * len(NASTY)
@@ -111,7 +140,9 @@ def test_sql_fragments_in_callback_payloads_and_errors(dsn: str) -> None:
         async with running_worker(app, dsn):
             async with awa.AsyncClient(dsn) as client:
                 jobs = [await client.insert(Echo(t)) for t in NASTY]
-            await wait_until(lambda: all(job_row(dsn, j.id).state == "waiting_external" for j in jobs))
+            await wait_until(
+                lambda: all(job_row(dsn, j.id).state == "waiting_external" for j in jobs)
+            )
         return [job_row(dsn, j.id) for j in jobs]
 
     parked = asyncio.run(run())
@@ -134,10 +165,15 @@ def password_role(dsn: str) -> Iterator[tuple[str, str]]:
     """A role with a password (trust auth on the test cluster: it is sent, not needed)."""
     name = f"awa_pw_{uuid.uuid4().hex[:8]}"
     with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute(sql.SQL("CREATE ROLE {} LOGIN SUPERUSER PASSWORD {}").format(sql.Identifier(name),
-                                                                                  sql.Literal(PASSWORD)))
+        conn.execute(
+            sql.SQL("CREATE ROLE {} LOGIN SUPERUSER PASSWORD {}").format(
+                sql.Identifier(name), sql.Literal(PASSWORD)
+            )
+        )
         dbname, host, port = conn.info.dbname, conn.info.host, conn.info.port
-    url = f"postgresql://{name}:{quote(PASSWORD)}@/{dbname}?host={quote(host, safe='/')}&port={port}"
+    url = (
+        f"postgresql://{name}:{quote(PASSWORD)}@/{dbname}?host={quote(host, safe='/')}&port={port}"
+    )
     yield name, url
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(name)))
@@ -150,7 +186,9 @@ def no_password(*texts: str) -> None:
             assert PASSWORD not in line and quote(PASSWORD) not in line, line
 
 
-def test_passwords_never_appear_in_output_logs_or_errors(password_role: tuple[str, str], tmp_path: Path) -> None:
+def test_passwords_never_appear_in_output_logs_or_errors(
+    password_role: tuple[str, str], tmp_path: Path
+) -> None:
     _name, url = password_role
     config = tmp_path / "awa.toml"
     config.write_text(f'[database]\nurl = "{url}"\n[app]\nmodules = ["tests.apps.callbacks"]\n')
@@ -174,16 +212,27 @@ def test_passwords_never_appear_in_output_logs_or_errors(password_role: tuple[st
     run("callback", "complete", str(uuid.uuid4()), code=4)
     bogus = f"postgresql://someone:{quote(PASSWORD)}@127.0.0.1:1/nowhere?connect_timeout=2"
     run("--database-url", bogus, "job", "list", code=1)
-    run("--database-url", bogus.replace("postgresql://someone:", "postgresql://someone:x") + "&sslmode=disable",
-        "migrate", code=1)
-    run("--database-url", f"host=127.0.0.1 port=1 user=x password={PASSWORD} connect_timeout=2", "job", "list",
-        code=1)
+    run(
+        "--database-url",
+        bogus.replace("postgresql://someone:", "postgresql://someone:x") + "&sslmode=disable",
+        "migrate",
+        code=1,
+    )
+    run(
+        "--database-url",
+        f"host=127.0.0.1 port=1 user=x password={PASSWORD} connect_timeout=2",
+        "job",
+        "list",
+        code=1,
+    )
     # a real supervised worker: logs, and the children's command lines
     fleet = Fleet(tmp_path, url, processes=2)
     try:
         fleet.wait_ready()
-        cmdlines = [Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
-                    for pid in [fleet.proc.pid, *fleet.children().values()]]
+        cmdlines = [
+            Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+            for pid in [fleet.proc.pid, *fleet.children().values()]
+        ]
         assert fleet.stop() == 0
     finally:
         fleet.kill()
@@ -218,9 +267,11 @@ def test_embedded_server_has_no_tcp_listener_and_a_private_data_dir(tmp_path: Pa
             assert conn.execute("SELECT inet_server_addr()").fetchone()[0] is None  # a unix socket
         pid = server.status().pid
         assert pid is not None
-        sockets = {os.readlink(f"/proc/{pid}/fd/{fd}")[len("socket:["):-1]
-                   for fd in os.listdir(f"/proc/{pid}/fd")
-                   if os.readlink(f"/proc/{pid}/fd/{fd}").startswith("socket:[")}
+        sockets = {
+            os.readlink(f"/proc/{pid}/fd/{fd}")[len("socket:[") : -1]
+            for fd in os.listdir(f"/proc/{pid}/fd")
+            if os.readlink(f"/proc/{pid}/fd/{fd}").startswith("socket:[")
+        }
         assert sockets and not (sockets & listening_inodes())
         assert stat.S_IMODE(server.data_dir.stat().st_mode) == 0o700
         assert stat.S_IMODE(server.socket_dir.stat().st_mode) == 0o700
@@ -252,7 +303,9 @@ def test_callback_ids_are_uuid4_from_os_urandom(dsn: str) -> None:
 
     def waiting() -> int:
         with psycopg.connect(dsn) as conn:
-            return conn.execute("SELECT count(*) FROM awa.jobs WHERE state = 'waiting_external'").fetchone()[0]
+            return conn.execute(
+                "SELECT count(*) FROM awa.jobs WHERE state = 'waiting_external'"
+            ).fetchone()[0]
 
     asyncio.run(run())
     with psycopg.connect(dsn) as conn:
@@ -280,10 +333,17 @@ def worker_role(dsn: str) -> Iterator[str]:
     the documented grants; the schema belongs to the migrating role."""
     name = f"awa_worker_{uuid.uuid4().hex[:8]}"
     with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute(sql.SQL("CREATE ROLE {} LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE PASSWORD {}").format(
-            sql.Identifier(name), sql.Literal(PASSWORD)))
+        conn.execute(
+            sql.SQL("CREATE ROLE {} LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE PASSWORD {}").format(
+                sql.Identifier(name), sql.Literal(PASSWORD)
+            )
+        )
         for statement in GRANTS.strip().splitlines():
-            conn.execute(sql.SQL(statement).format(db=sql.Identifier(conn.info.dbname), role=sql.Identifier(name)))
+            conn.execute(
+                sql.SQL(statement).format(
+                    db=sql.Identifier(conn.info.dbname), role=sql.Identifier(name)
+                )
+            )
         dbname, host, port = conn.info.dbname, conn.info.host, conn.info.port
     yield f"postgresql://{name}:{quote(PASSWORD)}@/{dbname}?host={quote(host, safe='/')}&port={port}"
     with psycopg.connect(dsn, autocommit=True) as conn:
@@ -291,18 +351,23 @@ def worker_role(dsn: str) -> Iterator[str]:
         conn.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(name)))
 
 
-@pytest.mark.parametrize("statement", [
-    "DROP TABLE awa.jobs",
-    "ALTER TABLE awa.jobs ADD COLUMN evil int",
-    "TRUNCATE awa.jobs",
-    "CREATE TABLE awa.evil (x int)",
-    "DROP FUNCTION awa.channel_for(text)",
-    "ALTER ROLE CURRENT_USER SUPERUSER",
-    "SELECT * FROM awa.schema_migrations",
-])
+@pytest.mark.parametrize(
+    "statement",
+    [
+        "DROP TABLE awa.jobs",
+        "ALTER TABLE awa.jobs ADD COLUMN evil int",
+        "TRUNCATE awa.jobs",
+        "CREATE TABLE awa.evil (x int)",
+        "DROP FUNCTION awa.channel_for(text)",
+        "ALTER ROLE CURRENT_USER SUPERUSER",
+        "SELECT * FROM awa.schema_migrations",
+    ],
+)
 def test_the_worker_role_cannot_change_the_schema(worker_role: str, statement: str) -> None:
     with psycopg.connect(worker_role, autocommit=True) as conn:
-        assert not conn.execute("SELECT rolsuper FROM pg_roles WHERE rolname = current_user").fetchone()[0]
+        assert not conn.execute(
+            "SELECT rolsuper FROM pg_roles WHERE rolname = current_user"
+        ).fetchone()[0]
         with pytest.raises(psycopg.errors.InsufficientPrivilege):
             conn.execute(statement)
 
@@ -317,8 +382,9 @@ class After:
     trigger_id: int
 
 
-def test_a_worker_enqueue_and_callback_run_with_only_the_documented_grants(worker_role: str, dsn: str,
-                                                                            tmp_path: Path) -> None:
+def test_a_worker_enqueue_and_callback_run_with_only_the_documented_grants(
+    worker_role: str, dsn: str, tmp_path: Path
+) -> None:
     from tests.apps.callbacks import app as park_app
 
     app = awa.App()
@@ -331,16 +397,30 @@ def test_a_worker_enqueue_and_callback_run_with_only_the_documented_grants(worke
     config.write_text('[app]\nmodules = ["tests.apps.callbacks"]\n')
 
     def awa_cli(*argv: str) -> dict[str, object]:
-        result = subprocess.run([AWA_BIN, "--config", str(config), *argv, "--json"], env=env_for(worker_role),
-                                cwd=ROOT, capture_output=True, text=True, timeout=60)
+        result = subprocess.run(
+            [AWA_BIN, "--config", str(config), *argv, "--json"],
+            env=env_for(worker_role),
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert result.returncode == 0, result.stderr
         no_password(result.stdout, result.stderr)
         return json.loads(result.stdout)
 
     async def run() -> None:
-        async with running_worker(app, worker_role, heartbeat_interval=0.2, rescue_interval=0.2,
-                                  leader_election_interval=0.2, completed_retention=0.5) as worker:
-            parked = await asyncio.to_thread(awa_cli, "job", "enqueue", "park", "--args", '{"order_id": 1}')
+        async with running_worker(
+            app,
+            worker_role,
+            heartbeat_interval=0.2,
+            rescue_interval=0.2,
+            leader_election_interval=0.2,
+            completed_retention=0.5,
+        ) as worker:
+            parked = await asyncio.to_thread(
+                awa_cli, "job", "enqueue", "park", "--args", '{"order_id": 1}'
+            )
             with awa.Client(worker_role, app=app) as client:
                 ok = client.insert(Step(1))
                 client.insert_many([Step(i) for i in range(2, 12)])
@@ -354,7 +434,8 @@ def test_a_worker_enqueue_and_callback_run_with_only_the_documented_grants(worke
                 stale = conn.execute(
                     "INSERT INTO awa.jobs (kind, queue, args, state, attempt, run_lease, heartbeat_at) "
                     "VALUES ('step', 'default', '{\"n\": 99}', 'running', 1, 1, now() - interval '1 hour') "
-                    "RETURNING id").fetchone()[0]
+                    "RETURNING id"
+                ).fetchone()[0]
             await wait_until(lambda: job_row(dsn, stale).errors != [], timeout=20)
             assert job_row(dsn, stale).errors[0]["error"] == "heartbeat stale: worker presumed dead"
             await asyncio.sleep(1.5)  # and retention prunes completed jobs (DELETE)
@@ -362,4 +443,6 @@ def test_a_worker_enqueue_and_callback_run_with_only_the_documented_grants(worke
     asyncio.run(run())
     with psycopg.connect(dsn) as conn:
         left = conn.execute("SELECT count(*) FROM awa.jobs").fetchone()[0]
-    assert left < 1 + 11 + 11 + 1  # retention deleted completed jobs (triggers, follow-ups, parked, rescued)
+    assert (
+        left < 1 + 11 + 11 + 1
+    )  # retention deleted completed jobs (triggers, follow-ups, parked, rescued)

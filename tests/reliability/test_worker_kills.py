@@ -14,7 +14,9 @@ from tests.reliability.harness import ChaosRun, Killer, wait_all_terminal
 pytestmark = [pytest.mark.integration]
 
 
-def run_with_kills(dsn: str, tmp_path: Path, triggers: int, kill_every: float, timeout: float) -> None:
+def run_with_kills(
+    dsn: str, tmp_path: Path, triggers: int, kill_every: float, timeout: float
+) -> None:
     with ChaosRun(dsn, tmp_path, triggers) as run:
         killer = run.add(Killer(run.fleet, kill_every))
         wait_all_terminal(dsn, triggers, timeout, run.fleet, (killer, run.cli))
@@ -25,8 +27,9 @@ def run_with_kills(dsn: str, tmp_path: Path, triggers: int, kill_every: float, t
 
 
 @pytest.mark.parametrize("triggers,kill_every", [(600, 2.0)])
-def test_worker_kills_lose_nothing_and_duplicate_nothing(dsn: str, tmp_path: Path, triggers: int,
-                                                         kill_every: float) -> None:
+def test_worker_kills_lose_nothing_and_duplicate_nothing(
+    dsn: str, tmp_path: Path, triggers: int, kill_every: float
+) -> None:
     run_with_kills(dsn, tmp_path, triggers, kill_every, timeout=120)
 
 

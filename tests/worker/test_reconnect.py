@@ -23,8 +23,6 @@ class Tick:
     n: int
 
 
-
-
 def tick_app(executions: list[int]) -> awa.App:
     app = awa.App()
 
@@ -39,7 +37,9 @@ def tick_app(executions: list[int]) -> awa.App:
 def check_nothing_lost(dsn: str, executions: list[int], total: int) -> None:
     assert states(dsn) == {"completed": total}
     with psycopg.connect(dsn) as conn:
-        retried = {r[0] for r in conn.execute("SELECT id FROM awa.jobs WHERE attempt > 1").fetchall()}
+        retried = {
+            r[0] for r in conn.execute("SELECT id FROM awa.jobs WHERE attempt > 1").fetchall()
+        }
     assert len(set(executions)) == total  # every job's handler ran
     doubles = {job_id for job_id in executions if executions.count(job_id) > 1}
     assert doubles <= retried  # a job only ran again through a recorded retry
@@ -53,7 +53,9 @@ async def test_worker_survives_a_server_restart(own_server: ThrowawayCluster) ->
     total = 3000
     with awa.Client(dsn) as client:
         client.insert_many([Tick(i) for i in range(total)])
-    async with running_worker(tick_app(executions), dsn, {"default": 20}, maintenance=False) as worker:
+    async with running_worker(
+        tick_app(executions), dsn, {"default": 20}, maintenance=False
+    ) as worker:
         await wait_until(lambda: len(executions) > 300)
         await asyncio.to_thread(own_server.server.stop, "fast")
         stopped_at = len(executions)

@@ -34,16 +34,19 @@ class Work:
 def recording_app(seen: list[int], *, sync: bool = False) -> awa.App:
     app = awa.App()
     if sync:
+
         @app.task(Work)
         def work_sync(job: awa.Job) -> None:
             assert threading.current_thread() is not threading.main_thread()
             time.sleep(job.args.sleep)
             seen.append(job.args.n)
     else:
+
         @app.task(Work)
         async def work(job: awa.Job) -> None:
             await asyncio.sleep(job.args.sleep)
             seen.append(job.args.n)
+
     return app
 
 
@@ -228,7 +231,8 @@ def test_claim_uses_the_claim_index(dsn: str) -> None:
         from awa_cli.worker.queues import CLAIM
 
         plan = "\n".join(
-            r[0] for r in conn.execute(
+            r[0]
+            for r in conn.execute(
                 "EXPLAIN " + CLAIM, {"queue": "q7", "limit": 10, "deadline": 0}
             ).fetchall()
         )
@@ -241,19 +245,28 @@ def test_two_worker_processes_run_each_job_exactly_once(dsn: str, tmp_path: Path
     with awa.Client(dsn) as client:
         assert client.insert_many([{"n": i} for i in range(1000)], kind="record") == 1000
     config = tmp_path / "awa.toml"
-    config.write_text('[app]\nmodules = ["tests.apps.recording"]\n[queues.default]\nconcurrency = 20\n')
+    config.write_text(
+        '[app]\nmodules = ["tests.apps.recording"]\n[queues.default]\nconcurrency = 20\n'
+    )
     env = {**os.environ, "AWA_DATABASE_URL": dsn, "PYTHONPATH": str(ROOT)}
     awa_bin = str(Path(sys.executable).parent / "awa")
     workers = [
-        subprocess.Popen([awa_bin, "--config", str(config), "-q", "worker"], env=env, cwd=ROOT,
-                         stderr=subprocess.PIPE, text=True)
+        subprocess.Popen(
+            [awa_bin, "--config", str(config), "-q", "worker"],
+            env=env,
+            cwd=ROOT,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         for _ in range(2)
     ]
     try:
         deadline = time.monotonic() + 120
         while states(dsn).get("completed", 0) < 1000:
             assert time.monotonic() < deadline, states(dsn)
-            assert all(w.poll() is None for w in workers), [w.stderr.read() for w in workers if w.stderr]
+            assert all(w.poll() is None for w in workers), [
+                w.stderr.read() for w in workers if w.stderr
+            ]
             time.sleep(0.2)
     finally:
         for w in workers:

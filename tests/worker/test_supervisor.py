@@ -278,7 +278,7 @@ def test_children_drain_when_the_supervisor_is_killed(
 
 
 def test_a_config_error_in_the_children_stops_the_supervisor(
-    supervise: Callable[..., Supervised]
+    supervise: Callable[..., Supervised],
 ) -> None:
     s = supervise("postgresql://nobody@127.0.0.1:1/none", ready=False, modules="[]")
     assert s.proc.wait(timeout=20) == 2, s.log()
