@@ -1,0 +1,100 @@
+"""Every SQL statement awa runs, loaded by name from the ``.sql`` files beside this module.
+
+Each file in ``awa_cli/db/sql/`` holds named blocks::
+
+    -- name: claim_by_queue
+    -- What the statement does and why it is shaped so (any number of comment lines).
+    UPDATE awa.jobs ...
+
+A block starts at a ``-- name: <identifier>`` line and runs to the next one (or the end of
+the file). Parameters are always named (``%(name)s``); values are never formatted into the
+text, and identifiers, where one must vary, are composed with ``psycopg.sql`` by the caller.
+Names are unique across all files; the loader refuses a duplicate or an empty block, so a
+typo fails at import rather than at the first call.
+
+Use: ``from awa_cli.db.statements import SQL`` then ``cur.execute(SQL["claim_by_queue"], params)``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Mapping
+from importlib import resources
+from typing import LiteralString, cast
+
+_NAME = re.compile(r"^--\s*name:\s*([a-z][a-z0-9_]*)\s*$")
+
+
+class Statements(Mapping[str, LiteralString]):
+    """A read-only mapping of statement name to SQL text, with a clear error for a bad name."""
+
+    def __init__(self, texts: dict[str, LiteralString], origins: dict[str, str]) -> None:
+        self._texts = texts
+        self._origins = origins
+
+    def __getitem__(self, name: str) -> LiteralString:
+        try:
+            return self._texts[name]
+        except KeyError:
+            raise KeyError(f"no SQL statement named {name!r} in awa_cli/db/sql/") from None
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._texts)
+
+    def __len__(self) -> int:
+        return len(self._texts)
+
+    def origin(self, name: str) -> str:
+        """The file a statement was loaded from (for error messages and docs)."""
+        return self._origins[name]
+
+
+def parse(text: str, origin: str) -> dict[str, str]:
+    """Split one file's text into its named blocks (exposed for the loader's tests)."""
+    blocks: dict[str, str] = {}
+    name: str | None = None
+    lines: list[str] = []
+
+    def close() -> None:
+        if name is None:
+            return
+        body = "\n".join(line for line in lines if not line.lstrip().startswith("--")).strip()
+        if not body:
+            raise ValueError(f"{origin}: statement {name!r} is empty")
+        blocks[name] = body.rstrip(";").rstrip()
+
+    for line in text.splitlines():
+        match = _NAME.match(line.strip())
+        if match:
+            close()
+            name = match.group(1)
+            if name in blocks:
+                raise ValueError(f"{origin}: statement {name!r} is defined twice")
+            lines = []
+        elif name is not None:
+            lines.append(line)
+        elif line.strip() and not line.lstrip().startswith("--"):
+            raise ValueError(f"{origin}: SQL before the first '-- name:' line")
+    close()
+    return blocks
+
+
+def load() -> Statements:
+    texts: dict[str, LiteralString] = {}
+    origins: dict[str, str] = {}
+    folder = resources.files("awa_cli.db").joinpath("sql")
+    for entry in sorted(folder.iterdir(), key=lambda e: e.name):
+        if not entry.name.endswith(".sql"):
+            continue
+        for name, body in parse(entry.read_text(encoding="utf-8"), entry.name).items():
+            if name in texts:
+                raise ValueError(
+                    f"{entry.name}: statement {name!r} is also defined in {origins[name]}"
+                )
+            # The text comes from files shipped in the package, never from input.
+            texts[name] = cast(LiteralString, body)
+            origins[name] = entry.name
+    return Statements(texts, origins)
+
+
+SQL: Statements = load()
