@@ -16,11 +16,7 @@ from typing import Any
 
 from awa_cli.events import Outcome
 from awa_cli.jobs import EnqueueRequest, InsertOpts, PreparedJob, kind_for, prepare
-from awa_cli.results import AwaError
-
-
-class RegistrationError(AwaError):
-    """A task, hook or follow-up spec was registered wrongly (raised at import time)."""
+from awa_cli.errors import AwaError, RegistrationError
 
 
 @dataclass(frozen=True)

@@ -35,7 +35,8 @@ from awa_cli.db import queries
 from awa_cli.db import transitions as sql
 from awa_cli.events import OUTCOME_OF_EVENT, JobEvent, Outcome, RescueReason, context_of
 from awa_cli.jobs import InsertOpts, JobRow, JobState, PreparedJob, rebuild_args
-from awa_cli.results import AwaError, CallbackNotFound, FollowUpError, ValidationError
+from awa_cli.errors import InvalidJobState
+from awa_cli.results import CallbackNotFound, FollowUpError, ValidationError
 
 if TYPE_CHECKING:
     from psycopg_pool import AsyncConnectionPool
@@ -790,7 +791,3 @@ class StagedCounters:
 
     def snapshot(self) -> dict[str, int]:
         return {"inserted": self.inserted, "duplicate": self.duplicate, "discarded": self.discarded}
-
-
-class InvalidJobState(AwaError):
-    """The job is not in a state the operation applies to."""

@@ -38,7 +38,7 @@ from urllib.parse import quote
 import psycopg
 from psycopg import sql
 
-from awa_cli.results import AwaError
+from awa_cli.errors import EmbeddedError
 
 SUPERUSER = "postgres"
 DATABASE = "awa"
@@ -52,10 +52,6 @@ _INSTALL_HINT = (
     "no PostgreSQL binaries found: pip install 'awa-worker[embedded]' or install PostgreSQL "
     "(pg_ctl, initdb and postgres on PATH), or set [database] url"
 )
-
-
-class EmbeddedError(AwaError):
-    """The embedded PostgreSQL could not be found, initialised, started or stopped."""
 
 
 # --------------------------------------------------------------------------- binaries
