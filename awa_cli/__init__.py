@@ -15,16 +15,9 @@ from __future__ import annotations
 from awa_cli.app import App
 from awa_cli.client import AsyncClient, Client, ResolveResult, insert, insert_async
 from awa_cli.events import JobEvent, RescueReason
-from awa_cli.jobs import (
-    DEFAULT_UNIQUE_STATES,
-    CallbackToken,
-    EnqueueRequest,
-    InsertOpts,
-    JobRow,
-    JobState,
-    UniqueOpts,
-    kind_for,
-)
+from awa_cli.enqueue import DEFAULT_UNIQUE_STATES, EnqueueRequest, InsertOpts, UniqueOpts
+from awa_cli.jobs import CallbackToken, JobRow, JobState
+from awa_cli.jsonvalues import kind_for
 from awa_cli.plugins.marker import hookimpl
 from awa_cli.errors import (
     AwaError,

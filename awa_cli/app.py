@@ -15,7 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from awa_cli.events import Outcome
-from awa_cli.jobs import EnqueueRequest, InsertOpts, PreparedJob, kind_for, prepare
+from awa_cli.enqueue import EnqueueRequest, InsertOpts, prepare
+from awa_cli.jobs import PreparedJob
+from awa_cli.jsonvalues import kind_for
 from awa_cli.errors import AwaError, RegistrationError
 
 

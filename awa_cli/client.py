@@ -24,15 +24,9 @@ from awa_cli.app import prepare_job
 from awa_cli.db import queries
 from awa_cli.db.migrations import Migration, migrate_dsn
 from awa_cli.dispatch import Dispatcher, EventHook
-from awa_cli.jobs import (
-    InsertOpts,
-    JobRow,
-    JobState,
-    PreparedJob,
-    UniqueOpts,
-    prepare_many,
-    to_json,
-)
+from awa_cli.enqueue import InsertOpts, UniqueOpts, prepare_many
+from awa_cli.jobs import JobRow, JobState, PreparedJob
+from awa_cli.jsonvalues import to_json
 from awa_cli.outcomes import OutcomeCore
 from awa_cli.results import JobNotFound, UniqueConflict, ValidationError, seconds
 

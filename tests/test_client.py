@@ -15,7 +15,7 @@ import psycopg
 import pytest
 
 import awa_cli
-import awa_cli.jobs
+import awa_cli.enqueue
 from awa_cli import AsyncClient, Client, JobState, UniqueConflict, ValidationError
 from awa_cli.db import queries
 from awa_cli.jobs import InsertOpts, prepare
@@ -207,7 +207,7 @@ def test_by_period_buckets_through_the_client(
     client: Client, db: psycopg.Connection, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     clock = {"now": 3600.0 * 500_000 + 10}  # 10 s into an hour bucket
-    monkeypatch.setattr(awa_cli.jobs, "time", SimpleNamespace(time=lambda: clock["now"]))
+    monkeypatch.setattr(awa_cli.enqueue, "time", SimpleNamespace(time=lambda: clock["now"]))
     hourly = {"by_period": timedelta(hours=1)}
     first = client.insert({"r": 1}, kind="report", unique_opts=hourly)
     clock["now"] += 3000  # same hour
