@@ -1,24 +1,21 @@
-"""The App: the registry of tasks, event hooks and follow-up specs. No I/O.
+"""The App: the registry of tasks, event hooks and follow-up specs. Pure: no I/O.
 
-Loading the ``[app] modules`` of ``awa.toml`` (``load_apps``) imports user code, nothing more.
+Importing the ``[app] modules`` of ``awa.toml`` is :mod:`awa_cli.loading`'s job.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import inspect
-import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from awa_cli.events import Outcome
 from awa_cli.enqueue import EnqueueRequest, InsertOpts, prepare
 from awa_cli.jobs import PreparedJob
 from awa_cli.jsonvalues import kind_for
-from awa_cli.errors import AwaError, RegistrationError
+from awa_cli.errors import RegistrationError
 
 
 @dataclass(frozen=True)
@@ -269,33 +266,3 @@ def _key_name(key: str | type) -> str:
 def _name(fn: Callable[..., Any]) -> str:
     module = getattr(fn, "__module__", "?")
     return f"{module}.{getattr(fn, '__qualname__', repr(fn))}"
-
-
-def import_target(spec: str, base_dir: Path | None, default_attr: str | None) -> Any:
-    """Import ``module`` or ``module:attr`` with the config's folder and cwd on sys.path."""
-    module_name, _, attr = spec.partition(":")
-    for folder in (str(Path.cwd()), str(base_dir) if base_dir else None):
-        if folder and folder not in sys.path:
-            sys.path.insert(0, folder)
-    module = importlib.import_module(module_name)
-    attr = attr or default_attr or ""
-    if not attr:
-        return module
-    try:
-        return getattr(module, attr)
-    except AttributeError:
-        raise AwaError(f"[app] modules: {module_name!r} has no attribute {attr!r}") from None
-
-
-def load_apps(modules: Iterable[str], base_dir: Path | None = None) -> App:
-    """Import each ``[app] modules`` entry and merge their apps into one."""
-    merged = App()
-    for spec in modules:
-        try:
-            target = import_target(spec, base_dir, "app")
-        except ImportError as exc:
-            raise AwaError(f"[app] modules: cannot import {spec!r}: {exc}") from None
-        if not isinstance(target, App):
-            raise AwaError(f"[app] modules: {spec!r} is {type(target).__name__}, not an awa App")
-        merged.merge(target)
-    return merged
