@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from awa_cli import defaults
 from awa_cli.db.dsn import redact
 from awa_cli.durations import format_duration, parse_duration, show_value
 from awa_cli.errors import ConfigError
@@ -38,23 +39,23 @@ class AppConfig:
 @dataclass(frozen=True)
 class WorkerConfig:
     processes: int = 1
-    shutdown_timeout: float = 30.0
+    shutdown_timeout: float = defaults.SHUTDOWN_TIMEOUT
 
 
 @dataclass(frozen=True)
 class QueueConfig:
-    concurrency: int = 10
+    concurrency: int = defaults.QUEUE_CONCURRENCY
     deadline: float = 0.0  # seconds a job may run; 0 means no deadline
 
 
 @dataclass(frozen=True)
 class MaintenanceConfig:
-    heartbeat_interval: float = 5.0
-    heartbeat_staleness: float = 15.0
-    rescue_interval: float = 5.0
-    leader_election_interval: float = 5.0
-    completed_retention: float = 86400.0
-    failed_retention: float = 259200.0
+    heartbeat_interval: float = defaults.HEARTBEAT_INTERVAL
+    heartbeat_staleness: float = defaults.HEARTBEAT_STALENESS
+    rescue_interval: float = defaults.RESCUE_INTERVAL
+    leader_election_interval: float = defaults.LEADER_ELECTION_INTERVAL
+    completed_retention: float = defaults.COMPLETED_RETENTION
+    failed_retention: float = defaults.FAILED_RETENTION
 
 
 @dataclass(frozen=True)

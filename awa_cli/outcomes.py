@@ -30,6 +30,7 @@ from uuid import UUID
 import psycopg
 from psycopg.rows import dict_row
 
+from awa_cli import defaults
 from awa_cli.app import prepare_job
 from awa_cli.db import queries
 from awa_cli.db import transitions as sql
@@ -533,7 +534,7 @@ class OutcomeCore:
         self,
         reason: RescueReason,
         *,
-        staleness: float = 15.0,
+        staleness: float = defaults.HEARTBEAT_STALENESS,
         limit: int = 500,
         dry_run: bool = False,
     ) -> list[JobRow]:
