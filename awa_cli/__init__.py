@@ -13,7 +13,7 @@ The public API; everything else is internal::
 from __future__ import annotations
 
 from awa_cli.app import App
-from awa_cli.client import AsyncClient, Client, ResolveResult, insert, insert_async
+from awa_cli.client import AsyncClient, ResolveResult, insert, insert_async
 from awa_cli.events import JobEvent, RescueReason
 from awa_cli.enqueue import DEFAULT_UNIQUE_STATES, EnqueueRequest, InsertOpts, UniqueOpts
 from awa_cli.jobs import CallbackToken, JobRow, JobState
@@ -37,6 +37,7 @@ from awa_cli.errors import (
     UnknownJobKind,
     ValidationError,
 )
+from awa_cli.sync_client import Client
 from awa_cli.results import Cancel, JobResult, RetryAfter, Snooze, WaitForCallback
 from awa_cli.worker.job import Job
 from awa_cli.worker.runtime import Worker
