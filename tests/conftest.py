@@ -1,8 +1,9 @@
 """Shared fixtures.
 
 The PostgreSQL ones live in ``tests/pgcluster.py`` (see its docstring): ``pg_server``
-(session: the throwaway server, ``dsn_for(dbname)``), ``db`` (a psycopg connection to a fresh,
-migrated clone per test), ``dsn`` (that clone's connection string) and ``fresh_dsn`` (an empty
+(session: the throwaway server, ``dsn_for(dbname)``), ``awa_database_url`` (that server, for
+awa's own pytest plugin, whose ``awa_dsn`` clones a migrated template per test), ``dsn`` (the
+clone's connection string), ``db`` (a psycopg connection to it) and ``fresh_dsn`` (an empty
 database without the awa schema).
 
 Here:
@@ -23,10 +24,10 @@ import pytest
 
 try:  # `python -m pytest` from the checkout, or tests/ made a package
     from tests.helpers import AwaRunner
-    from tests.pgcluster import awa_pg_noproc, db, dsn, fresh_dsn, own_server, pg_server
+    from tests.pgcluster import awa_database_url, db, dsn, fresh_dsn, own_server, pg_server
 except ModuleNotFoundError:  # rootdir-relative import of this conftest's folder
     from helpers import AwaRunner  # type: ignore[no-redef]
-    from pgcluster import awa_pg_noproc, db, dsn, fresh_dsn, own_server, pg_server  # type: ignore[no-redef]  # noqa: F401
+    from pgcluster import awa_database_url, db, dsn, fresh_dsn, own_server, pg_server  # type: ignore[no-redef]  # noqa: F401
 
 STRIPPED_EXACT = ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID")
 
