@@ -79,6 +79,21 @@ class Client:
     def core(self) -> OutcomeCore:
         return self._async.core
 
+    # -- for harnesses built on this client (awa_cli.testing.AwaTestClient) ----------------
+    @property
+    def async_client(self) -> AsyncClient:
+        """The :class:`AsyncClient` this client runs on its own event-loop thread."""
+        return self._async
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        """This client's event loop (it runs on a private thread)."""
+        return self._runner.loop
+
+    def call(self, coro: Coroutine[Any, Any, T]) -> T:
+        """Run ``coro`` on this client's event-loop thread and return its result."""
+        return self._runner.run(coro)
+
     def __enter__(self) -> Client:
         return self
 

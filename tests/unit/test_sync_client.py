@@ -11,9 +11,11 @@ from typing import Any
 from awa_cli.client import AsyncClient
 from awa_cli.sync_client import Client
 
-# Coroutine methods of AsyncClient's context-manager protocol have sync twins of their own.
-ASYNC_ONLY = {"__aenter__", "__aexit__"}
-SYNC_ONLY = {"__enter__", "__exit__"}
+# The context-manager protocols differ by nature. ``ensure_open`` (opening the pool on the
+# client's own loop) is package-internal: code built on the sync client runs such coroutines
+# on its loop with ``Client.call``.
+ASYNC_ONLY = {"__aenter__", "__aexit__", "ensure_open"}
+SYNC_ONLY = {"__enter__", "__exit__", "call"}
 
 
 def _public(cls: type) -> dict[str, Callable[..., Any]]:
