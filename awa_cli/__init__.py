@@ -13,34 +13,32 @@ The public API; everything else is internal::
 from __future__ import annotations
 
 from awa_cli.app import App
-from awa_cli.client import AsyncClient, Client, ResolveResult, insert, insert_async
+from awa_cli.client import AsyncClient, ResolveResult, insert, insert_async
 from awa_cli.events import JobEvent, RescueReason
-from awa_cli.jobs import (
-    DEFAULT_UNIQUE_STATES,
-    CallbackToken,
-    EnqueueRequest,
-    InsertOpts,
-    JobRow,
-    JobState,
-    UniqueOpts,
-    kind_for,
-)
+from awa_cli.enqueue import DEFAULT_UNIQUE_STATES, EnqueueRequest, InsertOpts, UniqueOpts
+from awa_cli.jobs import CallbackToken, JobRow, JobState
+from awa_cli.jsonvalues import kind_for
 from awa_cli.plugins.marker import hookimpl
-from awa_cli.results import (
+from awa_cli.errors import (
     AwaError,
     CallbackNotFound,
-    Cancel,
+    CallbackWaitAborted,
+    ConfigError,
+    EmbeddedError,
+    FollowUpError,
+    InvalidJobState,
     JobNotFound,
-    JobResult,
-    RetryAfter,
-    Snooze,
+    RegistrationError,
+    ResolutionRefused,
+    ShutdownInterrupted,
     StagingError,
     TerminalError,
     UniqueConflict,
     UnknownJobKind,
     ValidationError,
-    WaitForCallback,
 )
+from awa_cli.sync_client import Client
+from awa_cli.results import Cancel, JobResult, RetryAfter, Snooze, WaitForCallback
 from awa_cli.worker.job import Job
 from awa_cli.worker.runtime import Worker
 
@@ -52,19 +50,27 @@ __all__ = [
     "AwaError",
     "CallbackNotFound",
     "CallbackToken",
+    "CallbackWaitAborted",
     "Cancel",
     "Client",
+    "ConfigError",
+    "EmbeddedError",
     "EnqueueRequest",
+    "FollowUpError",
     "InsertOpts",
+    "InvalidJobState",
     "Job",
     "JobEvent",
     "JobNotFound",
     "JobResult",
     "JobRow",
     "JobState",
+    "RegistrationError",
     "RescueReason",
+    "ResolutionRefused",
     "ResolveResult",
     "RetryAfter",
+    "ShutdownInterrupted",
     "Snooze",
     "StagingError",
     "TerminalError",

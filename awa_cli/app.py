@@ -1,26 +1,22 @@
-"""The App: the registry of tasks, event hooks and follow-up specs. No I/O.
+"""The App: the registry of tasks, event hooks and follow-up specs. Pure: no I/O.
 
-Loading the ``[app] modules`` of ``awa.toml`` (``load_apps``) imports user code, nothing more.
+Importing the ``[app] modules`` of ``awa.toml`` is :mod:`awa_cli.loading`'s job.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import inspect
-import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from awa_cli.events import Outcome
-from awa_cli.jobs import EnqueueRequest, InsertOpts, PreparedJob, kind_for, prepare
-from awa_cli.results import AwaError
-
-
-class RegistrationError(AwaError):
-    """A task, hook or follow-up spec was registered wrongly (raised at import time)."""
+from awa_cli.enqueue import InsertOpts, prepare
+from awa_cli.jobs import PreparedJob
+from awa_cli.jsonvalues import kind_for
+from awa_cli.errors import RegistrationError
+from awa_cli.follow_up_specs import FollowUpRegistrars, FollowUpSpec
 
 
 @dataclass(frozen=True)
@@ -42,64 +38,7 @@ class Hook:
         return getattr(self.fn, "__qualname__", repr(self.fn))
 
 
-@dataclass(frozen=True)
-class FollowUpSpec:
-    """A registered ``on_<outcome>_enqueue[_with]``: builds follow-ups from (args, job, context)."""
-
-    outcome: Outcome
-    trigger_name: str  # the trigger's kind, or its args type's name (the kind is resolved late)
-    trigger_type: type | None
-    follow_up_type: type | None
-    fn: Callable[..., Any]
-    returns_request: bool  # the ``_with`` form
-
-    @property
-    def name(self) -> str:
-        return getattr(self.fn, "__qualname__", repr(self.fn))
-
-    def build(self, args: Any, job: Any, context: tuple[Any, ...]) -> EnqueueRequest | None:
-        """Call the closure; None means enqueue nothing."""
-        result = self.fn(args, job, *context)
-        if inspect.isawaitable(result):
-            raise RegistrationError(
-                f"follow-up spec {self.name} must be a plain function, not async"
-            )
-        if self.returns_request:
-            if result is None or isinstance(result, EnqueueRequest):
-                return result
-            raise RegistrationError(
-                f"follow-up spec {self.name} must return EnqueueRequest or None, got {type(result).__name__}"
-            )
-        if result is None:
-            raise RegistrationError(
-                f"follow-up spec {self.name} returned None; use the _with form to skip"
-            )
-        return EnqueueRequest(result)
-
-
-def _follow_up_registrar(outcome: Outcome, returns_request: bool) -> Callable[..., Any]:
-    def register(
-        self: App,
-        trigger: type | str,
-        follow_up: type | None = None,
-        fn: Callable[..., Any] | None = None,
-    ) -> Any:
-        def add(f: Callable[..., Any]) -> Callable[..., Any]:
-            self._add_follow_up(outcome, trigger, follow_up, f, returns_request)
-            return f
-
-        return add if fn is None else add(fn)
-
-    form = "_with" if returns_request else ""
-    register.__name__ = f"on_{outcome.value}_enqueue{form}"
-    register.__doc__ = (
-        f"Register a durable follow-up for the {outcome.value} outcome of ``trigger`` jobs, "
-        "inserted in the same transaction as the transition. Usable as a decorator."
-    )
-    return register
-
-
-class App:
+class App(FollowUpRegistrars):
     """Tasks, hooks and follow-up specs, keyed by job kind."""
 
     def __init__(self) -> None:
@@ -202,37 +141,7 @@ class App:
     def hooks_for(self, kind: str) -> list[Hook]:
         return self._indexed()[0].get(kind, [])
 
-    # -- follow-ups ----------------------------------------------------------------------
-    on_completed_enqueue = _follow_up_registrar(Outcome.COMPLETED, False)
-    on_completed_enqueue_with = _follow_up_registrar(Outcome.COMPLETED, True)
-    on_cancelled_enqueue = _follow_up_registrar(Outcome.CANCELLED, False)
-    on_cancelled_enqueue_with = _follow_up_registrar(Outcome.CANCELLED, True)
-    on_retried_enqueue = _follow_up_registrar(Outcome.RETRIED, False)
-    on_retried_enqueue_with = _follow_up_registrar(Outcome.RETRIED, True)
-    on_exhausted_enqueue = _follow_up_registrar(Outcome.EXHAUSTED, False)
-    on_exhausted_enqueue_with = _follow_up_registrar(Outcome.EXHAUSTED, True)
-    on_waiting_for_callback_enqueue = _follow_up_registrar(Outcome.WAITING_FOR_CALLBACK, False)
-    on_waiting_for_callback_enqueue_with = _follow_up_registrar(Outcome.WAITING_FOR_CALLBACK, True)
-    on_rescued_enqueue = _follow_up_registrar(Outcome.RESCUED, False)
-    on_rescued_enqueue_with = _follow_up_registrar(Outcome.RESCUED, True)
-
-    def _add_follow_up(
-        self,
-        outcome: Outcome,
-        trigger: type | str,
-        follow_up: type | None,
-        fn: Callable[..., Any],
-        returns_request: bool,
-    ) -> None:
-        if not callable(fn):
-            raise RegistrationError(f"follow-up spec for {trigger!r} is not callable: {fn!r}")
-        trigger_type = None if isinstance(trigger, str) else trigger
-        spec = FollowUpSpec(
-            outcome, _key_name(trigger), trigger_type, follow_up, fn, returns_request
-        )
-        self._specs.append((trigger, spec))
-        self._index = None
-
+    # -- follow-ups (the on_<outcome>_enqueue[_with] registrars: FollowUpRegistrars) ----
     @property
     def follow_ups(self) -> dict[tuple[str, Outcome], list[FollowUpSpec]]:
         """Follow-up specs by (kind, outcome), in registration order."""
@@ -271,33 +180,3 @@ def _key_name(key: str | type) -> str:
 def _name(fn: Callable[..., Any]) -> str:
     module = getattr(fn, "__module__", "?")
     return f"{module}.{getattr(fn, '__qualname__', repr(fn))}"
-
-
-def import_target(spec: str, base_dir: Path | None, default_attr: str | None) -> Any:
-    """Import ``module`` or ``module:attr`` with the config's folder and cwd on sys.path."""
-    module_name, _, attr = spec.partition(":")
-    for folder in (str(Path.cwd()), str(base_dir) if base_dir else None):
-        if folder and folder not in sys.path:
-            sys.path.insert(0, folder)
-    module = importlib.import_module(module_name)
-    attr = attr or default_attr or ""
-    if not attr:
-        return module
-    try:
-        return getattr(module, attr)
-    except AttributeError:
-        raise AwaError(f"[app] modules: {module_name!r} has no attribute {attr!r}") from None
-
-
-def load_apps(modules: Iterable[str], base_dir: Path | None = None) -> App:
-    """Import each ``[app] modules`` entry and merge their apps into one."""
-    merged = App()
-    for spec in modules:
-        try:
-            target = import_target(spec, base_dir, "app")
-        except ImportError as exc:
-            raise AwaError(f"[app] modules: cannot import {spec!r}: {exc}") from None
-        if not isinstance(target, App):
-            raise AwaError(f"[app] modules: {spec!r} is {type(target).__name__}, not an awa App")
-        merged.merge(target)
-    return merged

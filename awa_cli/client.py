@@ -1,20 +1,19 @@
 """Producers and operators: enqueue, inspect, admin and callback resolution.
 
-``AsyncClient`` is the implementation; ``Client`` is its synchronous twin, running the same
-code on a private event-loop thread so both behave identically. ``insert`` /
-``insert_async`` enqueue on the application's own connection, inside its transaction.
+``AsyncClient`` is the implementation; ``Client`` (:mod:`awa_cli.sync_client`) is its
+synchronous twin, running the same code on a private event-loop thread so both behave
+identically. ``insert`` / ``insert_async`` enqueue on the application's own connection,
+inside its transaction.
 """
 
 from __future__ import annotations
 
 import asyncio
 import itertools
-import threading
-from collections.abc import Callable, Coroutine, Iterable, Iterator
-from concurrent.futures import Future
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta, UTC
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Literal
 
 import psycopg
 from psycopg.rows import dict_row
@@ -24,22 +23,17 @@ from awa_cli.app import prepare_job
 from awa_cli.db import queries
 from awa_cli.db.migrations import Migration, migrate_dsn
 from awa_cli.dispatch import Dispatcher, EventHook
-from awa_cli.jobs import (
-    InsertOpts,
-    JobRow,
-    JobState,
-    PreparedJob,
-    UniqueOpts,
-    prepare_many,
-    to_json,
-)
+from awa_cli.enqueue import InsertOpts, UniqueOpts, prepare_many
+from awa_cli.jobs import JobRow, JobState, PreparedJob
+from awa_cli.jsonvalues import to_json
 from awa_cli.outcomes import OutcomeCore
 from awa_cli.results import JobNotFound, UniqueConflict, ValidationError, seconds
 
 if TYPE_CHECKING:
     from awa_cli.app import App
+    from awa_cli.sync_client import Client
 
-T = TypeVar("T")
+DefaultAction = Literal["complete", "fail", "ignore"]
 
 
 @dataclass(frozen=True)
@@ -61,9 +55,16 @@ def _row_or_conflict(record: Any, prepared: PreparedJob, holder: Any) -> JobRow:
     return JobRow.from_values(record)
 
 
-def insert(conn: psycopg.Connection[Any], args: Any, **insert_options: Any) -> JobRow:
-    """Enqueue inside the caller's transaction: visible on commit, gone on rollback."""
-    prepared = prepare_insert(args, insert_options)
+def insert(
+    conn: psycopg.Connection[Any], args: Any, *, app: App | None = None, **insert_options: Any
+) -> JobRow:
+    """Enqueue inside the caller's transaction: visible on commit, gone on rollback.
+
+    With ``app=``, an unset kind is the one the args type is registered with and an unset
+    queue the one the kind is registered with (DESIGN §3); without it, the derived kind and
+    the queue ``default``.
+    """
+    prepared = prepare_insert(args, insert_options, app)
     with conn.cursor() as cur:
         cur.execute(queries.INSERT_ONE, queries.insert_params(prepared))
         record = cur.fetchone()
@@ -75,10 +76,14 @@ def insert(conn: psycopg.Connection[Any], args: Any, **insert_options: Any) -> J
 
 
 async def insert_async(
-    conn: psycopg.AsyncConnection[Any], args: Any, **insert_options: Any
+    conn: psycopg.AsyncConnection[Any],
+    args: Any,
+    *,
+    app: App | None = None,
+    **insert_options: Any,
 ) -> JobRow:
-    """``insert`` for an async psycopg connection."""
-    prepared = prepare_insert(args, insert_options)
+    """``insert`` for an async psycopg connection (``app=`` as there)."""
+    prepared = prepare_insert(args, insert_options, app)
     return await _insert_on(conn, prepared)
 
 
@@ -360,7 +365,7 @@ class AsyncClient:
         self,
         callback_id: Any,
         payload: Any = None,
-        default_action: str = "ignore",
+        default_action: DefaultAction = "ignore",
         run_lease: int | None = None,
     ) -> ResolveResult:
         """Resolve the callback by ``default_action``: ``complete`` (with the payload),
@@ -386,54 +391,22 @@ class AsyncClient:
         return ResolveResult("ignored", await self.core.waiting_job(callback_id, run_lease))
 
 
-class _LoopThread:
-    """A private event loop on a daemon thread, for the synchronous client."""
+def __getattr__(name: str) -> Any:
+    """``Client`` lives in :mod:`awa_cli.sync_client` (which imports this module), and is
+    still importable from here."""
+    if name == "Client":
+        from awa_cli.sync_client import Client
 
-    def __init__(self) -> None:
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, name="awa-client", daemon=True)
-        self.thread.start()
-
-    def run(self, coro: Coroutine[Any, Any, T]) -> T:
-        future: Future[T] = asyncio.run_coroutine_threadsafe(coro, self.loop)
-        return future.result()
-
-    def stop(self) -> None:
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(timeout=5)
-        self.loop.close()
+        return Client
+    raise AttributeError(f"module 'awa_cli.client' has no attribute {name!r}")
 
 
-class Client:
-    """The synchronous client: the same operations as :class:`AsyncClient`."""
-
-    def __init__(self, dsn: str, app: App | None = None, **options: Any) -> None:
-        self._runner = _LoopThread()
-        self._async = AsyncClient(dsn, app, **options)
-
-    @property
-    def app(self) -> App | None:
-        return self._async.app
-
-    def close(self, hook_timeout: float = 5.0) -> None:
-        if self._runner.thread.is_alive():
-            self._runner.run(self._async.close(hook_timeout))
-            self._runner.stop()
-
-    def __enter__(self) -> Client:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def __getattr__(self, name: str) -> Any:
-        method = getattr(self._async, name)
-        if not asyncio.iscoroutinefunction(method):
-            return method
-
-        def call(*args: Any, **kwargs: Any) -> Any:
-            return self._runner.run(method(*args, **kwargs))
-
-        call.__name__ = name
-        call.__doc__ = method.__doc__
-        return call
+__all__ = [
+    "AsyncClient",
+    "Client",
+    "DefaultAction",
+    "ResolveResult",
+    "insert",
+    "insert_async",
+    "prepare_insert",
+]

@@ -8,7 +8,6 @@ fail the same way: one line, ``awa.toml: [queues.email] concurrency: expected ..
 from __future__ import annotations
 
 import json
-import math
 import re
 import tomllib
 from collections.abc import Callable, Mapping
@@ -16,25 +15,13 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from awa_cli import defaults
 from awa_cli.db.dsn import redact
-from awa_cli.results import AwaError
+from awa_cli.durations import format_duration, parse_duration, show_value
+from awa_cli.errors import ConfigError
 
 CONFIG_FILE_NAME = "awa.toml"
 EMBEDDED_DIR_NAME = ".awa"
-
-
-class ConfigError(AwaError):
-    """A config problem; the message is one line naming the file and the key.
-
-    ``key`` is the key as shown in the message (``[queues.email] concurrency``), or None for
-    problems with the file as a whole (missing, not TOML).
-    """
-
-    def __init__(self, message: str, *, key: str | None = None, source: str | None = None) -> None:
-        super().__init__(f"{source}: {message}" if source else message)
-        self.message = message
-        self.key = key
-        self.source = source
 
 
 @dataclass(frozen=True)
@@ -52,23 +39,23 @@ class AppConfig:
 @dataclass(frozen=True)
 class WorkerConfig:
     processes: int = 1
-    shutdown_timeout: float = 30.0
+    shutdown_timeout: float = defaults.SHUTDOWN_TIMEOUT
 
 
 @dataclass(frozen=True)
 class QueueConfig:
-    concurrency: int = 10
+    concurrency: int = defaults.QUEUE_CONCURRENCY
     deadline: float = 0.0  # seconds a job may run; 0 means no deadline
 
 
 @dataclass(frozen=True)
 class MaintenanceConfig:
-    heartbeat_interval: float = 5.0
-    heartbeat_staleness: float = 15.0
-    rescue_interval: float = 5.0
-    leader_election_interval: float = 5.0
-    completed_retention: float = 86400.0
-    failed_retention: float = 259200.0
+    heartbeat_interval: float = defaults.HEARTBEAT_INTERVAL
+    heartbeat_staleness: float = defaults.HEARTBEAT_STALENESS
+    rescue_interval: float = defaults.RESCUE_INTERVAL
+    leader_election_interval: float = defaults.LEADER_ELECTION_INTERVAL
+    completed_retention: float = defaults.COMPLETED_RETENTION
+    failed_retention: float = defaults.FAILED_RETENTION
 
 
 @dataclass(frozen=True)
@@ -125,84 +112,12 @@ class Config:
         }
 
 
-# --- durations -------------------------------------------------------------------------------
-
-_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
-_DURATION_PART = re.compile(r"\s*(\d+(?:\.\d+)?|\.\d+)\s*([a-z]+)")
-_BARE_NUMBER = re.compile(r"\s*(\d+(?:\.\d+)?|\.\d+)\s*")
-
-
-# A hundred years: longer is a typo, and would overflow timers and timestamp arithmetic.
-MAX_DURATION_SECONDS = 36500 * 86400.0
-
-
-def parse_duration(value: Any, key: str) -> float:
-    """Seconds from ``30``, ``1.5``, ``"500ms"``, ``"30s"``, ``"5m"``, ``"24h"``, ``"1d"``, ``"1h30m"``.
-
-    A bare number (or numeric string) is seconds. Negative, empty, non-finite values, more
-    than 36500 days and unknown units raise :class:`ConfigError` naming ``key``.
-    """
-    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
-        raise ConfigError(f'{key}: expected a duration like "30s", got {_show(value)}', key=key)
-    if isinstance(value, str):
-        seconds = _parse_duration_text(value, key)
-    else:
-        seconds = float(value)
-    if not math.isfinite(seconds) or seconds < 0:
-        raise ConfigError(f"{key}: expected a non-negative duration, got {_show(value)}", key=key)
-    if seconds > MAX_DURATION_SECONDS:
-        raise ConfigError(
-            f"{key}: expected a duration of at most 36500d, got {_show(value)}", key=key
-        )
-    return seconds
-
-
-def _parse_duration_text(text: str, key: str) -> float:
-    bad = ConfigError(
-        f'{key}: expected a duration like "30s", "5m" or "1h30m" (units ms, s, m, h, d), '
-        f"got {_show(text)}",
-        key=key,
-    )
-    if _BARE_NUMBER.fullmatch(text):
-        return float(text)
-    if text.strip().startswith("-"):
-        raise ConfigError(f"{key}: expected a non-negative duration, got {_show(text)}", key=key)
-    total, position = 0.0, 0
-    for match in _DURATION_PART.finditer(text):
-        unit = match.group(2)
-        if match.start() != position or unit not in _UNIT_SECONDS:
-            raise bad
-        total += float(match.group(1)) * _UNIT_SECONDS[unit]
-        position = match.end()
-    if position == 0 or text[position:].strip():
-        raise bad
-    return total
-
-
-def format_duration(seconds: float) -> str:
-    """The shortest ``parse_duration`` text for ``seconds``: ``86400 -> "1d"``, ``5400 -> "1h30m"``."""
-    if seconds < 1 and seconds != 0:
-        return f"{seconds * 1000:g}ms"
-    parts: list[str] = []
-    rest = seconds
-    for unit in ("d", "h", "m"):
-        whole = int(rest // _UNIT_SECONDS[unit])
-        if whole:
-            parts.append(f"{whole}{unit}")
-            rest -= whole * _UNIT_SECONDS[unit]
-    if rest or not parts:
-        parts.append(f"{round(rest, 6):g}s")
-    return "".join(parts)
-
-
 # --- the schema ------------------------------------------------------------------------------
 
 Parser = Callable[[Any, str], Any]
 
 
-def _show(value: Any) -> str:
-    """A value the way TOML would spell it, for error messages."""
-    return json.dumps(value, default=str, ensure_ascii=False)
+_show = show_value
 
 
 def _integer(low: int, high: int) -> Parser:

@@ -27,7 +27,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
-from awa_cli.jobs import rebuild_args
+from awa_cli.jsonvalues import rebuild_args
 
 if TYPE_CHECKING:
     from awa_cli.app import App, Hook

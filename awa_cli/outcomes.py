@@ -30,12 +30,14 @@ from uuid import UUID
 import psycopg
 from psycopg.rows import dict_row
 
+from awa_cli import defaults
 from awa_cli.app import prepare_job
 from awa_cli.db import queries
 from awa_cli.db import transitions as sql
 from awa_cli.events import OUTCOME_OF_EVENT, JobEvent, Outcome, RescueReason, context_of
 from awa_cli.jobs import InsertOpts, JobRow, JobState, PreparedJob, rebuild_args
-from awa_cli.results import AwaError, CallbackNotFound, FollowUpError, ValidationError
+from awa_cli.errors import InvalidJobState
+from awa_cli.results import CallbackNotFound, FollowUpError, ValidationError
 
 if TYPE_CHECKING:
     from psycopg_pool import AsyncConnectionPool
@@ -532,7 +534,7 @@ class OutcomeCore:
         self,
         reason: RescueReason,
         *,
-        staleness: float = 15.0,
+        staleness: float = defaults.HEARTBEAT_STALENESS,
         limit: int = 500,
         dry_run: bool = False,
     ) -> list[JobRow]:
@@ -790,7 +792,3 @@ class StagedCounters:
 
     def snapshot(self) -> dict[str, int]:
         return {"inserted": self.inserted, "duplicate": self.duplicate, "discarded": self.discarded}
-
-
-class InvalidJobState(AwaError):
-    """The job is not in a state the operation applies to."""

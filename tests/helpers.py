@@ -5,10 +5,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 import psycopg
+from click.testing import CliRunner, Result
 
 import awa_cli as awa
 
@@ -67,3 +68,33 @@ async def all_terminal(dsn: str, count: int | None = None) -> bool:
     terminal = sum(counts.get(s, 0) for s in ("completed", "failed", "cancelled"))
     total = sum(counts.values())
     return terminal == total and (count is None or total == count)
+
+
+CLI_ENV = {"NO_COLOR": "1", "COLUMNS": "200"}
+
+
+class AwaRunner(CliRunner):
+    """click's CliRunner with the suite's terminal: ``NO_COLOR=1``, 200 columns, and
+    ``catch_exceptions=False`` by default, so an unexpected exception fails the test instead of
+    passing for the documented exit code 1."""
+
+    def __init__(self) -> None:
+        super().__init__(env=dict(CLI_ENV))
+
+    def invoke(  # type: ignore[override]
+        self,
+        cli: Any,
+        args: str | Sequence[str] | None = None,
+        input: str | bytes | None = None,
+        env: Mapping[str, str | None] | None = None,
+        catch_exceptions: bool = False,
+        color: bool = False,
+        **extra: Any,
+    ) -> Result:
+        return super().invoke(cli, args, input, env, catch_exceptions, color, **extra)
+
+    def awa(self, *args: str, env: Mapping[str, str | None] | None = None) -> Result:
+        """``awa ARGS...`` in-process."""
+        from awa_cli.cli import cli
+
+        return self.invoke(cli, list(args), env=env)

@@ -1,77 +1,98 @@
-"""The test suite's PostgreSQL: one throwaway cluster per test run, a migrated template, a clone per test.
+"""The test suite's PostgreSQL: one throwaway server per test run, a migrated template, a clone per test.
 
 How it fits together:
 
-* ``pg_server`` (session) starts a scratch server with :func:`awa_cli.db.embedded.start_throwaway_cluster`
-  (system binaries preferred, unix socket only, ``fsync=off``, ``max_connections=200``; run as
-  the ``awa`` system user when the suite runs as root) and stops and deletes it at the end.
-* ``awa_pg_noproc`` (session) is pytest-postgresql's ``postgresql_noproc`` pointed at that server
-  (through ``depends_on="pg_server"``): it creates the template database ``awa_tests_tmpl`` and
-  runs the awa migrations into it ONCE.
-* ``db`` (function) is pytest-postgresql's client fixture: a fresh database ``awa_tests`` cloned
-  from the template for each test (a cheap file copy), dropped afterwards; an open psycopg
-  connection to it.
+* ``pg_server`` (session) starts a scratch server with :func:`start_throwaway_cluster` (below:
+  :class:`awa_cli.db.embedded.EmbeddedPostgres` tuned for tests: system binaries preferred,
+  unix socket only, ``fsync=off``, ``max_connections=200``; run as the ``awa`` system user
+  when the suite runs as root) and stops and deletes it at the end.
+* ``awa_database_url`` (session) points awa's own pytest plugin (``awa_cli.testing_plugin``,
+  the fixtures users get) at that server. The plugin migrates a template database once per
+  session and gives each test a fresh clone of it: ``awa_dsn``, dropped afterwards. The suite
+  uses those fixtures rather than a second implementation of its own.
+* ``dsn`` (function) is that clone's connection string (``awa_dsn``), for code that opens its
+  own connections (clients, workers, CLI invocations via ``--database-url``).
+* ``db`` (function) is an open psycopg connection to the same clone.
 * ``own_server`` (function) is a whole server for one test, for tests that restart it.
-* ``dsn`` (function) is the connection string of that same clone, for code that opens its own
-  connections (clients, workers, CLI invocations via ``--database-url``).
+* ``fresh_dsn`` (function) is an empty database (no awa schema) on the session's server.
 
 Tests that only need a server, not a migrated database, can use ``pg_server.dsn_for(name)``.
 """
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 import uuid
 from collections.abc import Iterator
-from typing import Any
+from pathlib import Path
 
 import psycopg
 import pytest
-from psycopg.conninfo import make_conninfo
-from pytest_postgresql import factories
 
-from awa_cli.db.embedded import ThrowawayCluster, start_throwaway_cluster
-from awa_cli.db.migrations import migrate_dsn
-
-TEST_DBNAME = "awa_tests"
+from awa_cli.db.embedded import EmbeddedPostgres
 
 
-class PgServer:
-    """The session's server; quacks like a pytest-postgresql executor for ``depends_on``."""
+class ThrowawayCluster:
+    """A scratch server for the test suite: its own temp dir, removed by :meth:`stop`."""
 
-    def __init__(self, cluster: ThrowawayCluster) -> None:
-        self.cluster = cluster
-        self.host = cluster.host  # the unix socket directory
-        self.socket_dir = cluster.host
-        self.port = cluster.port
-        self.user = cluster.user
+    def __init__(self, base_dir: Path, server: EmbeddedPostgres) -> None:
+        self.base_dir = base_dir
+        self.server = server
+        self.host = str(server.socket_dir)  # a unix socket dir: what libpq calls host
+        self.port = server.port
+        self.user = server.user
         self.password: str | None = None
-        self.options = ""
-        self.maintenance_dbname = "postgres"
-        self.template_dbname: str | None = None  # databases are created from template1
 
     def dsn_for(self, dbname: str) -> str:
-        """A libpq URL for database ``dbname`` on this server."""
-        return self.cluster.dsn_for(dbname)
+        return self.server.dsn_for(dbname)
+
+    def stop(self) -> None:
+        try:
+            self.server.stop(mode="immediate")
+        finally:
+            shutil.rmtree(self.base_dir, ignore_errors=True)
+            if self.server.socket_dir != self.server.data_dir:
+                shutil.rmtree(self.server.socket_dir, ignore_errors=True)
 
 
-def load_awa_schema(
-    *, host: str, port: int | str, user: str, dbname: str, password: str | None = None, **_: Any
-) -> None:
-    """pytest-postgresql ``load`` callable: run the awa migrations into the template database."""
-    migrate_dsn(
-        make_conninfo(
-            host=host, port=str(port), user=user, dbname=dbname, password=password or None
-        )
+def start_throwaway_cluster(base_dir: Path | str | None = None) -> ThrowawayCluster:
+    """Start a fresh cluster in a new temp dir under ``base_dir`` (default: the system temp dir).
+
+    System binaries are preferred; ``fsync`` and ``full_page_writes`` are off for speed
+    (``synchronous_commit`` keeps its default), ``max_connections`` is 200. Only the
+    maintenance database ``postgres`` exists.
+    """
+    root = Path(tempfile.mkdtemp(prefix="awa-pg-", dir=base_dir))
+    server = EmbeddedPostgres(
+        root / "data",
+        prefer_system=True,
+        database=None,
+        fast_init=True,
+        settings={"fsync": "off", "full_page_writes": "off", "max_connections": 200},
     )
+    try:
+        server.start()
+    except BaseException:
+        shutil.rmtree(root, ignore_errors=True)
+        raise
+    return ThrowawayCluster(root, server)
 
 
 @pytest.fixture(scope="session")
-def pg_server() -> Iterator[PgServer]:
+def pg_server() -> Iterator[ThrowawayCluster]:
     cluster = start_throwaway_cluster()
     try:
-        yield PgServer(cluster)
+        yield cluster
     finally:
         cluster.stop()
+
+
+@pytest.fixture(scope="session")
+def awa_database_url(pg_server: ThrowawayCluster) -> str:
+    """The server awa's pytest plugin creates its template and per-test databases on
+    (overrides the plugin's fixture of the same name, which reads ``--awa-database-url``)."""
+    return pg_server.dsn_for("postgres")
 
 
 @pytest.fixture
@@ -84,25 +105,21 @@ def own_server() -> Iterator[ThrowawayCluster]:
         cluster.stop()
 
 
-awa_pg_noproc = factories.postgresql_noproc(
-    user="postgres",
-    dbname=TEST_DBNAME,
-    load=[load_awa_schema],
-    depends_on="pg_server",
-)
-
-db = factories.postgresql("awa_pg_noproc", dbname=TEST_DBNAME)
+@pytest.fixture
+def dsn(awa_dsn: str) -> str:
+    """The connection string of the test's migrated clone (the plugin's ``awa_dsn``)."""
+    return awa_dsn
 
 
 @pytest.fixture
-def dsn(db: psycopg.Connection) -> str:
-    """The connection string of the test's migrated clone (the same database as ``db``)."""
-    info = db.info
-    return make_conninfo(host=info.host, port=str(info.port), user=info.user, dbname=info.dbname)
+def db(dsn: str) -> Iterator[psycopg.Connection]:
+    """An open connection to the test's migrated clone (the same database as ``dsn``)."""
+    with psycopg.connect(dsn) as conn:
+        yield conn
 
 
 @pytest.fixture
-def fresh_dsn(pg_server: PgServer) -> Iterator[str]:
+def fresh_dsn(pg_server: ThrowawayCluster) -> Iterator[str]:
     """An empty database (no awa schema) on the session's server, dropped afterwards."""
     name = f"awa_fresh_{uuid.uuid4().hex[:12]}"
     with psycopg.connect(pg_server.dsn_for("postgres"), autocommit=True) as admin:

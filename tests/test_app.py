@@ -1,4 +1,4 @@
-"""Unit tests of the App registry and ``load_apps`` (no database)."""
+"""Unit tests of the App registry and ``awa_cli.loading.load_apps`` (no database)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 import awa_cli as awa
-from awa_cli.app import RegistrationError, load_apps
+from awa_cli.app import RegistrationError
+from awa_cli.loading import load_apps
 from awa_cli.results import AwaError
 
 

@@ -15,7 +15,7 @@ import psycopg
 import pytest
 
 import awa_cli
-import awa_cli.jobs
+import awa_cli.enqueue
 from awa_cli import AsyncClient, Client, JobState, UniqueConflict, ValidationError
 from awa_cli.db import queries
 from awa_cli.jobs import InsertOpts, prepare
@@ -207,7 +207,7 @@ def test_by_period_buckets_through_the_client(
     client: Client, db: psycopg.Connection, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     clock = {"now": 3600.0 * 500_000 + 10}  # 10 s into an hour bucket
-    monkeypatch.setattr(awa_cli.jobs, "time", SimpleNamespace(time=lambda: clock["now"]))
+    monkeypatch.setattr(awa_cli.enqueue, "time", SimpleNamespace(time=lambda: clock["now"]))
     hourly = {"by_period": timedelta(hours=1)}
     first = client.insert({"r": 1}, kind="report", unique_opts=hourly)
     clock["now"] += 3000  # same hour
@@ -358,6 +358,59 @@ def test_insert_async_in_the_callers_transaction(dsn: str, db: psycopg.Connectio
     assert _count(db, "id = %s", (kept_id,)) == 1
     assert _count(db, "id = %s", (dropped_id,)) == 0
     assert _count(db) == 2
+
+
+@dataclass
+class ChargeCard:
+    cents: int
+
+
+def _routing_app() -> awa_cli.App:
+    app = awa_cli.App()
+    app.task(SendEmail, queue="email")(lambda job: None)
+    app.task(ChargeCard, queue="billing", kind="charge")(lambda job: None)
+    return app
+
+
+def test_insert_with_app_uses_the_registered_queue_and_kind(
+    dsn: str, db: psycopg.Connection
+) -> None:
+    app = _routing_app()
+    with psycopg.connect(dsn) as conn:
+        email = awa_cli.insert(conn, SendEmail("a@b"), app=app)
+        charge = awa_cli.insert(conn, ChargeCard(5), app=app)
+        explicit = awa_cli.insert(conn, SendEmail("c@d"), app=app, queue="bulk")
+        bare = awa_cli.insert(conn, SendEmail("e@f"))  # no app: the derived kind, "default"
+        assert (email.kind, email.queue) == ("send_email", "email")
+        assert (charge.kind, charge.queue) == ("charge", "billing")
+        assert explicit.queue == "bulk"
+        assert (bare.kind, bare.queue) == ("send_email", "default")
+        assert _count(db, "id = %s", (email.id,)) == 0  # still inside the caller's transaction
+        conn.commit()
+        dropped = awa_cli.insert(conn, ChargeCard(6), app=app)
+        conn.rollback()
+    committed = [email.id, charge.id, explicit.id, bare.id]
+    assert _count(db, "id = ANY(%s)", (committed,)) == 4
+    assert _count(db, "id = %s", (dropped.id,)) == 0
+    assert _count(db, "id = %s AND queue = 'email'", (email.id,)) == 1
+
+
+def test_insert_async_with_app_uses_the_registered_queue(dsn: str, db: psycopg.Connection) -> None:
+    app = _routing_app()
+
+    async def main() -> tuple[int, int]:
+        async with await psycopg.AsyncConnection.connect(dsn) as conn:
+            kept = await awa_cli.insert_async(conn, SendEmail("a@b"), app=app)
+            assert (kept.kind, kept.queue) == ("send_email", "email")
+            await conn.commit()
+            dropped = await awa_cli.insert_async(conn, ChargeCard(1), app=app)
+            assert (dropped.kind, dropped.queue) == ("charge", "billing")
+            await conn.rollback()
+            return kept.id, dropped.id
+
+    kept_id, dropped_id = asyncio.run(main())
+    assert _count(db, "id = %s AND queue = 'email'", (kept_id,)) == 1
+    assert _count(db, "id = %s", (dropped_id,)) == 0
 
 
 # -- insert_many ------------------------------------------------------------------------------

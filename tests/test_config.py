@@ -10,9 +10,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from click.testing import CliRunner
 from hypothesis import given
 from hypothesis import strategies as st
+
+from tests.helpers import AwaRunner
 
 from awa_cli.config import (
     AppConfig,
@@ -455,11 +456,11 @@ def test_display_dict_human_durations(tmp_path: Path) -> None:
 def invoke(*args: str, env: dict[str, str | None] | None = None) -> Any:
     from awa_cli.cli import cli
 
-    runner = CliRunner()
+    runner = AwaRunner()
     return runner.invoke(
         cli,
         list(args),
-        env={"NO_COLOR": "1", "AWA_DATABASE_URL": None, "AWA_CONFIG": None, **(env or {})},
+        env=env,
         terminal_width=100,
     )
 

@@ -12,12 +12,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from click.testing import CliRunner
-
 import awa_cli as awa
 from awa_cli.cli import cli
 from awa_cli.testing import AsyncAwaTestClient, HandlerJob
-from tests.helpers import job_row, running_worker, wait_until
+from tests.helpers import AwaRunner, job_row, running_worker, wait_until
 
 pytestmark = [pytest.mark.integration]
 
@@ -143,9 +141,7 @@ def test_awa_job_show_prints_the_output(dsn: str, tmp_path: Path) -> None:
         return job.id
 
     job_id = asyncio.run(run())
-    runner = CliRunner(
-        env={"NO_COLOR": "1", "COLUMNS": "200", "AWA_CONFIG": None, "AWA_DATABASE_URL": None}
-    )
+    runner = AwaRunner()
     result = runner.invoke(
         cli, ["--config", str(config), "--database-url", dsn, "job", "show", str(job_id)]
     )

@@ -10,6 +10,7 @@ import asyncio
 import logging
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone, UTC
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import psycopg
@@ -64,127 +65,190 @@ class Shared:
         self.tc: AsyncAwaTestClient | None = None
 
 
+# -- the StageA handler: one small function per mode ------------------------------------------
+Mode = Callable[[awa.Job, Shared], Awaitable[awa.JobResult | None]]
+
+# Modes that stage the standard follow-up before doing what they are named for.
+STAGES_THE_STANDARD_FOLLOW_UP = frozenset(
+    {
+        "ok",
+        "retry_after",
+        "snooze",
+        "cancel",
+        "raise",
+        "terminal",
+        "park",
+        "rescued",
+        "superseded",
+        "wait_in_handler",
+        "retry_then_ok",
+    }
+)
+
+
+async def _completes(job: awa.Job, shared: Shared) -> None:
+    return None
+
+
+async def _retry_after(job: awa.Job, shared: Shared) -> awa.JobResult:
+    return awa.RetryAfter(30)
+
+
+async def _snooze(job: awa.Job, shared: Shared) -> awa.JobResult:
+    return awa.Snooze(30)
+
+
+async def _cancel(job: awa.Job, shared: Shared) -> awa.JobResult:
+    return awa.Cancel("no longer needed")
+
+
+async def _raise(job: awa.Job, shared: Shared) -> None:
+    raise RuntimeError("flaky")
+
+
+async def _terminal(job: awa.Job, shared: Shared) -> None:
+    raise awa.TerminalError("bad item")
+
+
+async def _park(job: awa.Job, shared: Shared) -> awa.JobResult:
+    job.enqueue_on_completion(StageB(item_id=999))
+    return awa.WaitForCallback(await job.register_callback(timeout=600))
+
+
+async def _retry_then_ok(job: awa.Job, shared: Shared) -> awa.JobResult | None:
+    return awa.RetryAfter(0) if job.attempt == 1 else None
+
+
+async def _handle(job: awa.Job, shared: Shared) -> None:
+    follow_ups = job.follow_ups()
+
+    async def resolve(n: int) -> None:
+        await asyncio.sleep(0.01)
+        follow_ups.enqueue_on_completion(StageB(item_id=n))
+
+    await asyncio.gather(resolve(1), resolve(2))
+
+
+async def _same_unique(job: awa.Job, shared: Shared) -> None:
+    job.enqueue_on_completion(StageB(item_id=7), unique_opts={})
+
+
+async def _swallow(job: awa.Job, shared: Shared) -> None:
+    try:
+        job.enqueue_on_completion(StageB(item_id=1), priority=9)
+    except awa.StagingError as exc:
+        shared.errors.append(exc)
+
+
+async def _swallow_then_raise(job: awa.Job, shared: Shared) -> None:
+    try:
+        job.enqueue_on_completion(StageB(item_id=1), max_attempts=0)
+    except awa.StagingError:
+        pass
+    raise RuntimeError("something else")
+
+
+async def _unswallowed(job: awa.Job, shared: Shared) -> None:
+    job.enqueue_on_completion(StageB(item_id=1), queue="q" * 201)
+
+
+async def _sixteen(job: awa.Job, shared: Shared) -> None:
+    for n in range(MAX_STAGED_FOLLOW_UPS):
+        job.enqueue_on_completion(StageB(item_id=n))
+
+
+async def _seventeen(job: awa.Job, shared: Shared) -> None:
+    await _sixteen(job, shared)
+    try:
+        job.enqueue_on_completion(StageB(item_id=16))
+    except awa.StagingError as exc:
+        shared.errors.append(exc)
+
+
+async def _too_big(job: awa.Job, shared: Shared) -> None:
+    job.enqueue_on_completion({"pad": "x" * 40_000}, kind="stage_b")
+    try:
+        job.enqueue_on_completion({"pad": "y" * 30_000}, kind="stage_b")
+    except awa.StagingError as exc:
+        shared.errors.append(exc)
+
+
+async def _sealed(job: awa.Job, shared: Shared) -> None:
+    loop = asyncio.get_running_loop()
+    shared.late = late_result = loop.create_future()
+
+    async def late() -> None:
+        await asyncio.sleep(0.05)
+        try:
+            job.enqueue_on_completion(StageB(item_id=5))
+        except BaseException as exc:
+            late_result.set_result(exc)
+        else:
+            late_result.set_result(None)
+
+    loop.create_task(late())  # spawned, never awaited
+
+
+async def _rescued(job: awa.Job, shared: Shared) -> None:
+    assert shared.tc is not None
+    await shared.tc.core.rescue(RescueReason.STALE_HEARTBEAT, staleness=0.0)
+
+
+async def _superseded(job: awa.Job, shared: Shared) -> None:
+    assert shared.tc is not None
+    await shared.tc.core.cancel(job.id)
+
+
+async def _wait_in_handler(job: awa.Job, shared: Shared) -> None:
+    token = await job.register_callback(timeout=600)
+    await job.wait_for_callback(token)  # aborted: complete_external resolved the job
+
+
+async def _wait_then_stage(job: awa.Job, shared: Shared) -> None:
+    token = await job.register_callback(timeout=600)
+    payload = await job.wait_for_callback(token)
+    job.enqueue_on_completion(StageB(item_id=payload["item_id"]))
+
+
+MODES: dict[str, Mode] = {
+    "ok": _completes,
+    "nothing": _completes,
+    "retry_after": _retry_after,
+    "snooze": _snooze,
+    "cancel": _cancel,
+    "raise": _raise,
+    "terminal": _terminal,
+    "park": _park,
+    "retry_then_ok": _retry_then_ok,
+    "handle": _handle,
+    "same_unique": _same_unique,
+    "swallow": _swallow,
+    "swallow_then_raise": _swallow_then_raise,
+    "unswallowed": _unswallowed,
+    "seventeen": _seventeen,
+    "sixteen": _sixteen,
+    "too_big": _too_big,
+    "sealed": _sealed,
+    "rescued": _rescued,
+    "superseded": _superseded,
+    "wait_in_handler": _wait_in_handler,
+    "wait_then_stage": _wait_then_stage,
+}
+
+
 def staging_app(shared: Shared) -> awa.App:
     app = awa.App()
 
     @app.task(StageA, queue="stage_a")
     async def stage_a(job: awa.Job) -> awa.JobResult | None:
         mode = job.args.mode
-        if mode == "nothing":
-            return None
-        if mode in (
-            "ok",
-            "retry_after",
-            "snooze",
-            "cancel",
-            "raise",
-            "terminal",
-            "park",
-            "rescued",
-            "superseded",
-            "wait_in_handler",
-            "retry_then_ok",
-        ):
+        if mode not in MODES:
+            raise AssertionError(mode)
+        if mode in STAGES_THE_STANDARD_FOLLOW_UP:
             job.enqueue_on_completion(
                 StageB(item_id=job.args.item * 10 + job.attempt), unique_opts={}
             )
-        match mode:
-            case "ok" | "nothing":
-                return None
-            case "retry_after":
-                return awa.RetryAfter(30)
-            case "snooze":
-                return awa.Snooze(30)
-            case "cancel":
-                return awa.Cancel("no longer needed")
-            case "raise":
-                raise RuntimeError("flaky")
-            case "terminal":
-                raise awa.TerminalError("bad item")
-            case "park":
-                job.enqueue_on_completion(StageB(item_id=999))
-                return awa.WaitForCallback(await job.register_callback(timeout=600))
-            case "retry_then_ok":
-                return awa.RetryAfter(0) if job.attempt == 1 else None
-            case "handle":
-                follow_ups = job.follow_ups()
-
-                async def resolve(n: int) -> None:
-                    await asyncio.sleep(0.01)
-                    follow_ups.enqueue_on_completion(StageB(item_id=n))
-
-                await asyncio.gather(resolve(1), resolve(2))
-                return None
-            case "same_unique":
-                job.enqueue_on_completion(StageB(item_id=7), unique_opts={})
-                return None
-            case "swallow":
-                try:
-                    job.enqueue_on_completion(StageB(item_id=1), priority=9)
-                except awa.StagingError as exc:
-                    shared.errors.append(exc)
-                return None
-            case "swallow_then_raise":
-                try:
-                    job.enqueue_on_completion(StageB(item_id=1), max_attempts=0)
-                except awa.StagingError:
-                    pass
-                raise RuntimeError("something else")
-            case "unswallowed":
-                job.enqueue_on_completion(StageB(item_id=1), queue="q" * 201)
-                return None
-            case "seventeen":
-                for n in range(MAX_STAGED_FOLLOW_UPS):
-                    job.enqueue_on_completion(StageB(item_id=n))
-                try:
-                    job.enqueue_on_completion(StageB(item_id=16))
-                except awa.StagingError as exc:
-                    shared.errors.append(exc)
-                return None
-            case "sixteen":
-                for n in range(MAX_STAGED_FOLLOW_UPS):
-                    job.enqueue_on_completion(StageB(item_id=n))
-                return None
-            case "too_big":
-                job.enqueue_on_completion({"pad": "x" * 40_000}, kind="stage_b")
-                try:
-                    job.enqueue_on_completion({"pad": "y" * 30_000}, kind="stage_b")
-                except awa.StagingError as exc:
-                    shared.errors.append(exc)
-                return None
-            case "sealed":
-                loop = asyncio.get_running_loop()
-                shared.late = loop.create_future()
-
-                async def late() -> None:
-                    await asyncio.sleep(0.05)
-                    try:
-                        job.enqueue_on_completion(StageB(item_id=5))
-                    except BaseException as exc:
-                        shared.late.set_result(exc)  # type: ignore[union-attr]
-                    else:
-                        shared.late.set_result(None)  # type: ignore[union-attr]
-
-                loop.create_task(late())  # spawned, never awaited
-                return None
-            case "rescued":
-                assert shared.tc is not None
-                await shared.tc.core.rescue(RescueReason.STALE_HEARTBEAT, staleness=0.0)
-                return None
-            case "superseded":
-                assert shared.tc is not None
-                await shared.tc.core.cancel(job.id)
-                return None
-            case "wait_in_handler":
-                token = await job.register_callback(timeout=600)
-                await job.wait_for_callback(token)  # aborted: complete_external resolved the job
-                return None
-            case "wait_then_stage":
-                token = await job.register_callback(timeout=600)
-                payload = await job.wait_for_callback(token)
-                job.enqueue_on_completion(StageB(item_id=payload["item_id"]))
-                return None
-        raise AssertionError(mode)
+        return await MODES[mode](job, shared)
 
     @app.task(StageB, queue="stage_b")
     async def stage_b(job: awa.Job) -> None:

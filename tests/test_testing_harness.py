@@ -298,18 +298,23 @@ def _run_user_suite(
 
 @pytest.mark.integration
 def test_pytest_plugin_gives_each_test_a_fresh_database(tmp_path: Path, pg_server: Any) -> None:
+    import psycopg
+
     url = pg_server.dsn_for("postgres")
+
+    def database_names() -> set[str]:
+        with psycopg.connect(url) as conn:
+            return {r[0] for r in conn.execute("SELECT datname FROM pg_database").fetchall()}
+
+    before = database_names()  # this suite's own template (it uses the same plugin) is kept
     done = _run_user_suite(tmp_path, "--awa-database-url", url)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "3 passed" in done.stdout
     # the environment variable works too, and the template and test databases are gone
     done = _run_user_suite(tmp_path, "-k", "one", env={"AWA_TEST_DATABASE_URL": url})
     assert done.returncode == 0, done.stdout + done.stderr
-    import psycopg
-
-    with psycopg.connect(url) as conn:
-        names = [r[0] for r in conn.execute("SELECT datname FROM pg_database").fetchall()]
-    assert [n for n in names if n.startswith(("awa_test_", "awa_test_tmpl_"))] == []
+    left = database_names() - before
+    assert [n for n in left if n.startswith(("awa_test_", "awa_test_tmpl_"))] == []
 
 
 def test_pytest_plugin_is_opt_in(tmp_path: Path) -> None:

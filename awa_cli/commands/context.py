@@ -74,7 +74,7 @@ class CliContext:
 
     @cached_property
     def app(self) -> App:
-        from awa_cli.app import load_apps
+        from awa_cli.loading import load_apps
 
         return load_apps(self.config.app.modules, self.config.base_dir)
 

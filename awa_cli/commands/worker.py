@@ -11,13 +11,16 @@ from typing import Any
 
 import click
 
+from awa_cli import defaults
 from awa_cli.commands.context import CliContext, pass_context
 from awa_cli.config import ConfigError
 
 log = logging.getLogger("awa.worker")
 
 
-def parse_queue_options(values: tuple[str, ...], default_concurrency: int = 10) -> dict[str, int]:
+def parse_queue_options(
+    values: tuple[str, ...], default_concurrency: int = defaults.QUEUE_CONCURRENCY
+) -> dict[str, int]:
     queues: dict[str, int] = {}
     for value in values:
         name, sep, number = value.partition("=")

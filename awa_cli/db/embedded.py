@@ -11,7 +11,7 @@ PostgreSQL refuses to run as root. When awa runs as root, the server runs as the
 unprivileged system user ``awa`` (created on demand, ``nobody`` as a last resort), which
 owns the data and socket directories.
 
-``start_throwaway_cluster`` is the same machinery tuned for the test suite.
+The test suite's scratch servers (``tests/pgcluster.py``) use the same machinery.
 
 Never imports click or rich.
 """
@@ -38,7 +38,7 @@ from urllib.parse import quote
 import psycopg
 from psycopg import sql
 
-from awa_cli.results import AwaError
+from awa_cli.errors import EmbeddedError
 
 SUPERUSER = "postgres"
 DATABASE = "awa"
@@ -52,10 +52,6 @@ _INSTALL_HINT = (
     "no PostgreSQL binaries found: pip install 'awa-worker[embedded]' or install PostgreSQL "
     "(pg_ctl, initdb and postgres on PATH), or set [database] url"
 )
-
-
-class EmbeddedError(AwaError):
-    """The embedded PostgreSQL could not be found, initialised, started or stopped."""
 
 
 # --------------------------------------------------------------------------- binaries
@@ -501,60 +497,9 @@ def _last_line(result: subprocess.CompletedProcess[str]) -> str:
     return text.splitlines()[-1] if text else f"exit code {result.returncode}"
 
 
-# --------------------------------------------------------------------------- for the test suite
-
-
-class ThrowawayCluster:
-    """A scratch server for the test suite: its own temp dir, removed by :meth:`stop`."""
-
-    def __init__(self, base_dir: Path, server: EmbeddedPostgres) -> None:
-        self.base_dir = base_dir
-        self.server = server
-        self.host = str(server.socket_dir)  # a unix socket dir: what libpq calls host
-        self.port = server.port
-        self.user = server.user
-        self.password: str | None = None
-
-    def dsn_for(self, dbname: str) -> str:
-        return self.server.dsn_for(dbname)
-
-    def stop(self) -> None:
-        try:
-            self.server.stop(mode="immediate")
-        finally:
-            shutil.rmtree(self.base_dir, ignore_errors=True)
-            if self.server.socket_dir != self.server.data_dir:
-                shutil.rmtree(self.server.socket_dir, ignore_errors=True)
-
-
-def start_throwaway_cluster(base_dir: Path | str | None = None) -> ThrowawayCluster:
-    """Start a fresh cluster in a new temp dir under ``base_dir`` (default: the system temp dir).
-
-    System binaries are preferred; ``fsync`` and ``full_page_writes`` are off for speed
-    (``synchronous_commit`` keeps its default), ``max_connections`` is 200. Only the
-    maintenance database ``postgres`` exists.
-    """
-    root = Path(tempfile.mkdtemp(prefix="awa-pg-", dir=base_dir))
-    server = EmbeddedPostgres(
-        root / "data",
-        prefer_system=True,
-        database=None,
-        fast_init=True,
-        settings={"fsync": "off", "full_page_writes": "off", "max_connections": 200},
-    )
-    try:
-        server.start()
-    except BaseException:
-        shutil.rmtree(root, ignore_errors=True)
-        raise
-    return ThrowawayCluster(root, server)
-
-
 __all__ = [
     "EmbeddedError",
     "EmbeddedPostgres",
     "EmbeddedStatus",
-    "ThrowawayCluster",
     "find_pg_bin",
-    "start_throwaway_cluster",
 ]

@@ -209,7 +209,7 @@ def build_plugin_host(
         for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
             dist = ep.dist.name if ep.dist is not None else "unknown"
             register(ep.name, f"entry point {dist}", ep.load)
-    from awa_cli.app import import_target
+    from awa_cli.loading import import_target
 
     for spec in config_plugins:
         register(spec, "config", functools.partial(import_target, spec, base_dir, None))

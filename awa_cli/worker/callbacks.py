@@ -9,7 +9,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
-from awa_cli.results import AwaError
+from awa_cli.errors import AwaError, CallbackWaitAborted
 
 if TYPE_CHECKING:
     from psycopg_pool import AsyncConnectionPool
@@ -46,10 +46,6 @@ RETURNING callback_result IS NOT NULL AS resumed, callback_result
 _POLL_WAIT = """
 SELECT state, callback_id, callback_result, run_lease FROM awa.jobs WHERE id = %(id)s
 """
-
-
-class CallbackWaitAborted(AwaError):
-    """The job was resolved, cancelled or rescued while its handler waited for a callback."""
 
 
 @dataclass

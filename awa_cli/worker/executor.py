@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from awa_cli.jobs import JobRow, rebuild_args
 from awa_cli.outcomes import AttemptResult, decide, unknown_kind
+from awa_cli.errors import ShutdownInterrupted
 from awa_cli.results import TerminalError
 from awa_cli.worker.job import Job
 
@@ -19,10 +20,6 @@ if TYPE_CHECKING:
     from awa_cli.worker.runtime import WorkerServices
 
 log = logging.getLogger("awa.worker")
-
-
-class ShutdownInterrupted(Exception):
-    """The worker shut down before the handler finished."""
 
 
 async def execute(

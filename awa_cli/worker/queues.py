@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import psycopg
 
+from awa_cli import defaults
 from awa_cli.events import JobEvent
 from awa_cli.jobs import JOB_COLUMNS, JobRow
 from awa_cli.worker.executor import execute
@@ -24,7 +25,7 @@ log = logging.getLogger("awa.worker")
 @dataclass(frozen=True)
 class QueueSpec:
     name: str
-    concurrency: int = 10
+    concurrency: int = defaults.QUEUE_CONCURRENCY
     deadline: float = 0.0  # seconds; 0 = none (a job's deadline_duration overrides)
 
 

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from psycopg_pool import AsyncConnectionPool
 
+from awa_cli import defaults
 from awa_cli.db.dsn import redact, with_options
 from awa_cli.dispatch import Dispatcher, EventHook
 from awa_cli.outcomes import AttemptResult, Finalized, OutcomeCore
@@ -43,14 +44,14 @@ POOL_WAIT_SECONDS = 3.0
 
 @dataclass(frozen=True)
 class Timings:
-    heartbeat_interval: float = 5.0
-    heartbeat_staleness: float = 15.0
-    rescue_interval: float = 5.0
-    leader_election_interval: float = 5.0
-    poll_interval: float = 1.0
-    shutdown_timeout: float = 30.0
-    completed_retention: float = 86400.0
-    failed_retention: float = 259200.0
+    heartbeat_interval: float = defaults.HEARTBEAT_INTERVAL
+    heartbeat_staleness: float = defaults.HEARTBEAT_STALENESS
+    rescue_interval: float = defaults.RESCUE_INTERVAL
+    leader_election_interval: float = defaults.LEADER_ELECTION_INTERVAL
+    poll_interval: float = defaults.POLL_INTERVAL
+    shutdown_timeout: float = defaults.SHUTDOWN_TIMEOUT
+    completed_retention: float = defaults.COMPLETED_RETENTION
+    failed_retention: float = defaults.FAILED_RETENTION
 
 
 @dataclass

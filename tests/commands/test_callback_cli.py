@@ -14,7 +14,7 @@ from pathlib import Path
 
 import psycopg
 import pytest
-from click.testing import CliRunner
+from tests.helpers import AwaRunner
 
 import awa_cli as awa
 from awa_cli.cli import cli
@@ -25,7 +25,6 @@ from tests.helpers import job_row, running_worker, wait_until
 pytestmark = [pytest.mark.integration]
 
 ROOT = Path(__file__).resolve().parents[2]
-ENV = {"NO_COLOR": "1", "COLUMNS": "120"}
 
 
 @pytest.fixture
@@ -53,7 +52,7 @@ def park(dsn: str, kind: str | None = None) -> awa.JobRow:
 
 
 def invoke(config: Path, dsn: str, *args: str) -> object:
-    return CliRunner().invoke(cli, ["--config", str(config), "--database-url", dsn, *args], env=ENV)
+    return AwaRunner().invoke(cli, ["--config", str(config), "--database-url", dsn, *args])
 
 
 def test_complete_with_payload_json(

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
+from tests.helpers import AwaRunner
 
 from awa_cli.cli import cli
 
@@ -24,7 +24,7 @@ CASES = [
 def test_usage_errors_are_one_line(args: list[str], needle: str, tmp_path: Path) -> None:
     config = tmp_path / "awa.toml"
     config.write_text("")
-    result = CliRunner().invoke(cli, ["--config", str(config), *args], env={"NO_COLOR": "1"})
+    result = AwaRunner().invoke(cli, ["--config", str(config), *args])
     assert result.exit_code == 2
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("Error: ") and needle in lines[0]

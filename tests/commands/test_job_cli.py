@@ -13,25 +13,20 @@ from typing import Any
 
 import psycopg
 import pytest
-from click.testing import CliRunner, Result
+from click.testing import Result
 
-from awa_cli.cli import cli
+from tests.helpers import AwaRunner
 
 pytestmark = pytest.mark.integration
 
-ENV = {"NO_COLOR": "1", "COLUMNS": "120", "AWA_CONFIG": None, "AWA_DATABASE_URL": None}
-
 
 @pytest.fixture
-def awa(dsn: str, config_file: Path) -> Any:
+def awa(dsn: str, config_file: Path, runner: AwaRunner) -> Any:
     """Run `awa --config <tmp> --database-url <dsn> ARGS...` in-process."""
 
     def run(*args: str, database_url: str | None = None) -> Result:
-        runner = CliRunner(env=ENV)
-        return runner.invoke(
-            cli,
-            ["--config", str(config_file), "--database-url", database_url or dsn, *args],
-            catch_exceptions=True,
+        return runner.awa(
+            "--config", str(config_file), "--database-url", database_url or dsn, *args
         )
 
     return run
@@ -207,10 +202,10 @@ def test_duplicate_unique_enqueue_exits_1(awa: Any, db: psycopg.Connection) -> N
 
 
 def test_verbose_lets_the_exception_through(awa: Any) -> None:
-    result = awa("-v", "job", "show", "999999")
     from awa_cli.results import JobNotFound
 
-    assert isinstance(result.exception, JobNotFound)
+    with pytest.raises(JobNotFound):
+        awa("-v", "job", "show", "999999")
 
 
 def test_cancel_and_retry(awa: Any, db: psycopg.Connection) -> None:

@@ -7,17 +7,18 @@ from pathlib import Path
 
 import psycopg
 import pytest
-from click.testing import CliRunner, Result
+from click.testing import Result
+
+from tests.helpers import AwaRunner
 
 from awa_cli.cli import cli
 from awa_cli.db import migrations
 
-ENV = {"NO_COLOR": "1", "COLUMNS": "120", "AWA_CONFIG": None, "AWA_DATABASE_URL": None}
 BOGUS_URL = "postgresql://nobody@/nodb?host=/nonexistent-awa-socket&port=1"
 
 
 def run(config: Path, *args: str) -> Result:
-    return CliRunner(env=ENV).invoke(cli, ["--config", str(config), *args])
+    return AwaRunner().invoke(cli, ["--config", str(config), *args])
 
 
 @pytest.mark.integration

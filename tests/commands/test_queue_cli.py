@@ -14,13 +14,12 @@ from pathlib import Path
 
 import psycopg
 import pytest
-from click.testing import CliRunner
+from tests.helpers import AwaRunner
 
 import awa_cli as awa
 from awa_cli.cli import cli
 
 pytestmark = [pytest.mark.integration]
-ENV = {"NO_COLOR": "1", "COLUMNS": "160"}
 
 
 @pytest.fixture
@@ -46,25 +45,23 @@ def seed(dsn: str) -> None:
 
 def test_queue_list_json_and_table(dsn: str, config: Path) -> None:
     seed(dsn)
-    runner = CliRunner()
+    runner = AwaRunner()
     result = runner.invoke(
-        cli, ["--config", str(config), "--database-url", dsn, "queue", "list", "--json"], env=ENV
+        cli, ["--config", str(config), "--database-url", dsn, "queue", "list", "--json"]
     )
     assert result.exit_code == 0, result.output
     by_name = {q["queue"]: q for q in json.loads(result.stdout)}
     assert set(by_name) == {"default", "email", "reports"}
     assert by_name["email"]["concurrency"] == 3 and by_name["email"]["available"] == 3
     assert by_name["reports"]["configured"] is False and by_name["reports"]["jobs"] == 2
-    table = runner.invoke(
-        cli, ["--config", str(config), "--database-url", dsn, "queue", "list"], env=ENV
-    )
+    table = runner.invoke(cli, ["--config", str(config), "--database-url", dsn, "queue", "list"])
     assert table.exit_code == 0 and table.stdout.splitlines()[0].split("\t")[0] == "queue"
 
 
 def test_queue_stats_json(dsn: str, config: Path) -> None:
     seed(dsn)
-    result = CliRunner().invoke(
-        cli, ["--config", str(config), "--database-url", dsn, "--json", "queue", "stats"], env=ENV
+    result = AwaRunner().invoke(
+        cli, ["--config", str(config), "--database-url", dsn, "--json", "queue", "stats"]
     )
     assert result.exit_code == 0, result.output
     stats = {s["queue"]: s for s in json.loads(result.stdout)}
@@ -76,10 +73,9 @@ def test_queue_stats_json(dsn: str, config: Path) -> None:
         "completed": 1,
     }
     assert stats["reports"]["completed_per_second"] == pytest.approx(1 / 60, abs=0.001)
-    one = CliRunner().invoke(
+    one = AwaRunner().invoke(
         cli,
         ["--config", str(config), "--database-url", dsn, "queue", "stats", "email", "--json"],
-        env=ENV,
     )
     assert [s["queue"] for s in json.loads(one.stdout)] == ["email"]
 

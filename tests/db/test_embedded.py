@@ -17,9 +17,9 @@ from pathlib import Path
 
 import psycopg
 import pytest
-from click.testing import CliRunner
 
 from awa_cli.db.embedded import EmbeddedPostgres, find_pg_bin
+from tests.helpers import AwaRunner
 
 pytestmark = pytest.mark.integration
 
@@ -161,12 +161,10 @@ def test_cli_db_commands(tmp_path: Path) -> None:
     data_dir = tmp_path / "pgdata"
     config = tmp_path / "awa.toml"
     config.write_text(f'[database]\nembedded_dir = "{data_dir}"\n', encoding="utf-8")
-    runner = CliRunner()
+    runner = AwaRunner()
 
     def awa(*args: str) -> tuple[int, str, str]:
-        result = runner.invoke(
-            cli, ["--config", str(config), *args], env={"AWA_DATABASE_URL": None}
-        )
+        result = runner.invoke(cli, ["--config", str(config), *args])
         return result.exit_code, result.stdout, result.stderr
 
     code, out, err = awa("db", "status")

@@ -17,13 +17,12 @@ from typing import Any
 
 import pluggy
 import pytest
-from click.testing import CliRunner
 
 import awa_cli as awa
 from awa_cli.dispatch import Dispatcher
 from awa_cli.jobs import JobRow, JobState
 from awa_cli.plugins.manager import ENTRY_POINT_GROUP, build_plugin_host
-from tests.helpers import job_row, running_worker, wait_until
+from tests.helpers import AwaRunner, job_row, running_worker, wait_until
 from tests.plugins import ep_plugin, raising_plugin, sample_plugin, sync_plugin
 
 BUILTIN = "awa_cli.plugins.builtin_logging"
@@ -327,10 +326,9 @@ async def test_sync_and_async_plugins_see_the_committed_state(
 def invoke(*args: str) -> Any:
     from awa_cli.cli import cli
 
-    return CliRunner().invoke(
+    return AwaRunner().invoke(
         cli,
         list(args),
-        env={"NO_COLOR": "1", "AWA_DATABASE_URL": None, "AWA_CONFIG": None},
         terminal_width=100,
     )
 

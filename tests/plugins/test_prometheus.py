@@ -22,7 +22,6 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from click.testing import CliRunner
 from prometheus_client import REGISTRY, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -30,6 +29,7 @@ import awa_cli as awa
 from awa_cli.events import JobEvent, RescueReason
 from awa_cli.jobs import JobRow, JobState
 from awa_cli.plugins.prometheus import NAME, SLOT_ENV, PrometheusPlugin
+from tests.helpers import AwaRunner
 from tests.apps.metrics_app import (
     MetricsFail,
     MetricsOk,
@@ -246,7 +246,7 @@ def test_loaded_as_a_builtin_only_when_a_port_is_configured(
 
     config = tmp_path / "awa.toml"
     config.write_text("" if port is None else f"[metrics]\nprometheus_port = {port}\n")
-    result = CliRunner().invoke(cli, ["--config", str(config), "plugins", "--json"])
+    result = AwaRunner().invoke(cli, ["--config", str(config), "plugins", "--json"])
     assert result.exit_code == 0, result.output
     loaded = [p for p in json.loads(result.stdout) if p["name"] == NAME]
     assert loaded == ([] if port is None else [{"name": NAME, "origin": "builtin", "hooks": HOOKS}])
@@ -379,6 +379,7 @@ def jobs_key(kind: str, outcome: str) -> tuple[str, tuple[tuple[str, str], ...]]
     )
 
 
+@pytest.mark.integration
 def test_a_real_worker_exports_its_jobs_on_the_configured_port(dsn: str, tmp_path: Path) -> None:
     with awa.Client(dsn) as client:
         for n in range(3):
@@ -430,6 +431,7 @@ def test_a_real_worker_exports_its_jobs_on_the_configured_port(dsn: str, tmp_pat
         scrape(port, timeout=1)
 
 
+@pytest.mark.integration
 def test_with_processes_each_worker_serves_on_port_plus_its_slot(dsn: str, tmp_path: Path) -> None:
     with awa.Client(dsn) as client:
         for n in range(20):

@@ -16,7 +16,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from click.testing import CliRunner
+from tests.helpers import AwaRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -32,7 +32,6 @@ DB_SETTINGS = settings(
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 PURE_SETTINGS = settings(max_examples=100, deadline=None)
-ENV = {"NO_COLOR": "1", "COLUMNS": "120"}
 
 junk = st.one_of(
     st.none(),
@@ -316,7 +315,7 @@ def test_random_values_for_known_keys(
     except ConfigError as exc:
         assert len(str(exc).splitlines()) == 1, str(exc)
     # and `awa config check` on it: exit 0 or 2, never a traceback
-    result = CliRunner().invoke(cli, ["--config", str(path), "config", "check"], env=ENV)
+    result = AwaRunner().invoke(cli, ["--config", str(path), "config", "check"])
     assert result.exit_code in (0, 2), (text, result.output, result.exception)
     assert result.exception is None or isinstance(result.exception, SystemExit), (
         text,
@@ -422,7 +421,7 @@ def test_job_enqueue_arguments(
         if value is not None:
             argv[-2:-2] = [f"{flag}={value}"]
     before = job_count(dsn)
-    result = CliRunner().invoke(cli, argv, env=ENV)
+    result = AwaRunner().invoke(cli, argv)
     if result.exit_code == 0:
         assert job_count(dsn) == before + 1
         return
@@ -456,7 +455,7 @@ def test_callback_arguments(
         argv += ["--timeout", payload]
     argv += ["--", callback_id]
     before = job_count(dsn)
-    result = CliRunner().invoke(cli, argv, env=ENV)
+    result = AwaRunner().invoke(cli, argv)
     assert result.exit_code in (2, 4), (argv, result.output, result.exception)  # nothing waits
     check_cli_error(result)
     assert job_count(dsn) == before
@@ -492,9 +491,7 @@ def test_deeply_nested_json_is_a_clean_error(dsn: str, tmp_path: Path) -> None:
         ["job", "enqueue", "deep", "--args", '{"a": ' + text + "}"],
         ["callback", "complete", str(uuid.uuid4()), "--payload", text, "--bare"],
     ):
-        result = CliRunner().invoke(
-            cli, ["--config", str(config), "--database-url", dsn, *argv], env=ENV
-        )
+        result = AwaRunner().invoke(cli, ["--config", str(config), "--database-url", dsn, *argv])
         assert result.exit_code == 2, (result.output, result.exception)
         check_cli_error(result)
         assert "nested too deeply" in result.stderr

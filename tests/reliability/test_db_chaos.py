@@ -10,7 +10,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from awa_cli.db.embedded import ThrowawayCluster
+from tests.pgcluster import ThrowawayCluster
 from awa_cli.db.migrations import migrate_dsn
 from tests.reliability.harness import ChaosRun, Loop, counts, wait_all_terminal
 

@@ -18,7 +18,7 @@ from urllib.parse import quote
 
 import psycopg
 import pytest
-from click.testing import CliRunner
+from tests.helpers import AwaRunner
 from psycopg import sql
 
 import awa_cli as awa
@@ -28,7 +28,6 @@ from tests.helpers import job_row, running_worker, wait_until
 from tests.reliability.harness import AWA_BIN, ROOT, Fleet, env_for
 
 pytestmark = [pytest.mark.integration]
-ENV = {"NO_COLOR": "1", "COLUMNS": "200"}
 NASTY = [
     "'; DROP TABLE awa.jobs; --",
     "$$; DROP TABLE awa.jobs; $$",
@@ -101,7 +100,7 @@ def test_sql_fragments_are_stored_verbatim_and_never_executed(dsn: str, tmp_path
     config = tmp_path / "awa.toml"
     config.write_text("")
     for text in NASTY:
-        result = CliRunner().invoke(
+        result = AwaRunner().invoke(
             cli,
             [
                 "--config",
@@ -117,7 +116,6 @@ def test_sql_fragments_are_stored_verbatim_and_never_executed(dsn: str, tmp_path
                 json.dumps({"t": text}),
                 "--json",
             ],
-            env=ENV,
         )
         assert result.exit_code == 0, result.output
         data = json.loads(result.stdout)
@@ -195,7 +193,7 @@ def test_passwords_never_appear_in_output_logs_or_errors(
     outputs: list[str] = []
 
     def run(*argv: str, code: int = 0, **kwargs: str) -> dict[str, object] | list[object] | None:
-        result = CliRunner().invoke(cli, ["--config", str(config), *argv], env={**ENV, **kwargs})
+        result = AwaRunner().invoke(cli, ["--config", str(config), *argv], env=kwargs)
         outputs.extend([result.stdout, result.stderr])
         assert result.exit_code == code, (argv, result.output)
         return json.loads(result.stdout) if "--json" in argv and code == 0 else None

@@ -10,7 +10,6 @@ from datetime import datetime, UTC
 import pytest
 
 import awa_cli as awa
-from awa_cli.outcomes import MAX_BACKOFF_SECONDS, backoff_seconds
 from tests.helpers import job_row, running_worker, wait_until
 
 pytestmark = [pytest.mark.integration]
@@ -172,12 +171,3 @@ async def test_args_that_do_not_rebuild_fail_terminally(dsn: str) -> None:
 async def test_a_bogus_return_value_fails_terminally(dsn: str) -> None:
     row, _ = await run_one(dsn, Step("bogus"))
     assert row.state == "failed" and "handler returned int" in row.errors[-1]["error"]
-
-
-def test_backoff_bounds() -> None:
-    for attempt in range(1, 30):
-        for _ in range(50):
-            delay = backoff_seconds(attempt)
-            base = 2.0**attempt
-            assert min(base, MAX_BACKOFF_SECONDS) <= delay <= min(base * 1.25, MAX_BACKOFF_SECONDS)
-    assert backoff_seconds(1000) == MAX_BACKOFF_SECONDS

@@ -11,7 +11,7 @@ import psycopg
 import pytest
 
 import awa_cli as awa
-from awa_cli.db.embedded import ThrowawayCluster
+from tests.pgcluster import ThrowawayCluster
 from awa_cli.db.migrations import migrate_dsn
 from tests.helpers import running_worker, states, wait_until
 

@@ -1,0 +1,36 @@
+"""The default timings and sizes, defined once.
+
+Pure constants. ``awa.toml`` ([maintenance], [worker], [queues.*]), ``awa.Worker(**timings)``
+and the outcome core's rescue all take their defaults from here, so the documented default
+and the running one cannot drift apart (awa.toml.example and awa.toml(5) show the same
+values; tests/test_config.py checks the example).
+"""
+
+from __future__ import annotations
+
+HEARTBEAT_INTERVAL = 5.0
+"""Seconds between a worker's heartbeats of its running jobs."""
+
+HEARTBEAT_STALENESS = 15.0
+"""Seconds without a heartbeat after which a running job is rescued."""
+
+RESCUE_INTERVAL = 5.0
+"""Seconds between the leader's rescue sweeps."""
+
+LEADER_ELECTION_INTERVAL = 5.0
+"""Seconds between a worker's attempts to become (or stay) the maintenance leader."""
+
+POLL_INTERVAL = 1.0
+"""Seconds a queue runner waits for a notification before it polls anyway."""
+
+SHUTDOWN_TIMEOUT = 30.0
+"""Seconds a stopping worker waits for its running handlers."""
+
+COMPLETED_RETENTION = 86400.0
+"""Seconds a completed job is kept before the sweep prunes it (1 day)."""
+
+FAILED_RETENTION = 259200.0
+"""Seconds a failed or cancelled job is kept before the sweep prunes it (3 days)."""
+
+QUEUE_CONCURRENCY = 10
+"""Handlers one worker runs at once per queue."""

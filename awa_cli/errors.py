@@ -1,0 +1,128 @@
+"""Every error awa raises on purpose: :class:`AwaError` and its subclasses, in one place.
+
+Pure: no I/O and no project imports, so every layer may use it. The modules that used to
+define these classes re-import them from here, so their old import paths keep working;
+``awa_cli`` exports every one (a test checks that none is missing).
+
+The CLI maps them to exit codes in one funnel (``awa_cli/cli.py``): :class:`ConfigError` and
+:class:`ValidationError` exit 2, :class:`JobNotFound` and :class:`CallbackNotFound` exit 4,
+the rest exit 1.
+"""
+
+from __future__ import annotations
+
+
+class AwaError(Exception):
+    """Base class of every error awa raises on purpose."""
+
+
+# -- bad input ------------------------------------------------------------------------------
+
+
+class ValidationError(AwaError, ValueError):
+    """Bad input (an insert option, a callback id, a payload); the message names the field."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+
+
+class ConfigError(AwaError):
+    """A config problem; the message is one line naming the file and the key.
+
+    ``key`` is the key as shown in the message (``[queues.email] concurrency``), or None for
+    problems with the file as a whole (missing, not TOML).
+    """
+
+    def __init__(self, message: str, *, key: str | None = None, source: str | None = None) -> None:
+        super().__init__(f"{source}: {message}" if source else message)
+        self.message = message
+        self.key = key
+        self.source = source
+
+
+class RegistrationError(AwaError):
+    """A task, hook or follow-up spec was registered wrongly (raised at import time)."""
+
+
+# -- what the database holds ------------------------------------------------------------------
+
+
+class UniqueConflict(AwaError):
+    """A plain insert whose unique key is already held by another job."""
+
+    def __init__(self, kind: str, existing_id: int | None = None) -> None:
+        detail = f" (held by job {existing_id})" if existing_id is not None else ""
+        super().__init__(f"a job of kind {kind!r} with the same unique key already exists{detail}")
+        self.kind = kind
+        self.existing_id = existing_id
+
+
+class JobNotFound(AwaError, LookupError):
+    """No job has this id (``get_job``, ``cancel``, ``retry`` of a missing id)."""
+
+
+class CallbackNotFound(AwaError, LookupError):
+    """No job is waiting on this callback id (unknown, already resolved, rescued, or a wrong run_lease)."""
+
+
+class InvalidJobState(AwaError):
+    """The job is not in a state the operation applies to."""
+
+
+class UnknownJobKind(AwaError, LookupError):
+    """The kind is not registered in the app at hand."""
+
+
+class ResolutionRefused(AwaError):
+    """The loaded app does not know the job's kind, so its follow-ups cannot be run."""
+
+
+# -- raised from or around handlers -----------------------------------------------------------
+
+
+class TerminalError(AwaError):
+    """Raise from a handler to fail the job now, whatever attempts are left."""
+
+
+class StagingError(TerminalError):
+    """A handler-staged follow-up was rejected (validation, a limit, or staging after return)."""
+
+
+class FollowUpError(AwaError):
+    """A follow-up spec raised or its insert failed; the triggering transition was rolled back."""
+
+
+class CallbackWaitAborted(AwaError):
+    """The job was resolved, cancelled or rescued while its handler waited for a callback."""
+
+
+class ShutdownInterrupted(AwaError):
+    """The worker shut down before the handler finished (recorded as the attempt's error)."""
+
+
+# -- the embedded server ----------------------------------------------------------------------
+
+
+class EmbeddedError(AwaError):
+    """The embedded PostgreSQL could not be found, initialised, started or stopped."""
+
+
+__all__ = [
+    "AwaError",
+    "CallbackNotFound",
+    "CallbackWaitAborted",
+    "ConfigError",
+    "EmbeddedError",
+    "FollowUpError",
+    "InvalidJobState",
+    "JobNotFound",
+    "RegistrationError",
+    "ResolutionRefused",
+    "ShutdownInterrupted",
+    "StagingError",
+    "TerminalError",
+    "UniqueConflict",
+    "UnknownJobKind",
+    "ValidationError",
+]

@@ -1,0 +1,47 @@
+"""The one place awa imports user code: the ``[app] modules`` and ``[app] plugins`` of
+``awa.toml``.
+
+Importing a user module runs its code and may put the config's folder and the current
+directory on ``sys.path``; that is why it lives here and not in the pure :mod:`awa_cli.app`.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from awa_cli.app import App
+from awa_cli.errors import AwaError
+
+
+def import_target(spec: str, base_dir: Path | None, default_attr: str | None) -> Any:
+    """Import ``module`` or ``module:attr`` with the config's folder and cwd on sys.path."""
+    module_name, _, attr = spec.partition(":")
+    for folder in (str(Path.cwd()), str(base_dir) if base_dir else None):
+        if folder and folder not in sys.path:
+            sys.path.insert(0, folder)
+    module = importlib.import_module(module_name)
+    attr = attr or default_attr or ""
+    if not attr:
+        return module
+    try:
+        return getattr(module, attr)
+    except AttributeError:
+        raise AwaError(f"[app] modules: {module_name!r} has no attribute {attr!r}") from None
+
+
+def load_apps(modules: Iterable[str], base_dir: Path | None = None) -> App:
+    """Import each ``[app] modules`` entry and merge their apps into one."""
+    merged = App()
+    for spec in modules:
+        try:
+            target = import_target(spec, base_dir, "app")
+        except ImportError as exc:
+            raise AwaError(f"[app] modules: cannot import {spec!r}: {exc}") from None
+        if not isinstance(target, App):
+            raise AwaError(f"[app] modules: {spec!r} is {type(target).__name__}, not an awa App")
+        merged.merge(target)
+    return merged
