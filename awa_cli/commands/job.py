@@ -38,8 +38,8 @@ def parse_run_at(text: str) -> datetime:
 
         try:
             return datetime.now(UTC) + timedelta(seconds=parse_duration(text[1:], "--run-at"))
-        except ConfigError as exc:
-            raise ValidationError("--run-at", str(exc)) from None
+        except ConfigError as exc:  # its message already starts with "--run-at: "
+            raise ValidationError("--run-at", exc.message.removeprefix("--run-at: ")) from None
     try:
         value = datetime.fromisoformat(text)
     except ValueError:
