@@ -39,7 +39,21 @@ class CliContext:
     def database_url(self) -> str | None:
         """The configured URL, or None when the embedded server is to be used."""
         config = self.config  # an explicit --config is validated even when the URL is given
-        return self.database_url_option or self.env.get("AWA_DATABASE_URL") or config.database.url
+        url = self.database_url_option or self.env.get("AWA_DATABASE_URL") or config.database.url
+        if url:
+            from awa_cli.config import ConfigError
+            from awa_cli.db.dsn import redact
+            from awa_cli.db.preflight import check_url
+
+            try:
+                check_url(url)
+            except ValueError as exc:
+                raise ConfigError(
+                    "invalid database URL: expected postgresql://user@host:port/dbname "
+                    f"or key=value parameters, got {redact(url)!r} ({exc})",
+                    key="database url",
+                ) from None
+        return url
 
     def dsn(self) -> str:
         """A DSN to connect to, starting the embedded server on demand."""

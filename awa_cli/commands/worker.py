@@ -13,6 +13,7 @@ import click
 
 from awa_cli.commands.context import CliContext, pass_context
 from awa_cli.config import ConfigError
+from awa_cli.db.preflight import check_database
 
 log = logging.getLogger("awa.worker")
 
@@ -142,6 +143,8 @@ def command(ctx: CliContext, queues: tuple[str, ...], processes: int | None) -> 
     Under systemd (NOTIFY_SOCKET set) it reports READY, STATUS, STOPPING and WATCHDOG.
     """
     processes = processes or ctx.config.worker.processes
+    if queues:
+        parse_queue_options(queues)  # usage errors before any connection is tried
     if processes > 1:
         from awa_cli.worker.supervisor import SupervisorPlan, supervise
 
@@ -165,8 +168,11 @@ def command(ctx: CliContext, queues: tuple[str, ...], processes: int | None) -> 
         ]
         # The URL goes by environment, not argv (ps shows argv); resolved once, so the
         # children share one embedded server rather than race to start it.
-        env = {**ctx.env, "AWA_DATABASE_URL": ctx.dsn()}
+        dsn = ctx.dsn()
+        check_database(dsn)  # one clear line and exit 1, not N children failing in a loop
+        env = {**ctx.env, "AWA_DATABASE_URL": dsn}
         plan = SupervisorPlan(argv, env, processes, sizes, config.worker.shutdown_timeout)
         raise SystemExit(supervise(plan, ctx.env))
     worker = build_worker(ctx, queues)
+    check_database(ctx.dsn())  # before "started": unreachable, refused or unmigrated is fatal
     asyncio.run(run_until_signalled(worker, ctx.env))
