@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from awa_cli.db.dsn import redact
-from awa_cli.results import AwaError
+from awa_cli.jobs import check_name
+from awa_cli.results import AwaError, ValidationError
 
 CONFIG_FILE_NAME = "awa.toml"
 EMBEDDED_DIR_NAME = ".awa"
@@ -302,6 +303,10 @@ def _build(data: dict[str, Any], path: Path | None, base_dir: Path) -> Config:
         label = _table_label("queues", name)
         if not 1 <= len(name) <= 200:
             raise ConfigError(f"{label}: a queue name must be 1 to 200 characters", key=label)
+        try:
+            check_name(name, label)  # the rule inserts apply, so every configured queue is usable
+        except ValidationError as exc:
+            raise ConfigError(str(exc), key=label) from None
         queues[name] = QueueConfig(**_section(_as_table(raw, label), "queues.*", label))
 
     maintenance = MaintenanceConfig(

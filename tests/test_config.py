@@ -275,6 +275,7 @@ def test_format_duration_is_short() -> None:
         ("[queues]\nemail = 5", "[queues.email]", "expected a table"),
         ('[queues.""]\nconcurrency = 1', '[queues.""]', "1 to 200 characters"),
         (f"[queues.{'q' * 201}]", f"[queues.{'q' * 201}]", "1 to 200 characters"),
+        ('[queues."a\\u0000b"]', '[queues."a\\u0000b"]', "contains a NUL character"),
         ("queues = 3", "[queues]", "expected a table"),
         ("[worker]\nprocesses = 0", "[worker] processes", "positive integer"),
         ("[worker]\nprocesses = -2", "[worker] processes", "positive integer"),

@@ -14,6 +14,8 @@ import click
 from awa_cli.commands.context import CliContext, pass_context
 from awa_cli.config import ConfigError
 from awa_cli.db.preflight import check_database
+from awa_cli.jobs import check_name
+from awa_cli.results import ValidationError
 
 log = logging.getLogger("awa.worker")
 
@@ -26,6 +28,11 @@ def parse_queue_options(values: tuple[str, ...], default_concurrency: int = 10) 
             raise click.BadParameter(
                 f"{value!r}: expected NAME or NAME=CONCURRENCY", param_hint="--queue"
             )
+        try:
+            check_name(name, "--queue")  # the same rule as inserts: a name a job can have
+        except ValidationError as exc:
+            problem = str(exc).removeprefix("--queue: ")
+            raise click.BadParameter(f"queue name {problem}", param_hint="--queue") from None
         concurrency = default_concurrency
         if sep:
             try:
