@@ -75,6 +75,7 @@ class MaintenanceConfig:
 @dataclass(frozen=True)
 class MetricsConfig:
     prometheus_port: int | None = None  # None: no Prometheus endpoint
+    host: str = "127.0.0.1"  # the address the endpoint binds to; "0.0.0.0" exposes it
 
 
 def _default_queues() -> dict[str, QueueConfig]:
@@ -239,6 +240,27 @@ def _texts(value: Any, key: str) -> tuple[str, ...]:
     return tuple(_text(item, f"{key}[{index}]") for index, item in enumerate(value))
 
 
+_HOST_NAME = re.compile(
+    r"(?=.{1,253}$)[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*"
+)
+
+
+def _host(value: Any, key: str) -> str:
+    """An IP address (v4 or v6) or a host name to bind to."""
+    import ipaddress
+
+    if isinstance(value, str):
+        try:
+            return str(ipaddress.ip_address(value))
+        except ValueError:
+            if _HOST_NAME.fullmatch(value):
+                return value
+    raise ConfigError(
+        f'{key}: expected an IP address or host name like "127.0.0.1", got {_show(value)}',
+        key=key,
+    )
+
+
 _ANY_DURATION = _duration(zero_allowed=True)
 _INTERVAL = _duration(zero_allowed=False)
 _DURATIONS = (_ANY_DURATION, _INTERVAL)
@@ -257,7 +279,7 @@ _SCHEMA: dict[str, dict[str, Parser]] = {
         "completed_retention": _ANY_DURATION,
         "failed_retention": _ANY_DURATION,
     },
-    "metrics": {"prometheus_port": _integer(1, 65535)},
+    "metrics": {"prometheus_port": _integer(1, 65535), "host": _host},
 }
 _TABLES = ("database", "app", "worker", "queues", "maintenance", "metrics")
 _BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")

@@ -80,6 +80,7 @@ def test_no_file_gives_every_default(tmp_path: Path, monkeypatch: pytest.MonkeyP
         failed_retention=259200.0,
     )
     assert config.metrics == MetricsConfig(prometheus_port=None)
+    assert config.metrics.host == "127.0.0.1"  # loopback unless configured
 
 
 def test_empty_file_gives_defaults_beside_it(tmp_path: Path) -> None:
@@ -283,6 +284,9 @@ def test_format_duration_is_short() -> None:
         ("[metrics]\nprometheus_port = 0", "[metrics] prometheus_port", "positive integer"),
         ("[metrics]\nprometheus_port = 70000", "[metrics] prometheus_port", "between 1 and 65535"),
         ('[metrics]\nprometheus_port = "9464"', "[metrics] prometheus_port", "positive integer"),
+        ('[metrics]\nhost = "not a host!"', "[metrics] host", "expected an IP address or host"),
+        ("[metrics]\nhost = 127", "[metrics] host", "expected an IP address or host"),
+        ('[metrics]\nhost = ""', "[metrics] host", "expected an IP address or host"),
         (
             "[maintenance]\nrescue_interval = 0",
             "[maintenance] rescue_interval",

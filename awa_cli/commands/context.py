@@ -72,11 +72,12 @@ class CliContext:
         from awa_cli.plugins.manager import build_plugin_host
 
         port = self.config.metrics.prometheus_port
+        host = self.config.metrics.host
 
         def prometheus() -> Any:
             from awa_cli.plugins.prometheus import PrometheusPlugin
 
-            return PrometheusPlugin(port, self.env)
+            return PrometheusPlugin(port, self.env, host=host)
 
         extra = [] if port is None else [("awa_cli.plugins.prometheus", prometheus)]
         return build_plugin_host(
