@@ -69,6 +69,11 @@ class CliContext:
 
     @cached_property
     def plugins(self) -> PluginHost:
+        """The plugins; each one that fails to load is reported once, on stderr."""
+        return self.load_plugins(report=self.terminal.status)
+
+    def load_plugins(self, report: Any) -> PluginHost:
+        """A fresh plugin host; ``report`` gets each problem (None: logged instead)."""
         from awa_cli.plugins.manager import build_plugin_host
 
         port = self.config.metrics.prometheus_port
@@ -83,7 +88,7 @@ class CliContext:
         return build_plugin_host(
             self.config.app.plugins,
             self.config.base_dir,
-            report=self.terminal.status,
+            report=report,
             extra_builtins=extra,
         )
 
