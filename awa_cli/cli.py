@@ -130,9 +130,10 @@ def cli(
     callbacks, and manage the embedded PostgreSQL server.
     """
     level = logging.WARNING if quiet else (logging.DEBUG if verbose > 1 else logging.INFO)
-    logging.basicConfig(
-        level=level, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s %(message)s"
-    )
+    from awa_cli.db import pool_logs
+
+    # stderr, one line per record; the pool's connection failures one line per backoff step
+    pool_logs.configure(level, verbose)
     ctx.obj = CliContext(
         config_option=config_option,
         database_url_option=database_url,

@@ -120,3 +120,81 @@ def test_an_invalid_database_url_is_a_usage_error(tmp_path: Path, url: str) -> N
         assert done.returncode == 2
         assert line.startswith("Error: invalid database URL: expected postgresql://")
         assert "pw" not in line
+
+
+def test_pool_failures_become_one_awa_line_per_backoff_step() -> None:
+    import logging
+
+    from awa_cli.db.pool_logs import ReconnectReport
+
+    now = [0.0]
+    report = ReconnectReport(clock=lambda: now[0])
+    error = psycopg.OperationalError(
+        'connection failed: connection to server at "127.0.0.1", port 1 failed: '
+        "Connection refused\n\tIs the server running on that host?"
+    )
+
+    def failure() -> logging.LogRecord:
+        return logging.LogRecord(
+            "psycopg.pool",
+            logging.WARNING,
+            "x",
+            1,
+            "error connecting in %r: %s",
+            ("pool-1", error),
+            None,
+        )
+
+    shown = []
+    for tenth in range(100):  # 10 s of a failure every 0.1 s
+        now[0] = tenth / 10
+        record = failure()
+        if report.filter(record):
+            shown.append((now[0], record.getMessage(), record.name))
+    assert [round(t, 1) for t, _, _ in shown] == [0.0, 1.0, 3.0, 7.0]  # steps of 1, 2, 4 s
+    assert all(name == "awa.db" for _, _, name in shown)
+    assert shown[0][1] == (
+        "database connection failed: connection refused (retrying; next report in 1s at most)"
+    )
+    assert "; 9 more failed attempts" in shown[1][1] and "\n" not in shown[1][1]
+    now[0] += 100  # a quiet spell: the next failure is reported at once, from the first step
+    record = failure()
+    assert report.filter(record) and "next report in 1s" in record.getMessage()
+    info = logging.LogRecord("psycopg.pool", logging.INFO, "x", 1, "connection given", (), None)
+    assert report.filter(info)  # everything else passes (the logger's level decides)
+
+
+def test_a_running_worker_whose_server_goes_away_logs_no_pool_flood(
+    tmp_path: Path, own_server: object
+) -> None:
+    from awa_cli.db.migrations import migrate_dsn
+
+    cluster = own_server
+    dsn = cluster.dsn_for("postgres")  # type: ignore[attr-defined]
+    migrate_dsn(dsn)
+    config = tmp_path / "awa.toml"
+    config.write_text('[app]\nmodules = ["tests.apps.recording"]\n')
+    env = {**os.environ, "NO_COLOR": "1", "PYTHONPATH": str(ROOT), "AWA_DATABASE_URL": dsn}
+    env.pop("NOTIFY_SOCKET", None)
+    log = tmp_path / "worker.log"
+    with log.open("w") as err:
+        proc = subprocess.Popen(
+            [AWA, "--config", str(config), "worker"], env=env, cwd=ROOT, stderr=err
+        )
+    try:
+        deadline = time.monotonic() + 30
+        while " started" not in log.read_text():
+            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
+            time.sleep(0.1)
+        before = len(log.read_text().splitlines())
+        cluster.server.stop("fast")  # type: ignore[attr-defined]
+        time.sleep(4)  # the outage whose log is measured
+        outage = log.read_text().splitlines()[before:]
+        cluster.server.start()  # type: ignore[attr-defined]
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    assert not [line for line in outage if " psycopg.pool " in line], outage
+    assert not [line for line in outage if line[:1].isspace()], outage  # one record, one line
+    reports = [line for line in outage if "database connection failed" in line]
+    assert 1 <= len(reports) <= 4, outage  # steps of 1, 2 s: three at most in 4 s
