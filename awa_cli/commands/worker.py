@@ -49,15 +49,19 @@ def parse_queue_options(values: tuple[str, ...], default_concurrency: int = 10) 
     return queues
 
 
+def require_app_modules(ctx: CliContext) -> None:
+    if not ctx.config.app.modules:
+        raise ConfigError(
+            "no [app] modules configured: the worker has no handlers", key="app.modules"
+        )
+
+
 def build_worker(ctx: CliContext, queue_options: tuple[str, ...]) -> Any:
     from awa_cli.worker.queues import QueueSpec
     from awa_cli.worker.runtime import Worker
 
     config = ctx.config
-    if not config.app.modules:
-        raise ConfigError(
-            "no [app] modules configured: the worker has no handlers", key="app.modules"
-        )
+    require_app_modules(ctx)
     app = ctx.app
     if queue_options:
         specs = {
@@ -175,6 +179,7 @@ def command(ctx: CliContext, queues: tuple[str, ...], processes: int | None) -> 
         ]
         # The URL goes by environment, not argv (ps shows argv); resolved once, so the
         # children share one embedded server rather than race to start it.
+        require_app_modules(ctx)  # config errors (exit 2) before the database (exit 1)
         dsn = ctx.dsn()
         check_database(dsn)  # one clear line and exit 1, not N children failing in a loop
         env = {**ctx.env, "AWA_DATABASE_URL": dsn}
