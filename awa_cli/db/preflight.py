@@ -66,7 +66,11 @@ def missing_schema_message(dbname: str | None = None) -> str:
 
 
 def check_database(dsn: str, *, timeout: float = CONNECT_TIMEOUT) -> None:
-    """Connect once and check the schema; raise :class:`DatabaseUnusable` with one line."""
+    """Connect once and check the schema; raise :class:`DatabaseUnusable` with one line.
+
+    Needs no grant beyond the least-privilege worker role's: the migration ledger is
+    consulted (for pending migrations) only when the role may read it.
+    """
     shown = redact(dsn)
     try:
         conn = psycopg.connect(dsn, autocommit=True, connect_timeout=max(1, round(timeout)))
@@ -74,15 +78,18 @@ def check_database(dsn: str, *, timeout: float = CONNECT_TIMEOUT) -> None:
         raise DatabaseUnusable(f"cannot connect to {shown}: {connection_problem(exc)}") from exc
     with conn:
         from awa_cli.db import migrations
+        from awa_cli.db.statements import SQL
 
+        dbname = conn.info.dbname
         try:
-            rows = migrations.status(conn)
+            row = conn.execute(SQL["schema_presence"]).fetchone()
+            has_jobs, ledger_readable = row if row is not None else (False, False)
+            rows = migrations.status(conn) if has_jobs and ledger_readable else []
         except psycopg.Error as exc:
             raise DatabaseUnusable(f"cannot read the awa schema in {shown}: {exc}") from exc
-        dbname = conn.info.dbname
-    pending = [r for r in rows if r.applied_at is None]
-    if pending and len(pending) == len(rows):
+    if not has_jobs:
         raise DatabaseUnusable(missing_schema_message(dbname))
+    pending = [r for r in rows if r.applied_at is None]
     if pending:
         names = ", ".join(f"{r.version:04d}_{r.name}" for r in pending)
         raise DatabaseUnusable(

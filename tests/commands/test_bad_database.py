@@ -198,3 +198,20 @@ def test_a_running_worker_whose_server_goes_away_logs_no_pool_flood(
     assert not [line for line in outage if line[:1].isspace()], outage  # one record, one line
     reports = [line for line in outage if "database connection failed" in line]
     assert 1 <= len(reports) <= 4, outage  # steps of 1, 2 s: three at most in 4 s
+
+
+def test_worker_against_a_schema_with_pending_migrations_says_run_awa_migrate(
+    tmp_path: Path, db: psycopg.Connection, dsn: str
+) -> None:
+    from awa_cli.db import migrations
+
+    last = migrations.available()[-1]
+    db.execute("DELETE FROM awa.schema_migrations WHERE version = %s", (last.version,))
+    db.commit()
+    done, _ = awa(tmp_path, dsn, "worker")
+    line = one_line(done)
+    assert done.returncode == 1
+    assert line == (
+        f"Error: awa schema in {db.info.dbname} is not up to date "
+        f"({last.version:04d}_{last.name} pending): run awa migrate"
+    )

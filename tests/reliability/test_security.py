@@ -463,3 +463,33 @@ def test_a_worker_enqueue_and_callback_run_with_only_the_documented_grants(
     assert (
         left < 1 + 11 + 11 + 1
     )  # retention deleted completed jobs (triggers, follow-ups, parked, rescued)
+
+
+def test_awa_worker_starts_with_only_the_documented_grants(
+    worker_role: str, tmp_path: Path
+) -> None:
+    """The start-up check of `awa worker` needs no grant beyond the README's (the role cannot
+    read awa.schema_migrations): the real process gets to 'started' and drains on SIGTERM."""
+    import signal
+    import time
+
+    config = tmp_path / "awa.toml"
+    config.write_text('[app]\nmodules = ["tests.apps.callbacks"]\n')
+    log = tmp_path / "worker.log"
+    with log.open("w") as err:
+        proc = subprocess.Popen(
+            [AWA_BIN, "--config", str(config), "worker"],
+            env=env_for(worker_role),
+            cwd=ROOT,
+            stderr=err,
+        )
+    try:
+        deadline = time.monotonic() + 30
+        while " started" not in log.read_text():
+            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
+            time.sleep(0.1)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        code = proc.wait(timeout=30)
+    assert code == 0, log.read_text()
+    no_password(log.read_text())
