@@ -114,7 +114,7 @@ def test_one_shot_commands_against_an_unmigrated_database(
 
 @pytest.mark.parametrize("url", ["not a url", "mysql://u:pw@localhost/x", "http://localhost/"])
 def test_an_invalid_database_url_is_a_usage_error(tmp_path: Path, url: str) -> None:
-    for argv in (["job", "list"], ["worker"]):
+    for argv in (["job", "list"], ["worker"], ["config", "check"]):
         done, _ = awa(tmp_path, url, *argv)
         line = one_line(done)
         assert done.returncode == 2
