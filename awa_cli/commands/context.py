@@ -69,8 +69,13 @@ class CliContext:
 
     @cached_property
     def plugins(self) -> PluginHost:
-        """The plugins; each one that fails to load is reported once, on stderr."""
-        return self.load_plugins(report=self.terminal.status)
+        """The plugins; each one that fails to load is reported once, on stderr (even with
+        -q: a metrics or alerting plugin that silently went missing is worse than a line)."""
+
+        def report(line: str) -> None:
+            self.terminal.err.print(line, markup=False, highlight=False)
+
+        return self.load_plugins(report=report)
 
     def load_plugins(self, report: Any) -> PluginHost:
         """A fresh plugin host; ``report`` gets each problem (None: logged instead)."""
