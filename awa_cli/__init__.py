@@ -20,10 +20,12 @@ from awa_cli.jobs import CallbackToken, JobRow, JobState
 from awa_cli.jsonvalues import kind_for
 from awa_cli.plugins.marker import hookimpl
 from awa_cli.errors import (
+    AppNotFound,
     AwaError,
     CallbackNotFound,
     CallbackWaitAborted,
     ConfigError,
+    DatabaseUnusable,
     EmbeddedError,
     FollowUpError,
     InvalidJobState,
@@ -46,6 +48,7 @@ from awa_cli.worker.runtime import Worker
 __all__ = [
     "DEFAULT_UNIQUE_STATES",
     "App",
+    "AppNotFound",
     "AsyncClient",
     "AwaError",
     "CallbackNotFound",
@@ -54,6 +57,7 @@ __all__ = [
     "Cancel",
     "Client",
     "ConfigError",
+    "DatabaseUnusable",
     "EmbeddedError",
     "EnqueueRequest",
     "FollowUpError",

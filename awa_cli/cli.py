@@ -19,9 +19,10 @@ EXIT_NOT_FOUND = 4
 
 
 def exit_code_for(exc: BaseException) -> int:
+    from awa_cli.errors import AppNotFound
     from awa_cli.config import ConfigError
 
-    if isinstance(exc, (ValidationError, ConfigError)):
+    if isinstance(exc, (ValidationError, ConfigError, AppNotFound)):
         return EXIT_USAGE
     if isinstance(exc, (JobNotFound, CallbackNotFound)):
         return EXIT_NOT_FOUND
@@ -41,12 +42,25 @@ def single_line(text: str) -> str:
 def one_line(exc: BaseException) -> str:
     """The error as one line for people; passwords in database errors are redacted."""
     from awa_cli.db.dsn import redact
+    from awa_cli.db.preflight import is_missing_schema, missing_schema_message
 
     text = str(exc).strip()
     message = text.splitlines()[0] if text else type(exc).__name__
-    if isinstance(exc, psycopg.Error):
+    if is_missing_schema(exc):  # an unmigrated database, whatever the command
+        message = missing_schema_message(_dbname_of(exc))
+    elif isinstance(exc, psycopg.Error):
         message = f"database error: {message}"
     return single_line(redact(message))
+
+
+def _dbname_of(exc: BaseException) -> str | None:
+    """The database a psycopg error came from, when the driver still knows it."""
+    pgconn = getattr(exc, "pgconn", None)
+    try:
+        name = pgconn.db if pgconn is not None else None
+    except Exception:  # a closed connection may no longer answer
+        return None
+    return name.decode(errors="replace") if isinstance(name, bytes) and name else None
 
 
 class AwaGroup(click.Group):
@@ -116,9 +130,10 @@ def cli(
     callbacks, and manage the embedded PostgreSQL server.
     """
     level = logging.WARNING if quiet else (logging.DEBUG if verbose > 1 else logging.INFO)
-    logging.basicConfig(
-        level=level, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s %(message)s"
-    )
+    from awa_cli.db import pool_logs
+
+    # stderr, one line per record; the pool's connection failures one line per backoff step
+    pool_logs.configure(level, verbose)
     ctx.obj = CliContext(
         config_option=config_option,
         database_url_option=database_url,

@@ -309,6 +309,31 @@ class AsyncClient:
             )
             return [JobRow.from_record(r) for r in await cur.fetchall()]
 
+    async def queue_stats(self, queue: str | None = None) -> list[dict[str, Any]]:
+        """Per queue holding jobs (or just ``queue``): ``{"queue", "counts": {state: n},
+        "completed_per_second" (last minute), "oldest_available_age_seconds"}``, by name."""
+        from awa_cli.db.statements import SQL
+
+        pool = await self._ready()
+        async with pool.connection() as conn:
+            rows = await (await conn.execute(SQL["queue_stats"], {"queue": queue})).fetchall()
+        stats: dict[str, dict[str, Any]] = {}
+        for name, state, n, oldest, completed_recent in rows:
+            entry = stats.setdefault(
+                name,
+                {
+                    "queue": name,
+                    "counts": {s.value: 0 for s in JobState},
+                    "completed_per_second": 0.0,
+                    "oldest_available_age_seconds": None,
+                },
+            )
+            entry["counts"][state] = n
+            entry["completed_per_second"] += round(completed_recent / 60.0, 3)
+            if oldest is not None:
+                entry["oldest_available_age_seconds"] = round(float(oldest), 3)
+        return [stats[name] for name in sorted(stats)]
+
     async def cancel(self, job_id: int) -> JobRow:
         await self._ready()
         return await self.core.cancel(job_id)

@@ -18,7 +18,8 @@ from typing import Any
 from awa_cli import defaults
 from awa_cli.db.dsn import redact
 from awa_cli.durations import format_duration, parse_duration, show_value
-from awa_cli.errors import ConfigError
+from awa_cli.enqueue import check_name
+from awa_cli.errors import ConfigError, ValidationError
 
 CONFIG_FILE_NAME = "awa.toml"
 EMBEDDED_DIR_NAME = ".awa"
@@ -61,6 +62,7 @@ class MaintenanceConfig:
 @dataclass(frozen=True)
 class MetricsConfig:
     prometheus_port: int | None = None  # None: no Prometheus endpoint
+    host: str = "127.0.0.1"  # the address the endpoint binds to; "0.0.0.0" exposes it
 
 
 def _default_queues() -> dict[str, QueueConfig]:
@@ -153,6 +155,27 @@ def _texts(value: Any, key: str) -> tuple[str, ...]:
     return tuple(_text(item, f"{key}[{index}]") for index, item in enumerate(value))
 
 
+_HOST_NAME = re.compile(
+    r"(?=.{1,253}$)[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*"
+)
+
+
+def _host(value: Any, key: str) -> str:
+    """An IP address (v4 or v6) or a host name to bind to."""
+    import ipaddress
+
+    if isinstance(value, str):
+        try:
+            return str(ipaddress.ip_address(value))
+        except ValueError:
+            if _HOST_NAME.fullmatch(value):
+                return value
+    raise ConfigError(
+        f'{key}: expected an IP address or host name like "127.0.0.1", got {_show(value)}',
+        key=key,
+    )
+
+
 _ANY_DURATION = _duration(zero_allowed=True)
 _INTERVAL = _duration(zero_allowed=False)
 _DURATIONS = (_ANY_DURATION, _INTERVAL)
@@ -171,7 +194,7 @@ _SCHEMA: dict[str, dict[str, Parser]] = {
         "completed_retention": _ANY_DURATION,
         "failed_retention": _ANY_DURATION,
     },
-    "metrics": {"prometheus_port": _integer(1, 65535)},
+    "metrics": {"prometheus_port": _integer(1, 65535), "host": _host},
 }
 _TABLES = ("database", "app", "worker", "queues", "maintenance", "metrics")
 _BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
@@ -217,6 +240,10 @@ def _build(data: dict[str, Any], path: Path | None, base_dir: Path) -> Config:
         label = _table_label("queues", name)
         if not 1 <= len(name) <= 200:
             raise ConfigError(f"{label}: a queue name must be 1 to 200 characters", key=label)
+        try:
+            check_name(name, label)  # the rule inserts apply, so every configured queue is usable
+        except ValidationError as exc:
+            raise ConfigError(str(exc), key=label) from None
         queues[name] = QueueConfig(**_section(_as_table(raw, label), "queues.*", label))
 
     maintenance = MaintenanceConfig(

@@ -162,6 +162,12 @@ def _check_name(value: Any, field_name: str) -> str:
     return value
 
 
+def check_name(value: Any, field_name: str) -> str:
+    """A kind or queue name as inserts accept it (1-200 characters, no NUL), else
+    :class:`ValidationError` naming ``field_name``; the one validator for every name."""
+    return _check_name(value, field_name)
+
+
 def _check_int(value: Any, field_name: str, low: int, high: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise ValidationError(field_name, f"expected an integer, got {type(value).__name__}")

@@ -74,6 +74,11 @@ class UnknownJobKind(AwaError, LookupError):
     """The kind is not registered in the app at hand."""
 
 
+class AppNotFound(AwaError, LookupError):
+    """An ``[app] modules`` entry names a module or attribute that does not exist: a config
+    error (exit 2 at the CLI), unlike a module that is found but raises while importing."""
+
+
 class ResolutionRefused(AwaError):
     """The loaded app does not know the job's kind, so its follow-ups cannot be run."""
 
@@ -104,15 +109,21 @@ class ShutdownInterrupted(AwaError):
 # -- the embedded server ----------------------------------------------------------------------
 
 
+class DatabaseUnusable(AwaError):
+    """The database cannot be used: unreachable, refusing, missing or not migrated."""
+
+
 class EmbeddedError(AwaError):
     """The embedded PostgreSQL could not be found, initialised, started or stopped."""
 
 
 __all__ = [
+    "AppNotFound",
     "AwaError",
     "CallbackNotFound",
     "CallbackWaitAborted",
     "ConfigError",
+    "DatabaseUnusable",
     "EmbeddedError",
     "FollowUpError",
     "InvalidJobState",

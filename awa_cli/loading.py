@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from awa_cli.app import App
-from awa_cli.errors import AwaError
+from awa_cli.errors import AppNotFound, AwaError
 
 
 def import_target(spec: str, base_dir: Path | None, default_attr: str | None) -> Any:
@@ -30,17 +30,27 @@ def import_target(spec: str, base_dir: Path | None, default_attr: str | None) ->
     try:
         return getattr(module, attr)
     except AttributeError:
-        raise AwaError(f"[app] modules: {module_name!r} has no attribute {attr!r}") from None
+        raise AppNotFound(f"[app] modules: {module_name!r} has no attribute {attr!r}") from None
 
 
 def load_apps(modules: Iterable[str], base_dir: Path | None = None) -> App:
     """Import each ``[app] modules`` entry and merge their apps into one."""
     merged = App()
     for spec in modules:
+        module_name = spec.partition(":")[0]
         try:
             target = import_target(spec, base_dir, "app")
-        except ImportError as exc:
-            raise AwaError(f"[app] modules: cannot import {spec!r}: {exc}") from None
+        except ModuleNotFoundError as exc:
+            missing = exc.name or ""
+            if missing and (module_name == missing or module_name.startswith(missing + ".")):
+                raise AppNotFound(f"[app] modules: no module named {missing!r} ({spec!r})") from exc
+            raise AwaError(f"[app] modules: cannot import {spec!r}: {exc}") from exc
+        except AwaError:
+            raise
+        except Exception as exc:  # the module was found but raised: the code's fault (exit 1)
+            raise AwaError(
+                f"[app] modules: {spec!r} raised while importing: {type(exc).__name__}: {exc}"
+            ) from exc
         if not isinstance(target, App):
             raise AwaError(f"[app] modules: {spec!r} is {type(target).__name__}, not an awa App")
         merged.merge(target)

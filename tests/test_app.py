@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 import awa_cli as awa
-from awa_cli.app import RegistrationError
+from awa_cli.errors import AppNotFound, RegistrationError
 from awa_cli.loading import load_apps
 from awa_cli.results import AwaError
 
@@ -222,5 +222,5 @@ def test_a_module_without_an_app_is_a_clear_error(
 
 
 def test_an_unimportable_module_is_a_clear_error(tmp_path: Path) -> None:
-    with pytest.raises(AwaError, match="cannot import 'awa_no_such_module_here'"):
+    with pytest.raises(AppNotFound, match="no module named 'awa_no_such_module_here'"):
         load_apps(["awa_no_such_module_here"], tmp_path)

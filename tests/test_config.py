@@ -81,6 +81,7 @@ def test_no_file_gives_every_default(tmp_path: Path, monkeypatch: pytest.MonkeyP
         failed_retention=259200.0,
     )
     assert config.metrics == MetricsConfig(prometheus_port=None)
+    assert config.metrics.host == "127.0.0.1"  # loopback unless configured
 
 
 def test_empty_file_gives_defaults_beside_it(tmp_path: Path) -> None:
@@ -276,6 +277,7 @@ def test_format_duration_is_short() -> None:
         ("[queues]\nemail = 5", "[queues.email]", "expected a table"),
         ('[queues.""]\nconcurrency = 1', '[queues.""]', "1 to 200 characters"),
         (f"[queues.{'q' * 201}]", f"[queues.{'q' * 201}]", "1 to 200 characters"),
+        ('[queues."a\\u0000b"]', '[queues."a\\u0000b"]', "contains a NUL character"),
         ("queues = 3", "[queues]", "expected a table"),
         ("[worker]\nprocesses = 0", "[worker] processes", "positive integer"),
         ("[worker]\nprocesses = -2", "[worker] processes", "positive integer"),
@@ -283,6 +285,9 @@ def test_format_duration_is_short() -> None:
         ("[metrics]\nprometheus_port = 0", "[metrics] prometheus_port", "positive integer"),
         ("[metrics]\nprometheus_port = 70000", "[metrics] prometheus_port", "between 1 and 65535"),
         ('[metrics]\nprometheus_port = "9464"', "[metrics] prometheus_port", "positive integer"),
+        ('[metrics]\nhost = "not a host!"', "[metrics] host", "expected an IP address or host"),
+        ("[metrics]\nhost = 127", "[metrics] host", "expected an IP address or host"),
+        ('[metrics]\nhost = ""', "[metrics] host", "expected an IP address or host"),
         (
             "[maintenance]\nrescue_interval = 0",
             "[maintenance] rescue_interval",

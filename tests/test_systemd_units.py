@@ -73,6 +73,8 @@ def test_worker_units_speak_notify_and_drain_within_the_stop_timeout(name: str) 
     assert one(unit, "Service", "KillSignal") == "SIGTERM"
     assert one(unit, "Service", "KillMode") == "mixed"  # the supervisor forwards one SIGTERM
     assert one(unit, "Service", "Restart") == "on-failure"
+    # A config error (exit 2) is not restarted forever: restarting cannot fix it.
+    assert one(unit, "Service", "RestartPreventExitStatus") == "2"
     exec_start = one(unit, "Service", "ExecStart").split()
     assert exec_start[:2] == ["/usr/bin/env", "awa"] and exec_start[-1] == "worker"
     assert exec_start[2] == "--config"

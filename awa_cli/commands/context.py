@@ -39,7 +39,21 @@ class CliContext:
     def database_url(self) -> str | None:
         """The configured URL, or None when the embedded server is to be used."""
         config = self.config  # an explicit --config is validated even when the URL is given
-        return self.database_url_option or self.env.get("AWA_DATABASE_URL") or config.database.url
+        url = self.database_url_option or self.env.get("AWA_DATABASE_URL") or config.database.url
+        if url:
+            from awa_cli.config import ConfigError
+            from awa_cli.db.dsn import redact
+            from awa_cli.db.preflight import check_url
+
+            try:
+                check_url(url)
+            except ValueError as exc:
+                raise ConfigError(
+                    "invalid database URL: expected postgresql://user@host:port/dbname "
+                    f"or key=value parameters, got {redact(url)!r} ({exc})",
+                    key="database url",
+                ) from None
+        return url
 
     def dsn(self) -> str:
         """A DSN to connect to, starting the embedded server on demand."""
@@ -55,20 +69,31 @@ class CliContext:
 
     @cached_property
     def plugins(self) -> PluginHost:
+        """The plugins; each one that fails to load is reported once, on stderr (even with
+        -q: a metrics or alerting plugin that silently went missing is worse than a line)."""
+
+        def report(line: str) -> None:
+            self.terminal.err.print(line, markup=False, highlight=False)
+
+        return self.load_plugins(report=report)
+
+    def load_plugins(self, report: Any) -> PluginHost:
+        """A fresh plugin host; ``report`` gets each problem (None: logged instead)."""
         from awa_cli.plugins.manager import build_plugin_host
 
         port = self.config.metrics.prometheus_port
+        host = self.config.metrics.host
 
         def prometheus() -> Any:
             from awa_cli.plugins.prometheus import PrometheusPlugin
 
-            return PrometheusPlugin(port, self.env)
+            return PrometheusPlugin(port, self.env, host=host)
 
         extra = [] if port is None else [("awa_cli.plugins.prometheus", prometheus)]
         return build_plugin_host(
             self.config.app.plugins,
             self.config.base_dir,
-            report=self.terminal.status,
+            report=report,
             extra_builtins=extra,
         )
 

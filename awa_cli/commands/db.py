@@ -38,7 +38,20 @@ def _note_external_url(ctx: CliContext) -> None:
 
 @click.group(name="db")
 def command() -> None:
-    """The embedded PostgreSQL server (used when no database URL is configured)."""
+    """The embedded PostgreSQL server (used when no database URL is configured).
+
+    Any command that needs the database starts it on demand; it keeps running after the
+    command exits (awa db stop stops it).
+
+    PostgreSQL refuses to run as root. Run as root, awa runs the server as the system user
+    'awa' (created with useradd the first time; 'nobody' if that fails), makes it the owner
+    of the data directory, and adds o+x (search permission for others) to each directory
+    above the data directory that user cannot enter, and to pgserver's install tree. A home
+    directory such as /root becomes traversable (not listable) by every user. Each of these
+    actions is printed on stderr when it happens: "running as root: the server runs as system
+    user 'awa' (created)" and "added o+x to DIR". To avoid it, run awa as an unprivileged
+    user, keep [database] embedded_dir outside home directories, or set [database] url.
+    """
 
 
 @command.command()

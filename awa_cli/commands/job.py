@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from datetime import datetime, timedelta, UTC
 from typing import Any
 
@@ -38,13 +39,57 @@ def parse_run_at(text: str) -> datetime:
 
         try:
             return datetime.now(UTC) + timedelta(seconds=parse_duration(text[1:], "--run-at"))
-        except ConfigError as exc:
-            raise ValidationError("--run-at", str(exc)) from None
+        except ConfigError as exc:  # its message already starts with "--run-at: "
+            raise ValidationError("--run-at", exc.message.removeprefix("--run-at: ")) from None
     try:
         value = datetime.fromisoformat(text)
     except ValueError:
         raise ValidationError("--run-at", f"expected ISO 8601 or +DURATION, got {text!r}") from None
     return value if value.tzinfo else value.replace(tzinfo=UTC)
+
+
+def check_against_app(app: Any, kind: str, args: dict[str, Any]) -> None:
+    """Refuse a kind the app does not register, and args its registered type cannot take."""
+    task = app.tasks.get(kind)
+    if task is None:
+        known = ", ".join(sorted(app.tasks)) or "none"
+        raise ValidationError(
+            "kind",
+            f"{kind!r} is not registered in the loaded app (registered: {known}); "
+            "use --force to enqueue it anyway",
+        )
+    from awa_cli.jobs import rebuild_args
+
+    try:
+        rebuild_args(task.args_type, args)
+    except Exception as exc:
+        name = getattr(task.args_type, "__name__", str(task.args_type))
+        raise ValidationError("--args", f"{name}: {_rebuild_problem(exc)}") from None
+
+
+_MISSING = re.compile(r"missing \d+ required (?:positional|keyword-only) arguments?: (.*)$")
+_UNEXPECTED = re.compile(r"unexpected keyword argument '([^']*)'")
+
+
+def _rebuild_problem(exc: Exception) -> str:
+    """What is wrong with the args, naming the field where the error says which."""
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    if isinstance(exc, TypeError):
+        if match := _MISSING.search(text):
+            fields = re.findall(r"'([^']*)'", match.group(1))
+            label = "field" if len(fields) == 1 else "fields"
+            return f"missing {label} {', '.join(repr(f) for f in fields)}"
+        if match := _UNEXPECTED.search(text):
+            return f"unknown field {match.group(1)!r}"
+    errors = getattr(exc, "errors", None)  # pydantic's ValidationError
+    if callable(errors):
+        try:
+            first = errors()[0]
+            where = ".".join(str(part) for part in first.get("loc", ()))
+            return f"field {where!r}: {first.get('msg', text)}" if where else str(first["msg"])
+        except Exception:
+            pass
+    return f"args do not fit: {type(exc).__name__}: {text}"
 
 
 def show_row(ctx: CliContext, row: JobRow, json_flag: bool, verb: str | None = None) -> None:
@@ -79,6 +124,11 @@ def _summary(row: JobRow) -> tuple[Any, ...]:
 @click.option(
     "--unique", is_flag=True, help="Deduplicate by kind and args (default unique options)."
 )
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Enqueue even if the loaded app does not register KIND or --args do not fit its type.",
+)
 @json_option
 @pass_context
 def enqueue(
@@ -90,9 +140,15 @@ def enqueue(
     max_attempts: int | None,
     run_at: str | None,
     unique: bool,
+    force: bool,
     json_flag: bool,
 ) -> None:
-    """Enqueue one job of KIND."""
+    """Enqueue one job of KIND.
+
+    With [app] modules configured, KIND must be registered in the loaded app and --args must
+    rebuild as its registered args type (exit 2 naming the field, nothing written); --force
+    skips both checks. A queue that no [queues] table configures is enqueued with a warning.
+    """
     args = parse_json_option(args_json, "--args")
     if not isinstance(args, dict):
         raise ValidationError("--args", "must be a JSON object")
@@ -106,11 +162,20 @@ def enqueue(
     if unique:
         options["unique_opts"] = {}
     app = ctx.app if ctx.config.app.modules else None
+    if app is not None and not force:
+        check_against_app(app, kind, args)
     if queue is None and app is not None:
         options["queue"] = app.queue_for(kind)
     from awa_cli.client import prepare_insert
 
     prepare_insert(args, options)  # validate before connecting: nothing is written on bad input
+    target = options["queue"] or "default"
+    if target not in ctx.config.queues:
+        ctx.terminal.status(
+            f"warning: queue {target!r} is not configured ([queues] has "
+            f"{', '.join(sorted(ctx.config.queues))}): a worker must be started with "
+            f"--queue {target} to run this job"
+        )
     row = run_with_client(ctx, lambda c: c.insert(args, **options))
     show_row(ctx, row, json_flag, verb="enqueued")
 

@@ -2,10 +2,31 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 
 from awa_cli.commands.context import CliContext, json_option, pass_context
 from awa_cli.db import migrations
+
+
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report it
+
+
+def _migrate_or_explain_interrupt(conn: Any) -> list[migrations.Migration]:
+    """Migrate; on Ctrl-C say what was rolled back and what stands, and exit 130."""
+    pending = migrations.status(conn)
+    before = {r.version for r in pending if r.applied_at is not None}
+    running: list[migrations.Migration] = []
+    try:
+        return migrations.migrate(conn, starting=running.append)
+    except KeyboardInterrupt:
+        current = running[-1] if running else None
+        done = [f"{m.version:04d}_{m.name}" for m in running[:-1] if m.version not in before]
+        what = f"migration {current.version:04d} rolled back" if current else "nothing started"
+        kept = f"applied before it: {', '.join(done)}" if done else "nothing applied"
+        click.echo(f"interrupted: {what}, {kept}", err=True)
+        raise SystemExit(EXIT_INTERRUPTED) from None
 
 
 @click.command(name="migrate")
@@ -50,7 +71,7 @@ def command(ctx: CliContext, show_status: bool, show_sql: bool, json_flag: bool)
                     [(f"{r.version:04d}", r.name, r.applied_at or "pending") for r in rows],
                 )
             return
-        applied = migrations.migrate(conn)
+        applied = _migrate_or_explain_interrupt(conn)
     if ctx.wants_json(json_flag):
         ctx.terminal.json({"applied": [f"{m.version:04d}_{m.name}" for m in applied]})
     elif applied:

@@ -13,20 +13,17 @@ from awa_cli.commands.context import CliContext, json_option, pass_context
 def command(ctx: CliContext, json_flag: bool) -> None:
     """List the loaded plugins: built-ins, entry points (group "awa_cli"), then [app] plugins.
 
-    A plugin that failed to load is reported on stderr; the command still exits 0.
+    A plugin that failed to load is listed with its error (stderr, one line each, even with
+    -q; in the table too); so is an awa_ name a plugin defines that is no hook. The command
+    still exits 0.
     """
-    host = ctx.plugins
+    problems: list[str] = []
+    host = ctx.load_plugins(report=problems.append)  # printed below, once, even under -q
     if ctx.wants_json(json_flag):
         ctx.terminal.json([plugin.to_json() for plugin in host.loaded])
     else:
-        ctx.terminal.table(
-            ("name", "origin", "hooks"),
-            [(p.name, p.origin, ", ".join(p.hooks)) for p in host.loaded],
-        )
-    if host.failed:
-        # Each failure was reported in full when the plugins loaded (unless -q); this
-        # summary names them even under -q.
-        names = ", ".join(f"{f.name} ({f.origin})" for f in host.failed)
-        ctx.terminal.err.print(
-            f"{len(host.failed)} plugin(s) failed to load: {names}", markup=False, highlight=False
-        )
+        rows = [(p.name, p.origin, ", ".join(p.hooks)) for p in host.loaded]
+        rows += [(f.name, f.origin, f"FAILED: {f.error}") for f in host.failed]
+        ctx.terminal.table(("name", "origin", "hooks"), rows)
+    for problem in problems:
+        ctx.terminal.err.print(problem, markup=False, highlight=False)

@@ -1,56 +1,44 @@
-"""`awa queue`: list queues and watch their statistics."""
+"""`awa queue`: list queues and watch their statistics (through the client's queue_stats)."""
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
+from collections.abc import Awaitable, Callable
+from datetime import datetime
 from typing import Any
 
 import click
+import psycopg
 
-from awa_cli.commands.context import CliContext, json_option, pass_context
+from awa_cli.commands.context import CliContext, json_option, pass_context, run_with_client
+from awa_cli.db.dsn import redact
 from awa_cli.jobs import JobState
 
 STATES = [s.value for s in JobState]
-
-_STATS = """
-SELECT queue, state::text, count(*) AS n,
-       extract(epoch FROM now() - min(run_at) FILTER (WHERE state = 'available' AND run_at <= now()))
-           AS oldest_available,
-       count(*) FILTER (WHERE state = 'completed' AND finalized_at > now() - interval '60 seconds')
-           AS completed_last_minute
-FROM awa.jobs
-WHERE %(queue)s::text IS NULL OR queue = %(queue)s
-GROUP BY queue, state
-"""
+EXIT_NOT_FOUND = 4
+# What a watch survives: the database restarting or dropping the connection.
+_DISCONNECTED = (psycopg.OperationalError, psycopg.InterfaceError, OSError, TimeoutError)
 
 
-async def fetch_stats(
-    dsn: str, queue: str | None, configured: dict[str, Any]
+def merge_configured(
+    found: list[dict[str, Any]], queue: str | None, configured: dict[str, Any]
 ) -> list[dict[str, Any]]:
-    import psycopg
-
-    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
-        rows = await (await conn.execute(_STATS, {"queue": queue})).fetchall()
-    stats: dict[str, dict[str, Any]] = {}
-    names = set(configured) | {r[0] for r in rows}
-    if queue is not None:
-        names = {queue}
+    """The client's stats plus every configured queue (zeros when empty), with concurrency."""
+    by_name = {s["queue"]: s for s in found}
+    names = {queue} if queue is not None else set(configured) | set(by_name)
+    stats = []
     for name in sorted(names):
-        stats[name] = {
+        entry = by_name.get(name) or {
             "queue": name,
             "counts": {s: 0 for s in STATES},
             "completed_per_second": 0.0,
             "oldest_available_age_seconds": None,
-            "concurrency": configured[name].concurrency if name in configured else None,
         }
-    for name, state, n, oldest, completed_recent in rows:
-        entry = stats[name]
-        entry["counts"][state] = n
-        entry["completed_per_second"] += round(completed_recent / 60.0, 3)
-        if oldest is not None:
-            entry["oldest_available_age_seconds"] = round(float(oldest), 3)
-    return list(stats.values())
+        concurrency = configured[name].concurrency if name in configured else None
+        stats.append({**entry, "concurrency": concurrency})
+    return stats
 
 
 def _age(seconds: float | None) -> str:
@@ -63,17 +51,28 @@ def _age(seconds: float | None) -> str:
     return f"{seconds / 3600:.1f}h"
 
 
-def _render(stats: list[dict[str, Any]]) -> Any:
+def _row(s: dict[str, Any]) -> tuple[Any, ...]:
+    return (
+        s["queue"],
+        *(s["counts"][st] for st in STATES),
+        f"{s['completed_per_second']:.2f}",
+        _age(s["oldest_available_age_seconds"]),
+    )
+
+
+def _render(stats: list[dict[str, Any]], caption: str) -> Any:
     from rich.table import Table
 
-    table = Table("queue", *STATES, "completed/s", "oldest available", title="awa queue stats")
+    table = Table(
+        "queue",
+        *STATES,
+        "completed/s",
+        "oldest available",
+        title="awa queue stats",
+        caption=caption,
+    )
     for s in stats:
-        table.add_row(
-            s["queue"],
-            *(str(s["counts"][st]) for st in STATES),
-            f"{s['completed_per_second']:.2f}",
-            _age(s["oldest_available_age_seconds"]),
-        )
+        table.add_row(*(str(v) for v in _row(s)))
     return table
 
 
@@ -87,7 +86,8 @@ def command() -> None:
 @pass_context
 def list_queues(ctx: CliContext, json_flag: bool) -> None:
     """Queues that are configured or hold jobs, with job counts."""
-    stats = asyncio.run(fetch_stats(ctx.dsn(), None, ctx.config.queues))
+    found = run_with_client(ctx, lambda c: c.queue_stats())
+    stats = merge_configured(found, None, ctx.config.queues)
     if ctx.wants_json(json_flag):
         ctx.terminal.json(
             [
@@ -121,7 +121,10 @@ def list_queues(ctx: CliContext, json_flag: bool) -> None:
 @command.command(name="stats")
 @click.argument("queue", required=False)
 @click.option(
-    "--watch", is_flag=True, help="Refresh in place every --interval seconds until Ctrl-C."
+    "--watch",
+    is_flag=True,
+    help="Refresh every --interval seconds until Ctrl-C; survives a lost database connection "
+    "(the last table stays, marked 'disconnected, retrying').",
 )
 @click.option("--interval", type=click.FloatRange(0.2, 3600), default=1.0, show_default=True)
 @json_option
@@ -129,33 +132,108 @@ def list_queues(ctx: CliContext, json_flag: bool) -> None:
 def stats(
     ctx: CliContext, queue: str | None, watch: bool, interval: float, json_flag: bool
 ) -> None:
-    """Per queue: counts by state, completions per second (last minute), oldest available job."""
-    dsn = ctx.dsn()
-    configured = ctx.config.queues
-    if ctx.wants_json(json_flag):
-        ctx.terminal.json(asyncio.run(fetch_stats(dsn, queue, configured)))
-        return
-    if not watch:
-        rows = asyncio.run(fetch_stats(dsn, queue, configured))
-        ctx.terminal.table(
-            ["queue", *STATES, "completed/s", "oldest available"],
-            [
-                (
-                    s["queue"],
-                    *(s["counts"][st] for st in STATES),
-                    f"{s['completed_per_second']:.2f}",
-                    _age(s["oldest_available_age_seconds"]),
-                )
-                for s in rows
-            ],
-        )
-        return
-    from rich.live import Live
+    """Per queue: counts by state, completions per second (last minute), oldest available job.
 
-    with Live(console=ctx.terminal.out, auto_refresh=False) as live:
+    A QUEUE that is neither configured nor holds jobs exits 4 (with --watch: a note, and the
+    watch goes on, as jobs may arrive).
+    """
+    configured = ctx.config.queues
+    if watch and not ctx.wants_json(json_flag):
         try:
-            while True:
-                live.update(_render(asyncio.run(fetch_stats(dsn, queue, configured))), refresh=True)
-                time.sleep(interval)
+            run_with_client(ctx, lambda c: _watch(ctx, c, queue, interval))
         except KeyboardInterrupt:
             pass
+        return
+    found = run_with_client(ctx, lambda c: c.queue_stats(queue))
+    if queue is not None and not found and queue not in configured:
+        ctx.terminal.error(f"queue {queue!r} is not configured and holds no jobs")
+        raise SystemExit(EXIT_NOT_FOUND)
+    rows = merge_configured(found, queue, configured)
+    if ctx.wants_json(json_flag):
+        ctx.terminal.json(rows)
+        return
+    ctx.terminal.table(
+        ["queue", *STATES, "completed/s", "oldest available"], [_row(s) for s in rows]
+    )
+
+
+async def _watch(ctx: CliContext, client: Any, queue: str | None, interval: float) -> None:
+    """One loop on one client: fetch, show, sleep; a lost connection keeps the last table,
+    says 'disconnected, retrying' and tries again each interval until the database is back."""
+    configured = ctx.config.queues
+    # The table says it is disconnected; the pool's own warnings would garble the screen.
+    logging.getLogger("psycopg.pool").setLevel(logging.CRITICAL)
+    fetch_timeout = max(2.0, 2 * interval)
+
+    async def fetch() -> list[dict[str, Any]]:
+        found = await asyncio.wait_for(client.queue_stats(queue), fetch_timeout)
+        return merge_configured(found, queue, configured)
+
+    if ctx.terminal.out.is_terminal:
+        from rich.live import Live
+
+        with Live(console=ctx.terminal.out, auto_refresh=False) as live:
+
+            async def redraw(stats: list[dict[str, Any]], caption: str, _: str | None) -> None:
+                live.update(_render(stats, caption), refresh=True)
+
+            await _loop(fetch, redraw, queue, configured, interval)
+    else:
+        await _loop(fetch, _plain_view(ctx), queue, configured, interval)
+
+
+Show = Callable[[list[dict[str, Any]], str, str | None], Awaitable[None]]
+
+
+async def _loop(
+    fetch: Callable[[], Awaitable[list[dict[str, Any]]]],
+    show: Show,
+    queue: str | None,
+    configured: dict[str, Any],
+    interval: float,
+) -> None:
+    last: list[dict[str, Any]] = []
+    down_since: str | None = None
+    while True:
+        try:
+            last = await fetch()
+            down_since = None
+            note = ""
+            if (
+                queue is not None
+                and queue not in configured
+                and not any(sum(s["counts"].values()) for s in last)
+            ):
+                note = f"; queue {queue!r} is not configured and holds no jobs"
+            await show(last, f"updated {datetime.now():%H:%M:%S}{note}", None)
+        except _DISCONNECTED as exc:
+            down_since = down_since or f"{datetime.now():%H:%M:%S}"
+            text = str(exc).strip()
+            reason = redact(text.splitlines()[0]) if text else type(exc).__name__
+            status = f"disconnected, retrying (since {down_since}): {reason}"
+            await show(last, status, status)
+        await asyncio.sleep(interval)
+
+
+def _plain_view(ctx: CliContext) -> Show:
+    """Piped: the table as TSV after each successful fetch, problems on stderr (once per
+    outage, then once more when it is over)."""
+    last_problem: list[str | None] = [None]
+    since = [time.monotonic()]
+
+    async def show(stats: list[dict[str, Any]], caption: str, problem: str | None) -> None:
+        if problem is not None:
+            if last_problem[0] is None:
+                ctx.terminal.status(problem)
+                since[0] = time.monotonic()
+            last_problem[0] = problem
+            return
+        if last_problem[0] is not None:
+            ctx.terminal.status(f"reconnected after {time.monotonic() - since[0]:.0f}s")
+            last_problem[0] = None
+        ctx.terminal.table(
+            ["queue", *STATES, "completed/s", "oldest available"], [_row(s) for s in stats]
+        )
+        ctx.terminal.data("")
+
+    return show

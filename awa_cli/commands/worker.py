@@ -14,6 +14,9 @@ import click
 from awa_cli import defaults
 from awa_cli.commands.context import CliContext, pass_context
 from awa_cli.config import ConfigError
+from awa_cli.db.preflight import check_database
+from awa_cli.enqueue import check_name
+from awa_cli.results import ValidationError
 
 log = logging.getLogger("awa.worker")
 
@@ -28,6 +31,11 @@ def parse_queue_options(
             raise click.BadParameter(
                 f"{value!r}: expected NAME or NAME=CONCURRENCY", param_hint="--queue"
             )
+        try:
+            check_name(name, "--queue")  # the same rule as inserts: a name a job can have
+        except ValidationError as exc:
+            problem = str(exc).removeprefix("--queue: ")
+            raise click.BadParameter(f"queue name {problem}", param_hint="--queue") from None
         concurrency = default_concurrency
         if sep:
             try:
@@ -44,15 +52,19 @@ def parse_queue_options(
     return queues
 
 
+def require_app_modules(ctx: CliContext) -> None:
+    if not ctx.config.app.modules:
+        raise ConfigError(
+            "no [app] modules configured: the worker has no handlers", key="app.modules"
+        )
+
+
 def build_worker(ctx: CliContext, queue_options: tuple[str, ...]) -> Any:
     from awa_cli.worker.queues import QueueSpec
     from awa_cli.worker.runtime import Worker
 
     config = ctx.config
-    if not config.app.modules:
-        raise ConfigError(
-            "no [app] modules configured: the worker has no handlers", key="app.modules"
-        )
+    require_app_modules(ctx)
     app = ctx.app
     if queue_options:
         specs = {
@@ -145,6 +157,8 @@ def command(ctx: CliContext, queues: tuple[str, ...], processes: int | None) -> 
     Under systemd (NOTIFY_SOCKET set) it reports READY, STATUS, STOPPING and WATCHDOG.
     """
     processes = processes or ctx.config.worker.processes
+    if queues:
+        parse_queue_options(queues)  # usage errors before any connection is tried
     if processes > 1:
         from awa_cli.worker.supervisor import SupervisorPlan, supervise
 
@@ -168,8 +182,12 @@ def command(ctx: CliContext, queues: tuple[str, ...], processes: int | None) -> 
         ]
         # The URL goes by environment, not argv (ps shows argv); resolved once, so the
         # children share one embedded server rather than race to start it.
-        env = {**ctx.env, "AWA_DATABASE_URL": ctx.dsn()}
+        require_app_modules(ctx)  # config errors (exit 2) before the database (exit 1)
+        dsn = ctx.dsn()
+        check_database(dsn)  # one clear line and exit 1, not N children failing in a loop
+        env = {**ctx.env, "AWA_DATABASE_URL": dsn}
         plan = SupervisorPlan(argv, env, processes, sizes, config.worker.shutdown_timeout)
         raise SystemExit(supervise(plan, ctx.env))
     worker = build_worker(ctx, queues)
+    check_database(ctx.dsn())  # before "started": unreachable, refused or unmigrated is fatal
     asyncio.run(run_until_signalled(worker, ctx.env))

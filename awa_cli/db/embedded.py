@@ -27,8 +27,9 @@ import shlex
 import shutil
 import stat
 import subprocess
+import sys
 import tempfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -122,10 +123,20 @@ class _User:
     gid: int
 
 
-def _server_user() -> _User | None:
-    """The user the server runs as when we are root, else None (run as ourselves)."""
+def _notice(text: str) -> None:
+    """Tell the person at the terminal what was done to their system (stderr, one line)."""
+    sys.stderr.write(text + "\n")
+    sys.stderr.flush()
+
+
+def _server_user(notice: Callable[[str], None] | None = None) -> _User | None:
+    """The user the server runs as when we are root, else None (run as ourselves).
+
+    With ``notice``, says so (and whether the system user was created just now).
+    """
     if os.geteuid() != 0:
         return None
+    created = ""
     try:
         entry = pwd.getpwnam(SERVER_USER)
     except KeyError:
@@ -146,11 +157,15 @@ def _server_user() -> _User | None:
             )
             try:  # a concurrent awa process may have won the race: look again either way
                 entry = pwd.getpwnam(SERVER_USER)
+                created = " (created)"
             except KeyError:
                 entry = None
         if entry is None:
             entry = pwd.getpwnam("nobody")
+            created = f" (user {SERVER_USER!r} could not be created)"
     assert entry is not None  # getpwnam raises rather than returning None
+    if notice is not None:
+        notice(f"running as root: the server runs as system user {entry.pw_name!r}{created}")
     return _User(entry.pw_name, entry.pw_uid, entry.pw_gid)
 
 
@@ -163,11 +178,16 @@ def _can_traverse(path: Path, user: _User) -> bool:
     return bool(st.st_mode & stat.S_IXOTH)
 
 
-def _ensure_traversable(path: Path, user: _User) -> None:
-    """Let ``user`` reach ``path``: add o+x to each ancestor it cannot traverse."""
-    for parent in path.resolve().parents:
+def _ensure_traversable(
+    path: Path, user: _User, notice: Callable[[str], None] | None = None
+) -> None:
+    """Let ``user`` reach ``path``: add o+x to each ancestor it cannot traverse (and, with
+    ``notice``, say so for each: a home directory made traversable is worth knowing)."""
+    for parent in reversed(path.resolve().parents):
         if not _can_traverse(parent, user):
             parent.chmod(parent.stat().st_mode | stat.S_IXOTH)
+            if notice is not None:
+                notice(f"added o+x to {parent} (so that user {user.name!r} can reach {path})")
 
 
 def _ensure_readable_tree(root: Path) -> None:
@@ -275,7 +295,7 @@ class EmbeddedPostgres:
         """Start the server if needed (initialising the data dir on first use); the DSN."""
         with self._locked():
             if self._running_pid() is None:
-                user = _server_user()
+                user = _server_user(notice=_notice)
                 bin_dir = self._bin_dir()
                 if user is not None:
                     self._prepare_for(user, bin_dir)
@@ -353,10 +373,10 @@ class EmbeddedPostgres:
         install = bin_dir.parent
         pgserver_bin = _pgserver_bin()
         if pgserver_bin is not None and bin_dir == pgserver_bin:
-            _ensure_traversable(install, user)
+            _ensure_traversable(install, user, _notice)
             _ensure_readable_tree(install)
         self.data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-        _ensure_traversable(self.data_dir, user)
+        _ensure_traversable(self.data_dir, user, _notice)
         st = self.data_dir.stat()
         if st.st_uid != user.uid:
             for dirpath, _dirnames, filenames in os.walk(self.data_dir):

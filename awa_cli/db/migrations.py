@@ -4,6 +4,7 @@ advisory lock and recorded in the ledger table ``awa.schema_migrations``."""
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from importlib import resources
@@ -63,10 +64,15 @@ def status(conn: psycopg.Connection) -> list[MigrationStatus]:
     return [MigrationStatus(m.version, m.name, applied.get(m.version)) for m in available()]
 
 
-def migrate(conn: psycopg.Connection) -> list[Migration]:
+def migrate(
+    conn: psycopg.Connection, *, starting: Callable[[Migration], None] | None = None
+) -> list[Migration]:
     """Apply pending migrations in order; returns those applied (empty when up to date).
 
     The advisory lock makes concurrent runs safe: the second waits, then finds nothing to do.
+    Each migration is one transaction, so an interruption (Ctrl-C, a lost connection) rolls
+    back the one in progress and keeps those before it; ``starting`` is told which one is
+    about to run, so the caller can say which was rolled back.
     """
     conn.autocommit = True
     conn.execute("SELECT pg_advisory_lock(%s)", (MIGRATION_LOCK_KEY,))
@@ -78,6 +84,8 @@ def migrate(conn: psycopg.Connection) -> list[Migration]:
         for migration in available():
             if migration.version in applied:
                 continue
+            if starting is not None:
+                starting(migration)
             with conn.transaction():
                 conn.execute(migration.sql.encode())  # trusted SQL text from the package
                 conn.execute(
@@ -87,7 +95,10 @@ def migrate(conn: psycopg.Connection) -> list[Migration]:
             done.append(migration)
         return done
     finally:
-        conn.execute("SELECT pg_advisory_unlock(%s)", (MIGRATION_LOCK_KEY,))
+        try:
+            conn.execute("SELECT pg_advisory_unlock(%s)", (MIGRATION_LOCK_KEY,))
+        except psycopg.Error:  # a broken connection: closing it releases the lock anyway
+            pass
 
 
 def migrate_dsn(dsn: str) -> list[Migration]:

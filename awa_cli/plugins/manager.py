@@ -12,6 +12,7 @@ implementation itself, in load order, with the semantics described in ``hookspec
 from __future__ import annotations
 
 import asyncio
+import difflib
 import functools
 import importlib
 import inspect
@@ -60,6 +61,7 @@ class PluginHost:
     pm: pluggy.PluginManager
     loaded: list[LoadedPlugin] = field(default_factory=list)
     failed: list[FailedPlugin] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)  # e.g. a misspelt hook name
 
     def implementations(self, hook_name: str) -> list[tuple[str, Callable[..., Any]]]:
         """(plugin name, callable taking the spec's keyword arguments), in call order.
@@ -170,13 +172,20 @@ def build_plugin_host(
     """Build a fresh plugin manager: built-ins, entry points, then ``[app] plugins``.
 
     ``config_plugins`` are ``module`` or ``module:attr`` specs, imported with ``base_dir``
-    (the config file's folder) and the current directory on ``sys.path``. ``report`` gets one
-    line per plugin that failed to load. ``extra_builtins`` are ``(name, load)`` pairs of
+    (the config file's folder) and the current directory on ``sys.path``. Each problem (a
+    plugin that failed to load, an ``awa_`` name that is no hook) is reported once: to
+    ``report`` when given, else logged. ``extra_builtins`` are ``(name, load)`` pairs of
     built-ins the config enabled (the Prometheus plugin), loaded after the always-on ones.
     """
     pm = pluggy.PluginManager("awa_cli")
     pm.add_hookspecs(hookspecs)
     host = PluginHost(pm)
+
+    def tell(message: str, level: int, action: str, name: str) -> None:
+        if report is not None:
+            report(f"warning: {message}")
+        else:
+            log.log(level, message, extra={"action": action, "plugin": name})
 
     def register(name: str, origin: str, load: Callable[[], Any]) -> None:
         try:
@@ -192,14 +201,17 @@ def build_plugin_host(
                 return
             pm.register(plugin, name=name)
         except Exception as exc:
-            error = f"{type(exc).__name__}: {exc}"
-            message = f"plugin {name!r} ({origin}) failed to load: {error}"
+            text = f"{type(exc).__name__}: {exc}"  # one line, whatever the exception says
+            error = " ".join(part.strip() for part in text.splitlines() if part.strip())
             host.failed.append(FailedPlugin(name, origin, error))
-            log.error(message, extra={"action": "plugin_load_failed", "plugin": name})
-            if report is not None:
-                report(f"warning: {message}")
+            message = f"plugin {name!r} ({origin}) failed to load: {error}"
+            tell(message, logging.ERROR, "plugin_load_failed", name)
             return
         host.loaded.append(LoadedPlugin(name, origin, _hook_names(pm, plugin)))
+        for problem in _hook_name_problems(pm, plugin):
+            message = f"plugin {name!r} ({origin}): {problem}"
+            host.warnings.append(message)
+            tell(message, logging.WARNING, "plugin_unknown_hook", name)
 
     for module_name in BUILTIN_PLUGINS:
         register(module_name, "builtin", functools.partial(importlib.import_module, module_name))
@@ -220,3 +232,26 @@ def _hook_names(pm: pluggy.PluginManager, plugin: Any) -> tuple[str, ...]:
     """The hooks a registered plugin implements, in the order of ``hookspecs.py``."""
     implemented = {caller.name for caller in pm.get_hookcallers(plugin) or ()}
     return tuple(name for name in HOOK_NAMES if name in implemented)
+
+
+def _hook_name_problems(pm: pluggy.PluginManager, plugin: Any) -> list[str]:
+    """``awa_``-prefixed callables of a plugin that pluggy will never call: a name that is no
+    hook (``awa_job_evnt``), or a hook's name without the ``@awa_cli.hookimpl`` marker."""
+    implemented = {caller.name for caller in pm.get_hookcallers(plugin) or ()}
+    problems = []
+    for attr in sorted(dir(plugin)):
+        if not attr.startswith("awa_") or (attr in implemented and attr in HOOK_NAMES):
+            continue
+        try:
+            value = getattr(plugin, attr)
+        except Exception:
+            continue
+        if not (inspect.isfunction(value) or inspect.ismethod(value)):
+            continue
+        if attr in HOOK_NAMES:
+            problems.append(f"{attr} is not marked with @awa_cli.hookimpl and is never called")
+            continue
+        close = difflib.get_close_matches(attr, HOOK_NAMES, n=1)
+        hint = f"did you mean {close[0]}?" if close else f"known hooks: {', '.join(HOOK_NAMES)}"
+        problems.append(f"{attr} is not an awa hook ({hint})")
+    return problems

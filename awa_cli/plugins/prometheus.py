@@ -18,7 +18,8 @@ The last three families are read from the worker at scrape time (``worker.core.c
 ``worker.dispatcher.failures``, ``worker.running``), so event handling only increments
 in-memory counters.
 
-The HTTP endpoint (``/metrics``) starts with the first worker of the process
+The HTTP endpoint (``/metrics``) listens on ``[metrics] host`` (``127.0.0.1`` unless
+configured otherwise) and starts with the first worker of the process
 (``awa_worker_started``) and closes when the process's last worker begins its graceful stop
 (``awa_worker_stopping``). Under ``awa worker --processes N`` each worker process serves on
 ``prometheus_port + slot - 1`` (slot 1..N, given by the supervisor in ``$AWA_WORKER_SLOT``):
@@ -79,8 +80,11 @@ DURATION_BUCKETS = (
 class PrometheusPlugin:
     """The metrics of one process; register the instance with the plugin manager."""
 
-    def __init__(self, port: int | None, env: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self, port: int | None, env: Mapping[str, str] | None = None, host: str = "127.0.0.1"
+    ) -> None:
         self.port = port
+        self.host = host  # [metrics] host: loopback unless the operator exposes it
         self.env = os.environ if env is None else env
         self.registry = CollectorRegistry(auto_describe=True)
         self.jobs = Counter(
@@ -145,15 +149,15 @@ class PrometheusPlugin:
         self._stopping.discard(id(worker))
         if self._server is None and self.port is not None:
             port = self.port_for_process()
-            started = start_http_server(
-                port, registry=self.registry
-            )  # binds now, serves in a thread
+            # binds now, serves in a thread
+            started = start_http_server(port, addr=self.host, registry=self.registry)
             self._server = started[0] if isinstance(started, tuple) else _Unclosable()
             self.serving_port = port
             log.info(
-                "serving Prometheus metrics on port %d",
+                "serving Prometheus metrics on %s port %d",
+                self.host,
                 port,
-                extra={"action": "metrics_serving", "port": port},
+                extra={"action": "metrics_serving", "host": self.host, "port": port},
             )
 
     @hookimpl

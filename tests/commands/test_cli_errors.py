@@ -16,6 +16,10 @@ CASES = [
     (["no-such-command"], "No such command"),
     (["job", "show"], "Missing argument"),
     (["worker", "--processes", "0"], "--processes"),
+    # the insert validator's rules (D12): a name no job could have is refused at once
+    (["worker", "--queue", "q" * 201], "--queue: queue name longer than 200 characters"),
+    (["worker", "--queue", "a\x00b=2"], "--queue: queue name contains a NUL character"),
+    (["worker", "--processes", "2", "--queue", "q" * 201], "--queue"),
     (["job", "enqueue", "k", "--priority", "1\x852\u20283"], "'--priority'"),  # line breaks escaped
 ]
 

@@ -103,3 +103,64 @@ def test_missing_explicit_config_exits_2(tmp_path: Path) -> None:
     assert result.exit_code == 2, result.output
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and "nope.toml" in lines[0]
+
+
+@pytest.mark.integration
+def test_ctrl_c_during_a_blocked_migration_says_what_was_rolled_back_and_exits_130(
+    fresh_dsn: str, config_file: Path
+) -> None:
+    """A real `awa migrate`, blocked mid-DDL by another session's uncommitted CREATE TYPE of
+    the same name, gets SIGINT: one line saying what was rolled back, exit 130, nothing
+    half-applied, and a rerun applies cleanly (D13)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    first = migrations.available()[0]
+    with psycopg.connect(fresh_dsn, autocommit=True) as setup:
+        # the schema and the ledger exist, so the block hits migration 0001 itself
+        setup.execute(
+            "CREATE SCHEMA awa; CREATE TABLE awa.schema_migrations (version integer PRIMARY KEY, "
+            "name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())"
+        )
+    blocker = psycopg.connect(fresh_dsn)
+    blocker.execute("CREATE TYPE awa.job_state AS ENUM ('held')")  # uncommitted: holds a lock
+    env = {k: v for k, v in os.environ.items() if k not in ("AWA_CONFIG",)}
+    env.update(AWA_DATABASE_URL=fresh_dsn, NO_COLOR="1")
+    awa = str(Path(sys.executable).parent / "awa")
+    proc = subprocess.Popen(
+        [awa, "--config", str(config_file), "migrate"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        with psycopg.connect(fresh_dsn, autocommit=True) as watch:
+            deadline = time.monotonic() + 30
+            while not watch.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                "AND wait_event_type = 'Lock' AND pid <> %s",
+                (blocker.info.backend_pid,),
+            ).fetchone()[0]:
+                assert proc.poll() is None and time.monotonic() < deadline, proc.stderr
+                time.sleep(0.05)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        blocker.rollback()
+        blocker.close()
+    assert proc.returncode == 130, err
+    assert err.strip().splitlines() == [
+        f"interrupted: migration {first.version:04d} rolled back, nothing applied"
+    ]
+    assert out == ""
+    with psycopg.connect(fresh_dsn) as conn:
+        assert conn.execute("SELECT count(*) FROM awa.schema_migrations").fetchone()[0] == 0
+        assert conn.execute("SELECT to_regclass('awa.jobs')").fetchone()[0] is None
+    again = run(config_file, "--database-url", fresh_dsn, "migrate")
+    assert again.exit_code == 0, again.output

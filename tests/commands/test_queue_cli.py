@@ -10,7 +10,9 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
@@ -111,3 +113,138 @@ def test_queue_stats_watch_refreshes_in_place_on_a_terminal(dsn: str, config: Pa
     text = output.decode(errors="replace")
     assert text.count("awa queue stats") >= 3  # redrawn several times
     assert "\x1b[" in text and "email" in text  # cursor control: refreshed in place
+
+
+def test_queue_stats_of_an_unknown_queue_exits_4(dsn: str, config: Path) -> None:
+    base = ["--config", str(config), "--database-url", dsn, "queue", "stats"]
+    result = AwaRunner().invoke(cli, [*base, "nosuchqueue"])
+    assert result.exit_code == 4, result.output
+    assert result.stderr.strip().splitlines() == [
+        "Error: queue 'nosuchqueue' is not configured and holds no jobs"
+    ]
+    assert result.stdout == ""
+    configured_but_empty = AwaRunner().invoke(cli, [*base, "email", "--json"])
+    assert configured_but_empty.exit_code == 0  # a configured queue is known, empty or not
+    assert json.loads(configured_but_empty.stdout)[0]["counts"]["available"] == 0
+
+
+def _count_available(output: str) -> list[str]:
+    """The 'available' column of the email row of each table printed (TSV, piped)."""
+    header = ["queue", *[s.value for s in awa.JobState]]
+    column = header.index("available")
+    return [line.split("\t")[column] for line in output.splitlines() if line.startswith("email\t")]
+
+
+@pytest.mark.parametrize("how", ["restart", "terminate"])
+def test_queue_stats_watch_survives_a_lost_connection(
+    own_server: Any, config: Path, how: str
+) -> None:
+    """D14: a real `awa queue stats --watch` (output to a pipe) across a server restart or
+    the termination of its backend: it says 'disconnected, retrying', does not exit, and
+    shows new numbers once the database is back."""
+    from awa_cli.db.migrations import migrate_dsn
+
+    dsn = own_server.dsn_for("postgres")
+    migrate_dsn(dsn)
+    with awa.Client(dsn) as client:
+        client.insert({"n": 1}, kind="mail", queue="email")
+    awa_bin = str(Path(sys.executable).parent / "awa")
+    env = {**os.environ, "AWA_DATABASE_URL": dsn, "NO_COLOR": "1"}
+    env.pop("AWA_CONFIG", None)
+    out_path, err_path = config.parent / "out.txt", config.parent / "err.txt"
+    with out_path.open("w") as out, err_path.open("w") as err:
+        proc = subprocess.Popen(
+            [awa_bin, "--config", str(config), "queue", "stats", "--watch", "--interval", "0.2"],
+            stdout=out,
+            stderr=err,
+            env=env,
+        )
+
+    def wait_for(what: Callable[[], bool], timeout: float = 30) -> None:
+        deadline = time.monotonic() + timeout
+        while not what():
+            assert proc.poll() is None, err_path.read_text()  # the watch never exits
+            assert time.monotonic() < deadline, out_path.read_text() + err_path.read_text()
+            time.sleep(0.05)
+
+    try:
+        wait_for(lambda: "1" in _count_available(out_path.read_text()))
+        if how == "restart":
+            own_server.server.stop("fast")
+        else:
+            with psycopg.connect(dsn, autocommit=True) as admin:
+                admin.execute(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                    "WHERE query LIKE '%%completed_last_minute%%' AND pid <> pg_backend_pid()"
+                )
+        wait_for(lambda: "disconnected, retrying" in err_path.read_text())
+        if how == "restart":
+            time.sleep(0.5)  # a few failed refreshes while it is down
+            own_server.server.start()
+        with awa.Client(dsn) as client:
+            client.insert({"n": 2}, kind="mail", queue="email")
+        wait_for(lambda: "2" in _count_available(out_path.read_text()))
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=10) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    errors = err_path.read_text()
+    assert errors.count("disconnected, retrying") == 1, errors  # once per outage when piped
+    assert "reconnected after" in errors and "Traceback" not in errors
+    assert "psycopg.pool" not in errors
+
+
+def test_queue_stats_watch_on_a_terminal_keeps_the_table_while_disconnected(
+    own_server: Any, config: Path
+) -> None:
+    from awa_cli.db.migrations import migrate_dsn
+
+    dsn = own_server.dsn_for("postgres")
+    migrate_dsn(dsn)
+    seed(dsn)
+    awa_bin = str(Path(sys.executable).parent / "awa")
+    parent, child = pty.openpty()
+    env = {**os.environ, "AWA_DATABASE_URL": dsn, "COLUMNS": "200", "LINES": "40", "TERM": "xterm"}
+    env.pop("NO_COLOR", None)
+    proc = subprocess.Popen(
+        [awa_bin, "--config", str(config), "queue", "stats", "--watch", "--interval", "0.2"],
+        stdin=child,
+        stdout=child,
+        stderr=child,
+        env=env,
+        close_fds=True,
+    )
+    os.close(child)
+    output = b""
+
+    def read_until(needle: bytes, timeout: float = 30) -> None:
+        nonlocal output
+        deadline = time.monotonic() + timeout
+        while needle not in output:
+            assert proc.poll() is None and time.monotonic() < deadline, output[-2000:]
+            ready, _, _ = select.select([parent], [], [], 0.2)
+            if ready:
+                output += os.read(parent, 65536)
+
+    try:
+        read_until(b"updated")
+        own_server.server.stop("fast")
+        read_until(b"disconnected, retrying")
+        during = output[output.rindex(b"disconnected, retrying") - 3000 :]
+        assert b"email" in during and b"reports" in during  # the last table is still drawn
+        mark = len(output)
+        own_server.server.start()
+        deadline = time.monotonic() + 30
+        while b"updated" not in output[mark:]:
+            assert proc.poll() is None and time.monotonic() < deadline, output[-2000:]
+            ready, _, _ = select.select([parent], [], [], 0.2)
+            if ready:
+                output += os.read(parent, 65536)
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=10) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        os.close(parent)
+    assert b"Traceback" not in output and b"psycopg.pool" not in output

@@ -30,6 +30,7 @@ SAMPLE = "tests.plugins.sample_plugin"
 SYNC = "tests.plugins.sync_plugin"
 RAISING = "tests.plugins.raising_plugin"
 BROKEN = "tests.plugins.broken_plugin"
+MISSPELT = "tests.plugins.misspelt_plugin"
 ALL_HOOKS = ("awa_job_event", "awa_worker_started", "awa_worker_stopping")
 
 
@@ -96,7 +97,24 @@ def test_a_plugin_that_fails_to_import_is_reported_by_name_and_the_rest_load(
     assert host.failed[0].error == "RuntimeError: broken_plugin cannot be imported"
     assert host.failed[1].error.startswith("ModuleNotFoundError")
     assert len(reported) == 2 and BROKEN in reported[0] and "no_such_plugin" in reported[1]
+    assert not any(BROKEN in r.getMessage() for r in caplog.records)  # reported once, not twice
+    with caplog.at_level(logging.ERROR, logger="awa.plugins"):
+        build_plugin_host([BROKEN], entry_points=False)  # no report: logged once instead
     assert sum(BROKEN in r.getMessage() for r in caplog.records) == 1
+
+
+def test_a_misspelt_or_unmarked_hook_is_reported_naming_the_plugin_and_the_hook() -> None:
+    reported: list[str] = []
+    host = build_plugin_host([MISSPELT], entry_points=False, report=reported.append)
+    assert [(p.name, p.hooks) for p in host.loaded][-1] == (MISSPELT, ("awa_worker_stopping",))
+    assert host.warnings == [
+        f"plugin '{MISSPELT}' (config): awa_job_evnt is not an awa hook "
+        "(did you mean awa_job_event?)",
+        f"plugin '{MISSPELT}' (config): awa_worker_started is not marked with "
+        "@awa_cli.hookimpl and is never called",
+    ]
+    assert reported == [f"warning: {w}" for w in host.warnings]  # each reported once
+    assert host.failed == []  # it still loads: its other hooks work
 
 
 def test_entry_points_load_between_builtins_and_config_and_name_their_distribution(
@@ -385,10 +403,66 @@ def test_awa_plugins_reports_an_import_failure_on_stderr_and_exits_0(
     result = invoke(*(["-q"] if quiet else []), "--config", str(config), "plugins", "--json")
     assert result.exit_code == 0, result.stderr
     assert [p["name"] for p in without_entry_points(json.loads(result.stdout))] == [BUILTIN, SAMPLE]
-    assert BROKEN in result.stderr and "1 plugin(s) failed to load" in result.stderr
-    if not quiet:
-        assert "RuntimeError: broken_plugin cannot be imported" in result.stderr
+    # once by name, with its error, even under -q
+    assert [line for line in result.stderr.splitlines() if BROKEN in line] == [
+        f"warning: plugin '{BROKEN}' (config) failed to load: "
+        "RuntimeError: broken_plugin cannot be imported"
+    ]
     assert BROKEN not in result.stdout
+    table = invoke(*(["-q"] if quiet else []), "--config", str(config), "plugins")
+    assert f"{BROKEN}\tconfig\tFAILED: RuntimeError: broken_plugin cannot be imported" in (
+        table.stdout.splitlines()
+    )
+
+
+def test_a_real_quiet_worker_reports_a_broken_plugin_once_and_runs(
+    dsn: str, tmp_path: Path
+) -> None:
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    root = Path(__file__).resolve().parents[2]
+    config = tmp_path / "awa.toml"
+    config.write_text(
+        f'[app]\nmodules = ["tests.apps.recording"]\nplugins = ["{BROKEN}", "{MISSPELT}"]\n'
+    )
+    env = {**os.environ, "PYTHONPATH": str(root), "NO_COLOR": "1", "AWA_DATABASE_URL": dsn}
+    env.pop("NOTIFY_SOCKET", None)
+    import psycopg
+
+    from tests.apps.recording import SIDE_TABLE, Record
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(SIDE_TABLE)
+    with awa.Client(dsn) as producer:
+        job = producer.insert(Record(1))
+    log = tmp_path / "worker.log"
+    with log.open("w") as err:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "awa_cli", "-q", "--config", str(config), "worker"],
+            env=env,
+            cwd=root,
+            stderr=err,
+            stdout=subprocess.DEVNULL,
+        )
+    client = awa.Client(dsn)
+    try:
+        deadline = time.monotonic() + 30
+        # it runs jobs (under -q it logs nothing else to wait for)
+        while client.get_job(job.id).state != "completed":
+            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
+            time.sleep(0.1)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        code = proc.wait(timeout=30)
+        client.close()
+    text = log.read_text()
+    assert code == 0, text
+    assert sum(BROKEN in line for line in text.splitlines()) == 1, text
+    assert sum("awa_job_evnt" in line for line in text.splitlines()) == 1, text
 
 
 @pytest.mark.asyncio

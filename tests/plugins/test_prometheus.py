@@ -227,6 +227,64 @@ async def test_the_endpoint_serves_its_own_registry_and_closes_when_the_worker_s
         scrape(port, timeout=1)
 
 
+def listening_on(port: int) -> set[str]:
+    """The IPv4 addresses a socket of this machine listens on at ``port`` (/proc/net/tcp)."""
+    found = set()
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        local, state = line.split()[1], line.split()[3]
+        address, _, hex_port = local.partition(":")
+        if state == "0A" and int(hex_port, 16) == port:  # 0A: LISTEN
+            found.add(socket.inet_ntoa(bytes.fromhex(address)[::-1]))
+    return found
+
+
+@pytest.mark.skipif(not Path("/proc/net/tcp").exists(), reason="needs /proc/net/tcp")
+@pytest.mark.asyncio
+@pytest.mark.parametrize("host", [None, "0.0.0.0", "127.0.0.2"])
+async def test_the_endpoint_binds_to_the_configured_host_loopback_by_default(
+    host: str | None,
+) -> None:
+    port = free_ports()
+    plugin = PrometheusPlugin(port, env={}) if host is None else PrometheusPlugin(port, {}, host)
+    worker = fake_worker()
+    await plugin.awa_worker_started(worker)
+    try:
+        expected = host or "127.0.0.1"
+        assert plugin._server.server_address[0] == expected
+        assert listening_on(port) == {expected}  # nothing on 0.0.0.0 unless configured
+        if expected != "0.0.0.0":
+            with pytest.raises(OSError):  # the loopback bind did not take the other addresses
+                with urllib.request.urlopen(f"http://{_other_address()}:{port}/metrics", timeout=1):
+                    pass
+    finally:
+        await plugin.awa_worker_stopping(worker)
+
+
+def _other_address() -> str:
+    """An address of this machine that is not 127.0.0.1 (127.0.0.3 when there is none)."""
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.connect(("10.255.255.255", 1))  # no packet is sent: this only picks a route
+            address = s.getsockname()[0]
+    except OSError:
+        return "127.0.0.3"
+    return address if address != "127.0.0.1" else "127.0.0.3"
+
+
+def test_metrics_host_comes_from_the_config(tmp_path: Path) -> None:
+    from awa_cli.commands.context import CliContext
+    from awa_cli.terminal import Terminal
+
+    config = tmp_path / "awa.toml"
+    for text, expected in (
+        ("[metrics]\nprometheus_port = 9464\n", "127.0.0.1"),
+        ('[metrics]\nprometheus_port = 9464\nhost = "0.0.0.0"\n', "0.0.0.0"),
+    ):
+        config.write_text(text)
+        ctx = CliContext(str(config), None, False, 0, Terminal(no_color=True, quiet=True), env={})
+        assert ctx.plugins.pm.get_plugin(NAME).host == expected
+
+
 def test_each_supervised_process_serves_on_port_plus_its_slot() -> None:
     from awa_cli.worker.supervisor import WORKER_SLOT_ENV, child_env
 

@@ -24,7 +24,7 @@ from psycopg import sql
 import awa_cli as awa
 from awa_cli.cli import cli
 from awa_cli.db.embedded import EmbeddedPostgres
-from tests.helpers import job_row, running_worker, wait_until
+from tests.helpers import job_row, running_worker, states, wait_until
 from tests.reliability.harness import AWA_BIN, ROOT, Fleet, env_for
 
 pytestmark = [pytest.mark.integration]
@@ -414,7 +414,9 @@ def test_a_worker_enqueue_and_callback_run_with_only_the_documented_grants(
             heartbeat_interval=0.2,
             rescue_interval=0.2,
             leader_election_interval=0.2,
-            completed_retention=0.5,
+            # Long enough that no poll below can race the prune; retention is exercised at
+            # the end by back-dating the completed rows instead.
+            completed_retention=3600,
         ) as worker:
             parked = await asyncio.to_thread(
                 awa_cli, "job", "enqueue", "park", "--args", '{"order_id": 1}'
@@ -436,7 +438,22 @@ def test_a_worker_enqueue_and_callback_run_with_only_the_documented_grants(
                 ).fetchone()[0]
             await wait_until(lambda: job_row(dsn, stale).errors != [], timeout=20)
             assert job_row(dsn, stale).errors[0]["error"] == "heartbeat stale: worker presumed dead"
-            await asyncio.sleep(1.5)  # and retention prunes completed jobs (DELETE)
+            # and retention prunes completed jobs (DELETE), as the same role
+            await wait_until(lambda: states(dsn).get("completed", 0) >= 1 + 11 + 11)
+            with psycopg.connect(dsn, autocommit=True) as conn:
+                aged = conn.execute(
+                    "UPDATE awa.jobs SET finalized_at = now() - interval '2 hours' "
+                    "WHERE state = 'completed' RETURNING id"
+                ).fetchall()
+            assert len(aged) >= 1 + 11 + 11  # the parked job, the triggers, their follow-ups
+            aged_ids = [row[0] for row in aged]
+
+            def pruned() -> bool:
+                with psycopg.connect(dsn) as conn:
+                    query = "SELECT count(*) FROM awa.jobs WHERE id = ANY(%s)"
+                    return conn.execute(query, (aged_ids,)).fetchone()[0] == 0
+
+            await wait_until(pruned, timeout=20)
 
     asyncio.run(run())
     with psycopg.connect(dsn) as conn:
@@ -444,3 +461,33 @@ def test_a_worker_enqueue_and_callback_run_with_only_the_documented_grants(
     assert (
         left < 1 + 11 + 11 + 1
     )  # retention deleted completed jobs (triggers, follow-ups, parked, rescued)
+
+
+def test_awa_worker_starts_with_only_the_documented_grants(
+    worker_role: str, tmp_path: Path
+) -> None:
+    """The start-up check of `awa worker` needs no grant beyond the README's (the role cannot
+    read awa.schema_migrations): the real process gets to 'started' and drains on SIGTERM."""
+    import signal
+    import time
+
+    config = tmp_path / "awa.toml"
+    config.write_text('[app]\nmodules = ["tests.apps.callbacks"]\n')
+    log = tmp_path / "worker.log"
+    with log.open("w") as err:
+        proc = subprocess.Popen(
+            [AWA_BIN, "--config", str(config), "worker"],
+            env=env_for(worker_role),
+            cwd=ROOT,
+            stderr=err,
+        )
+    try:
+        deadline = time.monotonic() + 30
+        while " started" not in log.read_text():
+            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
+            time.sleep(0.1)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        code = proc.wait(timeout=30)
+    assert code == 0, log.read_text()
+    no_password(log.read_text())

@@ -277,12 +277,26 @@ def test_children_drain_when_the_supervisor_is_killed(
     assert s.log().count("supervisor gone: draining") == 2
 
 
+@pytest.mark.integration
 def test_a_config_error_in_the_children_stops_the_supervisor(
+    dsn: str, supervise: Callable[..., Supervised]
+) -> None:
+    # The supervisor does not import the app (the children do), so an unimportable module is
+    # a config error only the children see; the database is reachable, so the supervisor's
+    # own start-up check passes.
+    s = supervise(dsn, ready=False, modules='["no_such_module_awa"]')
+    assert s.proc.wait(timeout=20) == 2, s.log()
+    log = s.log()
+    assert "no module named 'no_such_module_awa'" in log
+    assert "(usage or config error) before it was ready: not restarting" in log
+    assert "restarting in" not in log
+
+
+def test_no_app_modules_stops_the_supervisor_before_any_child_or_connection(
     supervise: Callable[..., Supervised],
 ) -> None:
     s = supervise("postgresql://nobody@127.0.0.1:1/none", ready=False, modules="[]")
     assert s.proc.wait(timeout=20) == 2, s.log()
     log = s.log()
-    assert "no [app] modules configured" in log
-    assert "(usage or config error) before it was ready: not restarting" in log
-    assert "restarting in" not in log
+    assert "no [app] modules configured" in log and "cannot connect" not in log
+    assert "child_started" not in log
