@@ -18,6 +18,7 @@ PURE = {
     "awa_cli.jobs",
     "awa_cli.results",
     "awa_cli.events",
+    "awa_cli.periodic",
     "awa_cli.plugins.marker",
 }
 CLI_LAYER_PREFIXES = ("awa_cli.commands", "awa_cli.cli", "awa_cli.terminal", "awa_cli.manpages")
