@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from functools import lru_cache
@@ -398,3 +398,57 @@ def due_fires(
         moment = following
     # Cut short by ``limit``: the next fire time is already due, and the next sweep goes on.
     return DueFires(tuple(fires), next_fire_after(schedule, fires[-1]))
+
+
+# --- one sweep -------------------------------------------------------------------------------
+
+# How long a schedule whose stored definition no longer validates waits before it is looked at
+# again (it is logged each time; a worker upserting a good definition fixes it).
+INVALID_RETRY: Final = timedelta(minutes=1)
+
+
+@dataclass(frozen=True)
+class DueRow:
+    """A row of ``periodic_due``: what the sweep needs of one locked schedule."""
+
+    name: str
+    definition: Mapping[str, Any]
+    active_since: datetime  # greatest(created_at, resumed_at): no fire time before it
+    last_fire_at: datetime | None
+
+
+@dataclass(frozen=True)
+class SweepPlan:
+    """What one sweep writes, in its one transaction: the jobs of ``fires`` (``periodic_fire``),
+    then each swept schedule's ``advances`` (``periodic_advance``: name -> (last_fire_at or
+    None to keep it, next_fire_at)). ``invalid``: (name, error) of stored definitions that do not
+    validate; they are advanced by :data:`INVALID_RETRY` and fire nothing."""
+
+    fires: tuple[tuple[Schedule, datetime], ...]
+    advances: Mapping[str, tuple[datetime | None, datetime | None]]
+    invalid: tuple[tuple[str, str], ...] = ()
+
+
+def plan_sweep(
+    rows: Sequence[DueRow],
+    now: datetime,
+    *,
+    limit: int = DEFAULT_LIMIT,
+    grace: timedelta = DEFAULT_GRACE,
+) -> SweepPlan:
+    """The fire times of every due row at ``now`` (the database's clock, so that every leader
+    agrees), each schedule by its own catch-up policy and at most ``limit`` fire times each."""
+    fires: list[tuple[Schedule, datetime]] = []
+    advances: dict[str, tuple[datetime | None, datetime | None]] = {}
+    invalid: list[tuple[str, str]] = []
+    for row in rows:
+        try:
+            schedule = Schedule.from_definition(row.name, row.definition)
+        except (ValueError, KeyError, TypeError) as exc:  # ValidationError is a ValueError
+            invalid.append((row.name, f"stored definition is invalid: {exc}"))
+            advances[row.name] = (None, now + INVALID_RETRY)
+            continue
+        due = due_fires(schedule, row.last_fire_at, row.active_since, now, limit, grace=grace)
+        fires += [(schedule, fire_at) for fire_at in due.fires]
+        advances[row.name] = (due.fires[-1] if due.fires else None, due.next_fire_at)
+    return SweepPlan(tuple(fires), advances, tuple(invalid))

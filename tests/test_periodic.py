@@ -14,7 +14,9 @@ from awa_cli.jobs import JobState, UniqueOpts
 from awa_cli.periodic import (
     DEFAULT_GRACE,
     SYSTEM_CLOCK,
+    INVALID_RETRY,
     DueFires,
+    DueRow,
     Schedule,
     ScheduleError,
     due_fires,
@@ -22,6 +24,7 @@ from awa_cli.periodic import (
     latest_fire_at_or_before,
     next_fire_after,
     options_json,
+    plan_sweep,
 )
 from awa_cli.results import ValidationError
 
@@ -477,3 +480,34 @@ def test_iso_utc_and_clock() -> None:
     assert iso_utc(datetime(2026, 5, 5, 3, tzinfo=ZoneInfo(BERLIN))) == "2026-05-05T01:00:00Z"
     now = SYSTEM_CLOCK.now()
     assert now.tzinfo is UTC and abs(now - datetime.now(UTC)) < timedelta(seconds=5)
+
+
+# --- a sweep's plan ----------------------------------------------------------------------------
+
+
+def test_plan_sweep() -> None:
+    now = utc(2026, 5, 5, 12, 0, 10)
+    hourly_all = Schedule("all", "@hourly", "k", catch_up="all")
+    nightly = Schedule("nightly", "0 3 * * *", "k", timezone=BERLIN)
+    rows = [
+        DueRow("all", hourly_all.definition(), utc(2026, 5, 5, 9, 30), None),
+        DueRow("nightly", nightly.definition(), utc(2026, 5, 1), utc(2026, 5, 5, 1)),
+        DueRow("broken", {**nightly.definition(), "cron": "0 99 * * *"}, CREATED, None),
+        DueRow("gone", {"timezone": "UTC"}, CREATED, None),
+    ]
+    plan = plan_sweep(rows, now)
+    assert [(s.name, t) for s, t in plan.fires] == [
+        ("all", utc(2026, 5, 5, 10)),
+        ("all", utc(2026, 5, 5, 11)),
+        ("all", utc(2026, 5, 5, 12)),
+    ]
+    assert plan.fires[0][0] == hourly_all
+    assert plan.advances == {
+        "all": (utc(2026, 5, 5, 12), utc(2026, 5, 5, 13)),
+        "nightly": (None, utc(2026, 5, 6, 1)),  # nothing due: last_fire_at is kept
+        "broken": (None, now + INVALID_RETRY),
+        "gone": (None, now + INVALID_RETRY),
+    }
+    assert [name for name, _ in plan.invalid] == ["broken", "gone"]
+    assert "periodic 'broken' cron" in plan.invalid[0][1]
+    assert len(plan_sweep(rows[:1], now, limit=2).fires) == 2

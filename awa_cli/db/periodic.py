@@ -2,7 +2,8 @@
 
 The leader's sweep (DESIGN §9) runs, in one transaction: ``periodic_due`` → for each row
 :func:`awa_cli.periodic.due_fires` → ``periodic_fire`` with :func:`fire_params` →
-``periodic_advance`` with :func:`advance_params`.
+``periodic_advance`` with :func:`sweep_advance_params` (:func:`awa_cli.periodic.plan_sweep`
+makes the plan of the whole sweep).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from datetime import datetime
 from typing import Any
 
 from awa_cli.jobs import prepare
-from awa_cli.periodic import Schedule
+from awa_cli.periodic import Schedule, SweepPlan
 
 
 def upsert_params(
@@ -68,3 +69,16 @@ def advance_params(
         "next_fire_ats": [row[2] for row in rows],
         "last_job_ids": [row[3] for row in rows],
     }
+
+
+def sweep_advance_params(plan: SweepPlan, fired: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+    """``periodic_advance`` after ``periodic_fire`` returned ``fired`` for ``plan.fires``: each
+    schedule's last job is the one inserted for its last fire time (none: the stored id stays,
+    as when that fire was already taken or its unique key held)."""
+    job_of = {(r["name"], r["fire_at"]): r["job_id"] for r in fired}
+    return advance_params(
+        [
+            (name, last, following, None if last is None else job_of.get((name, last)))
+            for name, (last, following) in plan.advances.items()
+        ]
+    )

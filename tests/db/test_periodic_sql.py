@@ -11,9 +11,9 @@ import psycopg
 import pytest
 from psycopg.rows import dict_row
 
-from awa_cli.db.periodic import advance_params, fire_params, upsert_params
+from awa_cli.db.periodic import advance_params, fire_params, sweep_advance_params, upsert_params
 from awa_cli.db.statements import SQL
-from awa_cli.periodic import Schedule, due_fires
+from awa_cli.periodic import DueRow, Schedule, due_fires, plan_sweep
 
 pytestmark = pytest.mark.integration
 
@@ -328,3 +328,50 @@ def test_the_due_queries_use_the_index(db: psycopg.Connection) -> None:
             for r in db.execute(f"EXPLAIN {SQL[name]}", params).fetchall()  # type: ignore[call-overload]
         )
         assert "periodic_jobs_next_fire_idx" in plan, plan
+
+
+def sweep(db: psycopg.Connection, now: datetime | None = None) -> tuple[int, int]:
+    """One leader sweep, as the second phase will run it: (fire times, jobs inserted)."""
+    rows = run(db, "periodic_due", {"now": now, "limit": 1000})
+    if not rows:
+        db.commit()
+        return 0, 0
+    due = [DueRow(r["name"], r["definition"], r["active_since"], r["last_fire_at"]) for r in rows]
+    plan = plan_sweep(due, rows[0]["now"])
+    fired = run(db, "periodic_fire", fire_params(plan.fires)) if plan.fires else []
+    run(db, "periodic_advance", sweep_advance_params(plan, fired))
+    db.commit()
+    return len(fired), sum(r["job_id"] is not None for r in fired)
+
+
+def test_full_sweeps_with_the_database_clock(db: psycopg.Connection) -> None:
+    every_second = [
+        Schedule(f"s{i}", "* * * * * *", "k", options={"queue": "q"}) for i in range(20)
+    ]
+    run(db, "periodic_upsert", upsert_params(every_second))
+    db.commit()
+    assert sweep(db) == (0, 0)  # first sweep: computes next_fire_at, nothing before creation
+    first = run(db, "periodic_next_due")[0]["next_fire_at"]
+    assert first is not None
+    # Nothing is due before that moment, and a sweep then costs nothing.
+    assert run(db, "periodic_due", {"now": first - timedelta(microseconds=1), "limit": 10}) == []
+    db.rollback()
+    # Back-date the schedules by three seconds instead of waiting: each fires its last three
+    # seconds at the latest, exactly once however often the sweep runs.
+    db.execute(
+        "UPDATE awa.periodic_jobs SET created_at = created_at - interval '3 seconds',"
+        " next_fire_at = now() - interval '2 seconds'"
+    )
+    db.commit()
+    fires, inserted = sweep(db)
+    assert fires == inserted and 20 * 3 <= inserted <= 20 * 10  # >= 3 s of fire times each
+    db.execute("UPDATE awa.periodic_jobs SET next_fire_at = now() - interval '1 hour'")
+    db.commit()
+    again, more = sweep(db)
+    assert more <= again and more <= 20 * 2  # only seconds that passed since the last sweep
+    counts = db.execute(
+        "SELECT count(*), count(DISTINCT (metadata->>'awa.periodic', run_at)) FROM awa.jobs"
+    ).fetchone()
+    assert counts is not None and counts[0] == counts[1] == inserted + more
+    fired = db.execute("SELECT count(*) FROM awa.periodic_fires").fetchone()
+    assert fired == (inserted + more,)
