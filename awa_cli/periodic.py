@@ -452,3 +452,57 @@ def plan_sweep(
         fires += [(schedule, fire_at) for fire_at in due.fires]
         advances[row.name] = (due.fires[-1] if due.fires else None, due.next_fire_at)
     return SweepPlan(tuple(fires), advances, tuple(invalid))
+
+
+# --- what `awa cron list` and Client.list_periodic show --------------------------------------
+
+
+@dataclass(frozen=True)
+class PeriodicJob:
+    """One row of ``awa.periodic_jobs`` with the state of its last job (``periodic_list``).
+    ``next_fire_at`` is None while paused (nothing will fire) and once it never fires again."""
+
+    name: str
+    cron: str
+    timezone: str
+    catch_up: str
+    kind: str
+    args: dict[str, Any]
+    options: dict[str, Any]
+    paused: bool
+    created_at: datetime
+    updated_at: datetime
+    resumed_at: datetime | None
+    last_fire_at: datetime | None
+    next_fire_at: datetime | None
+    last_job_id: int | None
+    last_job_state: str | None  # None: no job yet, or it is gone (retention)
+
+    @classmethod
+    def from_record(cls, record: Mapping[str, Any]) -> PeriodicJob:
+        definition = record["definition"]
+        state = record.get("last_job_state")
+        return cls(
+            name=record["name"],
+            cron=definition.get("cron", ""),
+            timezone=definition.get("timezone", "UTC"),
+            catch_up=definition.get("catch_up", "latest"),
+            kind=definition.get("kind", ""),
+            args=dict(definition.get("args") or {}),
+            options=dict(definition.get("options") or {}),
+            paused=record["paused"],
+            created_at=record["created_at"],
+            updated_at=record["updated_at"],
+            resumed_at=record.get("resumed_at"),
+            last_fire_at=record.get("last_fire_at"),
+            next_fire_at=None if record.get("paused") else record.get("next_fire_at"),
+            last_job_id=record.get("last_job_id"),
+            last_job_state=None if state is None else str(state),
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON-ready (``--json``): times as ISO 8601 UTC."""
+        out: dict[str, Any] = {}
+        for name, value in self.__dict__.items():
+            out[name] = iso_utc(value) if isinstance(value, datetime) else value
+        return out

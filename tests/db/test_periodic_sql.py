@@ -13,7 +13,7 @@ from psycopg.rows import dict_row
 
 from awa_cli.db.periodic import advance_params, fire_params, sweep_advance_params, upsert_params
 from awa_cli.db.statements import SQL
-from awa_cli.periodic import DueRow, Schedule, due_fires, plan_sweep
+from awa_cli.periodic import DueRow, PeriodicJob, Schedule, due_fires, plan_sweep
 
 pytestmark = pytest.mark.integration
 
@@ -205,6 +205,10 @@ def test_a_sweep_fires_once_per_fire_time(db: psycopg.Connection) -> None:
     assert listed["hourly"]["last_job_state"] == "available"
     assert listed["nightly"]["last_job_id"] is None and listed["nightly"]["last_job_state"] is None
     assert listed["nightly"]["next_fire_at"] == datetime(2026, 5, 6, 1, tzinfo=UTC)  # 03:00 CEST
+    shown = PeriodicJob.from_record(listed["hourly"])
+    assert (shown.cron, shown.kind, shown.last_job_state) == ("@hourly", "tick", "available")
+    assert shown.to_json()["last_fire_at"] == "2026-05-05T12:00:00Z"
+    assert shown.to_json()["options"] == {"queue": "default"}
 
     # The same fire times again (a second leader, a replayed sweep): recorded, no job.
     again = run(db, "periodic_fire", fire_params(fires + fires[:1]))
@@ -284,6 +288,8 @@ def test_pause_resume_delete_and_unknown_names(db: psycopg.Connection) -> None:
     db.commit()
     assert run(db, "periodic_pause", {"name": "nightly"}) == [{"name": "nightly", "paused": True}]
     assert run(db, "periodic_pause", {"name": "nightly"}) == [{"name": "nightly", "paused": True}]
+    paused = PeriodicJob.from_record(row(db, "nightly"))
+    assert paused.paused and paused.next_fire_at is None
     assert run(db, "periodic_next_due") == [{"next_fire_at": None}]
     assert run(db, "periodic_resume", {"name": "nightly"}) == [{"name": "nightly", "paused": False}]
     resumed = row(db, "nightly")
