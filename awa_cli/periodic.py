@@ -368,7 +368,8 @@ def due_fires(
     grace: timedelta = DEFAULT_GRACE,
 ) -> DueFires:
     """The fire times due at ``now``, after the schedule's last fire and never before it first
-    existed (``created_at``), by its catch-up policy.
+    existed (``created_at``; the leader passes the row's ``active_since``, which a resume or a
+    new cron or timezone moves on too), by its catch-up policy.
 
     A fire time up to ``grace`` old is on time and always fires; older ones were missed:
     ``all`` fires each, ``latest`` only the most recent missed one, ``none`` none of them. At
@@ -413,7 +414,7 @@ class DueRow:
 
     name: str
     definition: Mapping[str, Any]
-    active_since: datetime  # greatest(created_at, resumed_at): no fire time before it
+    active_since: datetime  # no fire time before it: creation, last resume or cron change
     last_fire_at: datetime | None
 
 
@@ -472,7 +473,7 @@ class PeriodicJob:
     paused: bool
     created_at: datetime
     updated_at: datetime
-    resumed_at: datetime | None
+    active_since: datetime
     last_fire_at: datetime | None
     next_fire_at: datetime | None
     last_job_id: int | None
@@ -493,7 +494,7 @@ class PeriodicJob:
             paused=record["paused"],
             created_at=record["created_at"],
             updated_at=record["updated_at"],
-            resumed_at=record.get("resumed_at"),
+            active_since=record["active_since"],
             last_fire_at=record.get("last_fire_at"),
             next_fire_at=None if record.get("paused") else record.get("next_fire_at"),
             last_job_id=record.get("last_job_id"),

@@ -10,8 +10,10 @@ CREATE TABLE awa.periodic_jobs (
     paused        boolean NOT NULL DEFAULT false,
     created_at    timestamptz NOT NULL DEFAULT now(),
     updated_at    timestamptz NOT NULL DEFAULT now(),
-    -- set by a resume: fire times while the schedule was paused are skipped, not caught up
-    resumed_at    timestamptz,
+    -- no fire time before it is ever due: the schedule's creation, its last resume (fire
+    -- times while paused are skipped, not caught up) or the last change of its cron or
+    -- timezone (times the old expression did not have are not caught up)
+    active_since  timestamptz NOT NULL DEFAULT now(),
     last_fire_at  timestamptz,
     -- when the leader must look at the schedule next (NULL: it never fires again); a new or
     -- changed definition, or a resume, sets it to now(): the leader computes the fire time

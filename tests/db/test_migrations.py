@@ -304,7 +304,7 @@ PERIODIC_COLUMNS = {
     "paused": ("boolean", True),
     "created_at": ("timestamp with time zone", True),
     "updated_at": ("timestamp with time zone", True),
-    "resumed_at": ("timestamp with time zone", False),
+    "active_since": ("timestamp with time zone", True),
     "last_fire_at": ("timestamp with time zone", False),
     "next_fire_at": ("timestamp with time zone", False),
     "last_job_id": ("bigint", False),

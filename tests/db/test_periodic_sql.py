@@ -91,13 +91,17 @@ def test_upsert_keeps_pause_and_fire_state_and_resets_next_fire_only_on_a_new_ti
         following,
         42,
     )
-    assert stored["created_at"] == created
+    assert stored["created_at"] == stored["active_since"] == created
 
     # Another time of day: next_fire_at is the caller's (or due at once when it gives none).
     moved = Schedule(**{**changed.__dict__, "cron": "0 4 * * *"})
     new_next = datetime(2026, 5, 6, 2, tzinfo=UTC)
+    db.commit()
     run(db, "periodic_upsert", upsert_params([moved], {"nightly": new_next}))
-    assert row(db, "nightly")["next_fire_at"] == new_next
+    stored = row(db, "nightly")
+    assert stored["next_fire_at"] == new_next
+    # ... and fire times of the new expression before the change are not caught up.
+    assert stored["active_since"] > created
     rezoned = Schedule(**{**moved.__dict__, "timezone": "UTC"})
     run(db, "periodic_upsert", upsert_params([rezoned]))
     stored = row(db, "nightly")
@@ -293,12 +297,12 @@ def test_pause_resume_delete_and_unknown_names(db: psycopg.Connection) -> None:
     assert run(db, "periodic_next_due") == [{"next_fire_at": None}]
     assert run(db, "periodic_resume", {"name": "nightly"}) == [{"name": "nightly", "paused": False}]
     resumed = row(db, "nightly")
-    assert resumed["resumed_at"] is not None
-    assert resumed["next_fire_at"] == resumed["resumed_at"]  # due at once: recomputed
+    assert resumed["active_since"] > resumed["created_at"]
+    assert resumed["next_fire_at"] == resumed["active_since"]  # due at once: recomputed
     due = run(db, "periodic_due", {"now": None, "limit": 10})
-    assert due[0]["active_since"] == resumed["resumed_at"]
+    assert due[0]["active_since"] == resumed["active_since"]
     assert run(db, "periodic_resume", {"name": "nightly"}) == [{"name": "nightly", "paused": False}]
-    assert row(db, "nightly")["resumed_at"] == resumed["resumed_at"]
+    assert row(db, "nightly")["active_since"] == resumed["active_since"]
     for statement in ("periodic_pause", "periodic_resume", "periodic_delete", "periodic_get"):
         assert run(db, statement, {"name": "nope"}) == []
     run(db, "periodic_fire", fire_params([(NIGHTLY, datetime(2026, 5, 5, 1, tzinfo=UTC))]))
@@ -365,7 +369,7 @@ def test_full_sweeps_with_the_database_clock(db: psycopg.Connection) -> None:
     # Back-date the schedules by three seconds instead of waiting: each fires its last three
     # seconds at the latest, exactly once however often the sweep runs.
     db.execute(
-        "UPDATE awa.periodic_jobs SET created_at = created_at - interval '3 seconds',"
+        "UPDATE awa.periodic_jobs SET active_since = active_since - interval '3 seconds',"
         " next_fire_at = now() - interval '2 seconds'"
     )
     db.commit()

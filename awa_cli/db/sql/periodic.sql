@@ -9,7 +9,9 @@
 -- paused flag, created_at and the fire state are kept. next_fire_at: a new row, or one whose
 -- cron or timezone changed, takes the caller's value, or now() when that is NULL (due at once:
 -- the leader computes the first fire time, with the database's clock). An unchanged
--- definition is not written at all (no row version, no updated_at). Rows are taken in name
+-- definition is not written at all (no row version, no updated_at). A new cron or timezone
+-- also moves active_since: fire times of the new expression before the change are not caught
+-- up. Rows are taken in name
 -- order so that workers starting together cannot deadlock. Returns the rows it wrote.
 INSERT INTO awa.periodic_jobs AS p (name, definition, next_fire_at)
 SELECT u.name, u.definition, coalesce(u.next_fire_at, now())
@@ -24,18 +26,24 @@ SET definition = EXCLUDED.definition,
              IS DISTINCT FROM (EXCLUDED.definition ->> 'cron', EXCLUDED.definition ->> 'timezone')
         THEN EXCLUDED.next_fire_at
         ELSE p.next_fire_at
+    END,
+    active_since = CASE
+        WHEN (p.definition ->> 'cron', p.definition ->> 'timezone')
+             IS DISTINCT FROM (EXCLUDED.definition ->> 'cron', EXCLUDED.definition ->> 'timezone')
+        THEN now()
+        ELSE p.active_since
     END
 WHERE p.definition IS DISTINCT FROM EXCLUDED.definition
-RETURNING p.name, p.paused, p.created_at, p.last_fire_at, p.next_fire_at, (p.xmax = 0) AS inserted
+RETURNING p.name, p.paused, p.created_at, p.active_since, p.last_fire_at, p.next_fire_at,
+          (p.xmax = 0) AS inserted
 
 -- name: periodic_due
 -- The unpaused schedules due at %(now)s (NULL: the database's clock), oldest due first,
 -- locked for this transaction; SKIP LOCKED so that a second sweep (a leader change while the
 -- old leader still runs) takes other rows instead of waiting. active_since is the lower bound
--- of due_fires (no fire time before the schedule existed, or while it was paused); now is the
--- clock the sweep must use for every row.
+-- of due_fires (the created_at argument); now is the clock the sweep must use for every row.
 SELECT p.name, p.definition, p.created_at, p.last_fire_at, p.next_fire_at,
-       greatest(p.created_at, p.resumed_at) AS active_since,
+       p.active_since,
        coalesce(%(now)s::timestamptz, now()) AS now
 FROM awa.periodic_jobs p
 WHERE NOT p.paused AND p.next_fire_at <= coalesce(%(now)s::timestamptz, now())
@@ -117,7 +125,7 @@ SELECT min(next_fire_at) AS next_fire_at FROM awa.periodic_jobs WHERE NOT paused
 -- name: periodic_list
 -- `awa cron list` / Client.list_periodic: every schedule with the state of its last job (NULL
 -- when that job is gone, deleted by retention).
-SELECT p.name, p.definition, p.paused, p.created_at, p.updated_at, p.resumed_at,
+SELECT p.name, p.definition, p.paused, p.created_at, p.updated_at, p.active_since,
        p.last_fire_at, p.next_fire_at, p.last_job_id, j.state AS last_job_state
 FROM awa.periodic_jobs p
 LEFT JOIN awa.jobs j ON j.id = p.last_job_id
@@ -125,7 +133,7 @@ ORDER BY p.name
 
 -- name: periodic_get
 -- One schedule, as periodic_list shows it (no row: unknown name, exit 4).
-SELECT p.name, p.definition, p.paused, p.created_at, p.updated_at, p.resumed_at,
+SELECT p.name, p.definition, p.paused, p.created_at, p.updated_at, p.active_since,
        p.last_fire_at, p.next_fire_at, p.last_job_id, j.state AS last_job_state
 FROM awa.periodic_jobs p
 LEFT JOIN awa.jobs j ON j.id = p.last_job_id
@@ -140,12 +148,12 @@ WHERE name = %(name)s
 RETURNING name, paused
 
 -- name: periodic_resume
--- Fire times while paused are skipped (resumed_at bounds due_fires from below), and the
+-- Fire times while paused are skipped (active_since bounds due_fires from below), and the
 -- schedule is due at once so that the leader computes its next fire time. Resuming a running
 -- schedule changes nothing.
 UPDATE awa.periodic_jobs
 SET paused = false,
-    resumed_at = CASE WHEN paused THEN now() ELSE resumed_at END,
+    active_since = CASE WHEN paused THEN now() ELSE active_since END,
     next_fire_at = CASE WHEN paused THEN now() ELSE next_fire_at END,
     updated_at = CASE WHEN paused THEN now() ELSE updated_at END
 WHERE name = %(name)s
