@@ -804,6 +804,8 @@ def test_check_shows_valid_schedules(tmp_path: Path) -> None:
     assert "[periodic.nightly]" in result.stdout
     assert 'cron = "0 3 * * *"' in result.stdout
     assert 'deadline_duration = "1m30s"' in result.stdout
+    assert 'args = { day = "y" }' in result.stdout
+    tomllib.loads(result.stdout.split("[periodic.nightly]")[1])  # the table reads back as TOML
     assert "# priority = (not set)" in result.stdout
     result = invoke("--config", str(path), "config", "check", "--json")
     assert json.loads(result.stdout)["periodic"]["nightly"]["args"] == {"day": "y"}

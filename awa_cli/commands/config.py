@@ -114,4 +114,17 @@ def _print_toml_like(ctx: CliContext, display: dict[str, Any], url_source: str) 
             elif name == "database" and key == "url" and url_source != "embedded":
                 out(f"{key} = {json.dumps(value)}  # from {url_source}")
             else:
-                out(f"{key} = {json.dumps(value)}")
+                out(f"{key} = {_toml_value(value)}")
+
+
+def _toml_value(value: Any) -> str:
+    """A value as TOML spells it: JSON for scalars and lists, inline tables for tables."""
+    if isinstance(value, dict):
+        items = ", ".join(
+            f"{k if re.fullmatch(r'[A-Za-z0-9_-]+', k) else json.dumps(k)} = {_toml_value(v)}"
+            for k, v in value.items()
+        )
+        return f"{{ {items} }}" if items else "{}"
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    return json.dumps(value)
