@@ -1,20 +1,36 @@
-"""Parameters for the periodic statements of ``db/sql/periodic.sql`` (no I/O here).
+"""The periodic statements of ``db/sql/periodic.sql``: their parameters, and thin async calls.
 
 The leader's sweep (DESIGN §9) runs, in one transaction: ``periodic_due`` → for each row
 :func:`awa_cli.periodic.due_fires` → ``periodic_fire`` with :func:`fire_params` →
 ``periodic_advance`` with :func:`sweep_advance_params` (:func:`awa_cli.periodic.plan_sweep`
-makes the plan of the whole sweep).
+makes the plan of the whole sweep); :func:`sweep` does exactly that on a connection.
+
+None of the calls here opens or commits a transaction: the caller (the outcome core's
+transaction frame) does, so that a sweep is one transaction and its NOTIFYs follow the commit.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping, Sequence
-from datetime import datetime
+from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import Any
 
+from psycopg import AsyncConnection
+from psycopg.rows import dict_row
+
+from awa_cli.db.statements import SQL
 from awa_cli.jobs import prepare
-from awa_cli.periodic import Schedule, SweepPlan
+from awa_cli.periodic import (
+    DEFAULT_GRACE,
+    DEFAULT_LIMIT,
+    DueRow,
+    PeriodicJob,
+    Schedule,
+    SweepPlan,
+    plan_sweep,
+)
 
 
 def upsert_params(
@@ -82,3 +98,105 @@ def sweep_advance_params(plan: SweepPlan, fired: Iterable[Mapping[str, Any]]) ->
             for name, (last, following) in plan.advances.items()
         ]
     )
+
+
+# --- calls (on the caller's connection and transaction) --------------------------------------
+
+
+async def _rows(
+    conn: AsyncConnection[Any], name: str, params: Mapping[str, Any] | None = None
+) -> list[dict[str, Any]]:
+    async with conn.cursor(row_factory=dict_row) as cur:
+        await cur.execute(SQL[name], params or {})
+        return await cur.fetchall() if cur.description else []
+
+
+async def upsert(
+    conn: AsyncConnection[Any],
+    schedules: Iterable[Schedule],
+    next_fire_ats: Mapping[str, datetime | None] | None = None,
+) -> list[dict[str, Any]]:
+    """A worker's schedules at its start (see ``periodic_upsert``); the rows written."""
+    params = upsert_params(schedules, next_fire_ats)
+    if not params["names"]:
+        return []
+    return await _rows(conn, "periodic_upsert", params)
+
+
+@dataclass(frozen=True)
+class SweepResult:
+    """What one sweep did: ``fired`` the result rows of ``periodic_fire`` (name, fire_at,
+    new_fire, job_id), ``queues`` the queues that got available jobs (to NOTIFY after the
+    commit), ``invalid`` (name, error) of stored definitions that do not validate."""
+
+    swept: int
+    fired: tuple[Mapping[str, Any], ...]
+    queues: frozenset[str]
+    invalid: tuple[tuple[str, str], ...]
+
+    @property
+    def inserted(self) -> int:
+        return sum(1 for row in self.fired if row["job_id"] is not None)
+
+
+async def sweep(
+    conn: AsyncConnection[Any],
+    *,
+    now: datetime | None = None,
+    schedules_per_sweep: int = 1000,
+    limit: int = DEFAULT_LIMIT,
+    grace: timedelta = DEFAULT_GRACE,
+) -> SweepResult:
+    """One sweep of the due schedules (``now`` None: the database's clock), inside the
+    caller's transaction: lock the due rows, enqueue their fire times, advance them."""
+    rows = await _rows(conn, "periodic_due", {"now": now, "limit": schedules_per_sweep})
+    if not rows:
+        return SweepResult(0, (), frozenset(), ())
+    due = [DueRow(r["name"], r["definition"], r["active_since"], r["last_fire_at"]) for r in rows]
+    plan = plan_sweep(due, rows[0]["now"], limit=limit, grace=grace)
+    fired: list[dict[str, Any]] = []
+    queues: frozenset[str] = frozenset()
+    if plan.fires:
+        params = fire_params(plan.fires)
+        fired = await _rows(conn, "periodic_fire", params)
+        queues = frozenset(
+            queue
+            for queue, row in zip(params["queues"], fired, strict=True)
+            if row["job_id"] is not None
+        )
+    await _rows(conn, "periodic_advance", sweep_advance_params(plan, fired))
+    return SweepResult(len(rows), tuple(fired), queues, plan.invalid)
+
+
+async def next_due(conn: AsyncConnection[Any]) -> datetime | None:
+    """The earliest next_fire_at of the unpaused schedules (None: nothing will fire)."""
+    rows = await _rows(conn, "periodic_next_due")
+    value: datetime | None = rows[0]["next_fire_at"]
+    return value
+
+
+async def list_all(conn: AsyncConnection[Any]) -> list[PeriodicJob]:
+    return [PeriodicJob.from_record(r) for r in await _rows(conn, "periodic_list")]
+
+
+async def get(conn: AsyncConnection[Any], name: str) -> PeriodicJob | None:
+    rows = await _rows(conn, "periodic_get", {"name": name})
+    return PeriodicJob.from_record(rows[0]) if rows else None
+
+
+async def set_paused(conn: AsyncConnection[Any], name: str, paused: bool) -> bool:
+    """Pause or resume; False: no schedule of that name."""
+    statement = "periodic_pause" if paused else "periodic_resume"
+    return bool(await _rows(conn, statement, {"name": name}))
+
+
+async def delete(conn: AsyncConnection[Any], name: str) -> bool:
+    """Drop the schedule and its recorded fires; False: no schedule of that name."""
+    return bool(await _rows(conn, "periodic_delete", {"name": name}))
+
+
+async def prune_fires(conn: AsyncConnection[Any], keep: timedelta = timedelta(days=1)) -> int:
+    """Forget recorded fires more than ``keep`` behind their schedule's last fire."""
+    async with conn.cursor() as cur:
+        await cur.execute(SQL["periodic_prune_fires"], {"keep": keep})
+        return cur.rowcount

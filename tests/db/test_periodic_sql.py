@@ -385,3 +385,62 @@ def test_full_sweeps_with_the_database_clock(db: psycopg.Connection) -> None:
     assert counts is not None and counts[0] == counts[1] == inserted + more
     fired = db.execute("SELECT count(*) FROM awa.periodic_fires").fetchone()
     assert fired == (inserted + more,)
+
+
+# --- the async calls of awa_cli.db.periodic --------------------------------------------------
+
+
+@pytest.mark.asyncio
+async def test_the_calls_drive_a_schedule_through_its_life(dsn: str) -> None:
+    from awa_cli.db import periodic as calls
+
+    every_hour = Schedule("hourly", "@hourly", "tick", {}, catch_up="all", options={"queue": "q"})
+    at = datetime(2026, 5, 5, 12, 0, 20, tzinfo=UTC)
+    async with await psycopg.AsyncConnection.connect(dsn) as conn:
+        async with conn.transaction():
+            written = await calls.upsert(conn, [every_hour, NIGHTLY])
+            assert [r["name"] for r in written] == ["hourly", "nightly"]
+            assert await calls.upsert(conn, []) == []
+            await conn.execute(
+                "UPDATE awa.periodic_jobs SET active_since = '2026-05-05 09:00:05Z',"
+                " next_fire_at = '2026-05-05 09:00:05Z'"
+            )
+        async with conn.transaction():
+            result = await calls.sweep(conn, now=at)
+        assert result.swept == 2 and result.inserted == 3 and result.queues == {"q"}
+        assert [r["fire_at"].hour for r in result.fired] == [10, 11, 12]
+        async with conn.transaction():
+            assert (await calls.sweep(conn, now=at)).swept == 0  # next due at 13:00
+            assert await calls.next_due(conn) == datetime(2026, 5, 5, 13, tzinfo=UTC)
+        async with conn.transaction():
+            later = await calls.sweep(conn, now=at + timedelta(hours=1))
+        assert later.inserted == 1 and later.fired[0]["fire_at"] == datetime(
+            2026, 5, 5, 13, tzinfo=UTC
+        )
+
+        listed = {job.name: job for job in await calls.list_all(conn)}
+        assert listed["hourly"].last_fire_at == datetime(2026, 5, 5, 13, tzinfo=UTC)
+        assert listed["hourly"].last_job_state == "available"
+        assert await calls.set_paused(conn, "hourly", True)
+        assert not await calls.set_paused(conn, "nope", True)
+        shown = await calls.get(conn, "hourly")
+        assert shown is not None and shown.paused and shown.next_fire_at is None
+        assert await calls.set_paused(conn, "hourly", False)
+
+        # A stored definition that no longer validates fires nothing and is retried later.
+        await conn.execute(
+            'UPDATE awa.periodic_jobs SET definition = definition || \'{"cron": "0 99 * * *"}\','
+            " next_fire_at = '2026-05-05 09:00:00Z' WHERE name = 'nightly'"
+        )
+        async with conn.transaction():
+            broken = await calls.sweep(conn, now=at + timedelta(hours=2))
+        assert [name for name, _ in broken.invalid] == ["nightly"]
+        nightly = await calls.get(conn, "nightly")
+        assert nightly is not None
+        assert nightly.next_fire_at == at + timedelta(hours=2, minutes=1)
+
+        assert await calls.prune_fires(conn, timedelta(0)) == 3  # 10:00-12:00, behind 13:00
+        assert await calls.delete(conn, "hourly")
+        assert not await calls.delete(conn, "hourly")
+        assert await calls.get(conn, "hourly") is None
+        await conn.commit()
