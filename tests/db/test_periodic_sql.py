@@ -444,3 +444,17 @@ async def test_the_calls_drive_a_schedule_through_its_life(dsn: str) -> None:
         assert not await calls.delete(conn, "hourly")
         assert await calls.get(conn, "hourly") is None
         await conn.commit()
+
+
+def test_the_sweep_benchmark_runs(dsn: str) -> None:
+    """benchmarks/periodic.py, three tiny rounds (no timing asserted): 1,000 schedules, 100 due."""
+    import asyncio
+
+    from benchmarks.periodic import _sweeps
+
+    assert len(asyncio.run(_sweeps(dsn, 3, 100))) == 3
+    with psycopg.connect(dsn) as conn:
+        assert conn.execute("SELECT count(*) FROM awa.jobs").fetchone() == (300,)
+        assert conn.execute(
+            "SELECT count(DISTINCT metadata->>'awa.periodic') FROM awa.jobs"
+        ).fetchone() == (300,)
