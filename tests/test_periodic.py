@@ -511,3 +511,36 @@ def test_plan_sweep() -> None:
     assert [name for name, _ in plan.invalid] == ["broken", "gone"]
     assert "periodic 'broken' cron" in plan.invalid[0][1]
     assert len(plan_sweep(rows[:1], now, limit=2).fires) == 2
+
+
+def _matches(expression: str, local: datetime) -> bool:
+    """Whether the naive wall-clock minute ``local`` matches ``expression`` (by cronsim)."""
+    from cronsim import CronSim
+
+    return bool(next(CronSim(expression, local - timedelta(seconds=1))) == local)
+
+
+@pytest.mark.parametrize("cron", ["0 * * * *", "30 2 * * *", "*/20 1-3 * * *", "45 1 * * *"])
+@pytest.mark.parametrize(
+    ("zone", "day"),
+    [
+        (BERLIN, utc(2026, 3, 28, 12)),
+        (BERLIN, utc(2026, 10, 24, 12)),
+        (NEW_YORK, utc(2026, 3, 7, 12)),
+        (NEW_YORK, utc(2026, 10, 31, 12)),
+        ("Australia/Lord_Howe", utc(2026, 4, 4)),  # a half-hour fall back
+    ],
+)
+def test_fire_times_equal_the_rule_minute_by_minute(cron: str, zone: str, day: datetime) -> None:
+    # The rule stated on the UTC time line: a minute fires when its wall-clock time matches
+    # the expression and it is that wall-clock time's first occurrence. (Minutes a spring
+    # forward skips have no UTC minute at all.)
+    tz = ZoneInfo(zone)
+    minutes = [day + timedelta(minutes=m) for m in range(1, 36 * 60 + 1)]
+    expected = [
+        m
+        for m in minutes
+        if m.astimezone(tz).fold == 0
+        and _matches(cron, m.astimezone(tz).replace(tzinfo=None, fold=0))
+    ]
+    assert fires_between(schedule(cron, zone), day, minutes[-1]) == expected
