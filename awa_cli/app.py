@@ -1,4 +1,4 @@
-"""The App: the registry of tasks, event hooks and follow-up specs. Pure: no I/O.
+"""The App: the registry of tasks, event hooks, follow-up specs and periodic schedules. No I/O.
 
 Importing the ``[app] modules`` of ``awa.toml`` is :mod:`awa_cli.loading`'s job.
 """
@@ -7,16 +7,19 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
-from collections.abc import Callable
+import json
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any
 
-from awa_cli.events import Outcome
 from awa_cli.enqueue import InsertOpts, prepare
-from awa_cli.jobs import PreparedJob
-from awa_cli.jsonvalues import kind_for
-from awa_cli.errors import RegistrationError
+from awa_cli.errors import RegistrationError, ValidationError
+from awa_cli.events import Outcome
 from awa_cli.follow_up_specs import FollowUpRegistrars, FollowUpSpec
+from awa_cli.jobs import PreparedJob
+from awa_cli.jsonvalues import kind_for, rebuild_args
+from awa_cli.periodic import CatchUp, Schedule, ScheduleError, check_name, options_json
 
 
 @dataclass(frozen=True)
@@ -51,6 +54,7 @@ class App(FollowUpRegistrars):
         self._index: (
             tuple[dict[str, list[Hook]], dict[tuple[str, Outcome], list[FollowUpSpec]]] | None
         ) = None
+        self._schedules: dict[str, Schedule] = {}  # periodic schedules by name, in order
 
     # -- tasks ---------------------------------------------------------------------------
     def task(
@@ -161,7 +165,69 @@ class App(FollowUpRegistrars):
         self._hooks.extend(other._hooks)
         self._specs.extend(other._specs)
         self._index = None
+        for schedule in other._schedules.values():
+            self._add_schedule(schedule)
         return self
+
+    # -- periodic schedules (DESIGN §9) --------------------------------------------------------
+    def periodic(
+        self,
+        name: str,
+        cron: str,
+        args: Any,
+        *,
+        timezone: str = "UTC",
+        catch_up: CatchUp = "latest",
+        **insert_options: Any,
+    ) -> Schedule:
+        """Enqueue a job of ``args`` at every fire time of ``cron`` (5 fields, 6 with leading
+        seconds, or ``@hourly``-style) in the IANA ``timezone``, once per fire time across the
+        fleet. ``catch_up`` is ``latest``, ``all`` or ``none`` (what happens to fire times
+        missed while no worker ran). Insert options as for ``Client.insert`` except
+        ``run_at``, which is the fire time; the kind must be registered in this app.
+
+        Everything is checked now: a bad name, expression, time zone, policy, option or an
+        unregistered kind raises ``ValidationError`` naming the schedule.
+        """
+        check_name(name)
+        if name in self._schedules:
+            raise ScheduleError(name, "name", "is registered twice")
+        if "run_at" in insert_options:
+            raise ScheduleError(name, "run_at", "is the fire time; a schedule cannot set it")
+        try:
+            opts = InsertOpts.from_kwargs(insert_options)
+            prepared = prepare_job(self, args, opts)
+        except ValidationError as exc:
+            raise ScheduleError(name, exc.field, _reason(exc)) from None
+        task = self.tasks.get(prepared.kind)
+        if task is None:
+            raise ScheduleError(
+                name, "kind", f"{prepared.kind!r} is not registered as a task in this app"
+            )
+        data = json.loads(prepared.args_json)
+        if task.args_type is not None and isinstance(args, Mapping):
+            try:
+                rebuild_args(task.args_type, data)
+            except Exception as exc:
+                raise ScheduleError(
+                    name, "args", f"do not fit {task.args_type.__name__}: {exc}"
+                ) from None
+        options = {**options_json(opts), "queue": prepared.queue}
+        schedule = Schedule(name, cron, prepared.kind, data, timezone, catch_up, options)
+        self._add_schedule(schedule)
+        return schedule
+
+    def _add_schedule(self, schedule: Schedule) -> None:
+        # The same definition twice is one schedule (an app merged twice, as tasks are).
+        existing = self._schedules.get(schedule.name)
+        if existing is not None and existing != schedule:
+            raise ScheduleError(schedule.name, "name", "is registered twice")
+        self._schedules[schedule.name] = schedule
+
+    @property
+    def schedules(self) -> Mapping[str, Schedule]:
+        """The periodic schedules by name, in registration order (read-only)."""
+        return MappingProxyType(self._schedules)
 
 
 def prepare_job(app: App | None, args: Any, opts: InsertOpts) -> PreparedJob:
@@ -171,6 +237,13 @@ def prepare_job(app: App | None, args: Any, opts: InsertOpts) -> PreparedJob:
         opts = dataclasses.replace(opts, kind=app.kind_of_type(type(args)))
     default_queue = app.queue_for(opts.kind) if (app is not None and opts.kind) else None
     return prepare(args, opts, default_queue=default_queue)
+
+
+def _reason(exc: ValidationError) -> str:
+    """The message of a ValidationError without its ``field: `` prefix."""
+    text = str(exc)
+    prefix = f"{exc.field}: "
+    return text[len(prefix) :] if text.startswith(prefix) else text
 
 
 def _key_name(key: str | type) -> str:

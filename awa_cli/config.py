@@ -13,13 +13,17 @@ import tomllib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from awa_cli import defaults
 from awa_cli.db.dsn import redact
 from awa_cli.durations import format_duration, parse_duration, show_value
-from awa_cli.enqueue import check_name
+from awa_cli.enqueue import InsertOpts, check_name, prepare
 from awa_cli.errors import ConfigError, ValidationError
+from awa_cli.periodic import Schedule, ScheduleError
+
+if TYPE_CHECKING:
+    from awa_cli.app import App
 
 CONFIG_FILE_NAME = "awa.toml"
 EMBEDDED_DIR_NAME = ".awa"
@@ -65,6 +69,30 @@ class MetricsConfig:
     host: str = "127.0.0.1"  # the address the endpoint binds to; "0.0.0.0" exposes it
 
 
+@dataclass(frozen=True)
+class PeriodicConfig:
+    """One ``[periodic.NAME]`` table: a schedule registered on the loaded app (DESIGN §9)."""
+
+    cron: str
+    kind: str
+    args: dict[str, Any] = field(default_factory=dict)
+    timezone: str = "UTC"
+    catch_up: str = "latest"
+    queue: str | None = None
+    priority: int | None = None
+    max_attempts: int | None = None
+    tags: tuple[str, ...] | None = None
+    metadata: dict[str, Any] | None = None
+    deadline_duration: float | None = None
+
+    REQUIRED = ("cron", "kind")
+
+    def insert_options(self) -> dict[str, Any]:
+        """The insert options that are set (queue, priority, ...), as keyword arguments."""
+        names = ("queue", "priority", "max_attempts", "tags", "metadata", "deadline_duration")
+        return {name: getattr(self, name) for name in names if getattr(self, name) is not None}
+
+
 def _default_queues() -> dict[str, QueueConfig]:
     return {"default": QueueConfig()}
 
@@ -81,6 +109,7 @@ class Config:
     queues: dict[str, QueueConfig] = field(default_factory=_default_queues)
     maintenance: MaintenanceConfig = field(default_factory=MaintenanceConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
+    periodic: dict[str, PeriodicConfig] = field(default_factory=dict)
 
     def to_display_dict(self, *, human_durations: bool = False) -> dict[str, Any]:
         """Plain JSON-able data; the URL's password redacted.
@@ -92,7 +121,8 @@ class Config:
             out: dict[str, Any] = {}
             for f in fields(obj):
                 value = getattr(obj, f.name)
-                if human_durations and _SCHEMA[table][f.name] in _DURATIONS:
+                is_duration = _SCHEMA[table][f.name] in _DURATIONS
+                if human_durations and is_duration and value is not None:
                     value = format_duration(value)
                 out[f.name] = str(value) if isinstance(value, Path) else value
                 if isinstance(value, tuple):
@@ -111,6 +141,9 @@ class Config:
             "queues": {name: section(queue, "queues.*") for name, queue in self.queues.items()},
             "maintenance": section(self.maintenance, "maintenance"),
             "metrics": section(self.metrics, "metrics"),
+            "periodic": {
+                name: section(entry, "periodic.*") for name, entry in self.periodic.items()
+            },
         }
 
 
@@ -176,6 +209,12 @@ def _host(value: Any, key: str) -> str:
     )
 
 
+def _inline_table(value: Any, key: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise ConfigError(f"{key}: expected a table, got {_show(value)}", key=key)
+    return value
+
+
 _ANY_DURATION = _duration(zero_allowed=True)
 _INTERVAL = _duration(zero_allowed=False)
 _DURATIONS = (_ANY_DURATION, _INTERVAL)
@@ -195,8 +234,21 @@ _SCHEMA: dict[str, dict[str, Parser]] = {
         "failed_retention": _ANY_DURATION,
     },
     "metrics": {"prometheus_port": _integer(1, 65535), "host": _host},
+    "periodic.*": {
+        "cron": _text,
+        "kind": _text,
+        "args": _inline_table,
+        "timezone": _text,
+        "catch_up": _text,
+        "queue": _text,
+        "priority": _integer(1, 4),
+        "max_attempts": _integer(1, 1000),
+        "tags": _texts,
+        "metadata": _inline_table,
+        "deadline_duration": _ANY_DURATION,
+    },
 }
-_TABLES = ("database", "app", "worker", "queues", "maintenance", "metrics")
+_TABLES = ("database", "app", "worker", "queues", "maintenance", "metrics", "periodic")
 _BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
 
 
@@ -266,7 +318,65 @@ def _build(data: dict[str, Any], path: Path | None, base_dir: Path) -> Config:
         queues=queues or _default_queues(),
         maintenance=maintenance,
         metrics=MetricsConfig(**_section(tables["metrics"], "metrics", "[metrics]")),
+        periodic={
+            name: _periodic(name, _as_table(raw, _table_label("periodic", name)))
+            for name, raw in tables["periodic"].items()
+        },
     )
+
+
+# --- [periodic.NAME] -------------------------------------------------------------------------
+
+
+def _schedule_key(label: str, attribute: str) -> str:
+    """The TOML key a schedule's attribute comes from (the table itself for its name)."""
+    return label if attribute == "name" else f"{label} {attribute}"
+
+
+def _periodic(name: str, raw: dict[str, Any]) -> PeriodicConfig:
+    """One ``[periodic.NAME]`` table, checked as far as it can be without the app: the name,
+    expression, time zone, policy and insert options. The kind is checked when the app is
+    loaded (:func:`register_schedules`)."""
+    label = _table_label("periodic", name)
+    kwargs = _section(raw, "periodic.*", label)
+    for required in PeriodicConfig.REQUIRED:
+        if required not in kwargs:
+            key = f"{label} {required}"
+            raise ConfigError(f"{label}: missing required key {required}", key=key)
+    entry = PeriodicConfig(**kwargs)
+    try:
+        Schedule(name, entry.cron, entry.kind, entry.args, entry.timezone, entry.catch_up)  # type: ignore[arg-type]
+    except ScheduleError as exc:
+        key = _schedule_key(label, exc.attribute)
+        raise ConfigError(f"{key}: {exc.reason}", key=key) from None
+    try:
+        prepare(entry.args, InsertOpts(kind=entry.kind, **entry.insert_options()))
+    except ValidationError as exc:
+        key = _schedule_key(label, exc.field)
+        raise ConfigError(f"{label} {exc}", key=key) from None
+    return entry
+
+
+def register_schedules(app: App, config: Config) -> None:
+    """Register each ``[periodic.NAME]`` of ``config`` on the loaded ``app``; a kind the app
+    does not register (or a name its code registers too) is a :class:`ConfigError`."""
+    source = None if config.path is None else str(config.path)
+    for name, entry in config.periodic.items():
+        label = _table_label("periodic", name)
+        try:
+            app.periodic(
+                name,
+                entry.cron,
+                entry.args,
+                timezone=entry.timezone,
+                catch_up=entry.catch_up,  # type: ignore[arg-type]
+                kind=entry.kind,
+                **entry.insert_options(),
+            )
+        except ScheduleError as exc:
+            key = _schedule_key(label, exc.attribute)
+            where = " (the app of [app] modules)" if exc.attribute == "kind" else ""
+            raise ConfigError(f"{key}: {exc.reason}{where}", key=key, source=source) from None
 
 
 # --- finding and loading ---------------------------------------------------------------------
@@ -313,10 +423,12 @@ __all__ = [
     "DatabaseConfig",
     "MaintenanceConfig",
     "MetricsConfig",
+    "PeriodicConfig",
     "QueueConfig",
     "WorkerConfig",
     "format_duration",
     "load_config",
     "parse_duration",
+    "register_schedules",
     "resolve_config_path",
 ]

@@ -241,12 +241,20 @@ class ConfigDoc:
     keys: dict[tuple[str, str], str] = field(default_factory=dict)
 
 
-_TABLE_LINE = re.compile(r"\[([^\]]+)\]\s*$")
+# A table header, also commented out (``# [periodic.nightly_report]``: an example to copy).
+_TABLE_LINE = re.compile(r"(?:#\s*)?\[([^\]]+)\]\s*$")
 _KEY_LINE = re.compile(r"#?\s*([A-Za-z_][A-Za-z0-9_]*)\s*=")
 
 
 def _table_name(raw: str) -> str:
-    return "queues.NAME" if raw.startswith("queues.") else raw
+    for prefix in ("queues.", "periodic."):
+        if raw.startswith(prefix):
+            return f"{prefix}NAME"
+    return raw
+
+
+# Shown as the default of a key that has none and must be given.
+REQUIRED = object()
 
 
 def parse_example(text: str) -> ConfigDoc:
@@ -263,7 +271,11 @@ def parse_example(text: str) -> ConfigDoc:
             if comment:
                 doc.tables.setdefault(table, " ".join(comment))
             comment, last_key = [], None
-        elif table is not None and key_match and (not stripped.startswith("#") or comment):
+        elif (
+            table is not None
+            and key_match
+            and (not stripped.startswith("#") or comment or last_key)
+        ):
             key = key_match.group(1)
             described = " ".join(comment) if comment else doc.keys.get((table, last_key or ""))
             if described:
@@ -296,14 +308,37 @@ def config_reference() -> list[tuple[str, list[tuple[str, Any, str | None]]]]:
             continue  # path, base_dir
         if table == "queues":
             table, values = "queues.NAME", next(iter(values.values()))
+        elif table == "periodic":
+            table, values = "periodic.NAME", _periodic_defaults()
         out.append(
             (table, [(key, value, doc.keys.get((table, key))) for key, value in values.items()])
         )
     return out
 
 
+def _periodic_defaults() -> dict[str, Any]:
+    """The keys of a ``[periodic.NAME]`` table with their defaults (REQUIRED for none)."""
+    from dataclasses import MISSING, fields
+
+    from awa_cli.config import PeriodicConfig
+
+    out: dict[str, Any] = {}
+    for f in fields(PeriodicConfig):
+        if f.default is not MISSING:
+            out[f.name] = f.default
+        elif f.default_factory is not MISSING:
+            out[f.name] = f.default_factory()
+        else:
+            out[f.name] = REQUIRED
+    return out
+
+
 def _toml_value(value: Any) -> str:
     return "unset" if value is None else json.dumps(value)
+
+
+def _default_text(value: Any) -> str:
+    return "required" if value is REQUIRED else f"default: {escape(_toml_value(value))}"
 
 
 def config_page() -> str:
@@ -331,7 +366,7 @@ def config_page() -> str:
         if table in doc.tables:
             out += lines_of(doc.tables[table])
         for key, default, description in keys:
-            out += [".TP", f"\\fB{escape(key)}\\fR (default: {escape(_toml_value(default))})"]
+            out += [".TP", f"\\fB{escape(key)}\\fR ({_default_text(default)})"]
             out += lines_of(description or "Undocumented: see awa.toml.example.")
     example = EXAMPLE_CONFIG.read_text(encoding="utf-8").strip("\n")
     out += [".SH EXAMPLE", ".nf", *lines_of(example, verbatim=True), ".fi"]

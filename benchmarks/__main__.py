@@ -21,7 +21,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from benchmarks import measures, peers
+from benchmarks import measures, peers, periodic
 from benchmarks.server import BenchServer
 
 MEASURES = {
@@ -31,6 +31,8 @@ MEASURES = {
     "pickup_latency": measures.pickup_latency,
     "drain_follow_up": measures.drain_follow_up,
     "drain_processes_2": measures.drain_processes_2,
+    "periodic_sweep_idle": periodic.periodic_sweep_idle,
+    "periodic_sweep_100_due": periodic.periodic_sweep_100_due,
     # references: what bounds the measures above on this machine (README, "What bounds the rest")
     "drain_concurrency_100": measures.drain_concurrency_100,
     "claim_complete_sql": measures.claim_complete_sql,

@@ -22,6 +22,7 @@ from awa_cli.config import (
     DatabaseConfig,
     MaintenanceConfig,
     MetricsConfig,
+    PeriodicConfig,
     QueueConfig,
     WorkerConfig,
     format_duration,
@@ -38,6 +39,7 @@ SECTIONS: dict[str, type] = {
     "queues.*": QueueConfig,
     "maintenance": MaintenanceConfig,
     "metrics": MetricsConfig,
+    "periodic.*": PeriodicConfig,
 }
 
 
@@ -416,21 +418,42 @@ def test_example_loads() -> None:
     assert config.app.modules == ("examples.jobs",)
     assert set(config.queues) == {"default", "email"}
     assert config.metrics.prometheus_port is None
+    assert config.periodic == {}  # the example schedule is commented out
 
 
 def test_example_documents_every_key(tmp_path: Path) -> None:
     # Uncommenting the commented-out keys must give a valid file naming every dataclass field.
     lines = EXAMPLE.read_text(encoding="utf-8").splitlines()
-    uncommented = "\n".join(re.sub(r"^# (\w+ = )", r"\1", line) for line in lines)
+    uncommented = "\n".join(re.sub(r"^# (\w+ = |\[)", r"\1", line) for line in lines)
     raw = tomllib.loads(uncommented)
     for section, cls in SECTIONS.items():
-        tables = list(raw["queues"].values()) if section == "queues.*" else [raw[section]]
+        if section.endswith(".*"):
+            tables = list(raw[section[:-2]].values())
+        else:
+            tables = [raw[section]]
+        assert tables, section
         for table in tables:
             assert set(table) == {f.name for f in dataclasses.fields(cls)}, section
-    assert set(raw) == {"database", "app", "worker", "queues", "maintenance", "metrics"}
+    assert set(raw) == {
+        "database",
+        "app",
+        "worker",
+        "queues",
+        "maintenance",
+        "metrics",
+        "periodic",
+    }
     full = load_text(tmp_path, uncommented)
     assert full.database.url is not None
     assert full.metrics.prometheus_port is not None
+    assert full.periodic["nightly_report"].kind == "generate_report"
+    # ... and the schedule fits the example app: its kind and args are registered there.
+    from awa_cli.app import load_apps
+    from awa_cli.config import register_schedules
+
+    app = load_apps(full.app.modules, EXAMPLE.parent)
+    register_schedules(app, full)
+    assert app.schedules["nightly_report"].args == {"report_id": 7}
 
 
 # --- display ---------------------------------------------------------------------------------
@@ -576,3 +599,219 @@ def test_check_accepts_module_specs(tmp_path: Path) -> None:
         "myapp.jobs:registry",
         "single",
     ]
+
+
+# --- [periodic.NAME] -------------------------------------------------------------------------
+
+PERIODIC_APP = """
+from dataclasses import dataclass
+import awa_cli as awa
+
+app = awa.App()
+
+@dataclass
+class Report:
+    day: str
+
+@app.task(Report, queue="reports")
+def report(job):
+    pass
+"""
+
+
+def periodic_module(tmp_path: Path) -> str:
+    """A module beside the config with a ``report`` task; a fresh name per test."""
+    name = f"periodic_app_{tmp_path.name.replace('-', '_')}"
+    (tmp_path / f"{name}.py").write_text(PERIODIC_APP, encoding="utf-8")
+    return name
+
+
+def test_periodic_tables_are_read(tmp_path: Path) -> None:
+    config = load_text(
+        tmp_path,
+        """
+        [periodic.nightly_report]
+        cron = "0 3 * * *"
+        kind = "report"
+        args = { day = "yesterday" }
+        timezone = "Europe/Berlin"
+        catch_up = "all"
+        queue = "reports"
+        priority = 1
+        max_attempts = 3
+        tags = ["nightly"]
+        metadata = { team = "bi" }
+        deadline_duration = "10m"
+
+        [periodic."every.minute"]
+        cron = "@hourly"
+        kind = "report"
+        """.replace("\n        ", "\n"),
+    )
+    nightly = config.periodic["nightly_report"]
+    assert nightly == PeriodicConfig(
+        cron="0 3 * * *",
+        kind="report",
+        args={"day": "yesterday"},
+        timezone="Europe/Berlin",
+        catch_up="all",
+        queue="reports",
+        priority=1,
+        max_attempts=3,
+        tags=("nightly",),
+        metadata={"team": "bi"},
+        deadline_duration=600.0,
+    )
+    assert config.periodic["every.minute"] == PeriodicConfig(cron="@hourly", kind="report")
+    assert config.periodic["every.minute"].insert_options() == {}
+    display = config.to_display_dict(human_durations=True)
+    assert display["periodic"]["nightly_report"]["deadline_duration"] == "10m"
+    assert display["periodic"]["nightly_report"]["tags"] == ["nightly"]
+    assert display["periodic"]["every.minute"]["deadline_duration"] is None
+    assert json.loads(json.dumps(config.to_display_dict())) == config.to_display_dict()
+
+
+@pytest.mark.parametrize(
+    ("text", "key", "fragment"),
+    [
+        ('[periodic.n]\nkind = "report"', "[periodic.n] cron", "missing required key cron"),
+        ('[periodic.n]\ncron = "@daily"', "[periodic.n] kind", "missing required key kind"),
+        (
+            '[periodic.n]\ncron = "61 * * * *"\nkind = "k"',
+            "[periodic.n] cron",
+            "[periodic.n] cron: '61 * * * *'",
+        ),
+        ('[periodic.n]\ncron = "* * *"\nkind = "k"', "[periodic.n] cron", "expected 5 fields"),
+        ('[periodic.n]\ncron = "@sometimes"\nkind = "k"', "[periodic.n] cron", "unknown alias"),
+        ('[periodic.n]\ncron = 5\nkind = "k"', "[periodic.n] cron", "expected a non-empty string"),
+        (
+            '[periodic.n]\ncron = "@daily"\nkind = "k"\ntimezone = "Europe/Atlantis"',
+            "[periodic.n] timezone",
+            "unknown time zone 'Europe/Atlantis'",
+        ),
+        (
+            '[periodic.n]\ncron = "@daily"\nkind = "k"\ncatch_up = "most"',
+            "[periodic.n] catch_up",
+            "expected one of latest, all, none",
+        ),
+        ('[periodic."a b"]\ncron = "@daily"\nkind = "k"', '[periodic."a b"]', "characters"),
+        (
+            '[periodic.n]\ncron = "@daily"\nkind = "k"\npriority = 5',
+            "[periodic.n] priority",
+            "between 1 and 4",
+        ),
+        (
+            '[periodic.n]\ncron = "@daily"\nkind = "k"\nargs = 3',
+            "[periodic.n] args",
+            "expected a table",
+        ),
+        (
+            '[periodic.n]\ncron = "@daily"\nkind = "k"\ntags = '
+            + json.dumps(list("abcdefghijklmnopqrstu")),
+            "[periodic.n] tags",
+            "more than 20 tags",
+        ),
+        (
+            '[periodic.n]\ncron = "@daily"\nkind = "k"\ndeadline_duration = "soon"',
+            "[periodic.n] deadline_duration",
+            "expected a duration",
+        ),
+        (
+            '[periodic.n]\ncron = "@daily"\nkind = "k"\nrun_at = 1',
+            "[periodic.n] run_at",
+            "unknown key [periodic.n] run_at",
+        ),
+        ("[periodic]\nn = 1", "[periodic.n]", "expected a table"),
+        ("periodic = 1", "[periodic]", "expected a table"),
+    ],
+)
+def test_periodic_errors_name_the_key(tmp_path: Path, text: str, key: str, fragment: str) -> None:
+    error = config_error(tmp_path, text)
+    assert error.key == key
+    assert fragment in str(error)
+
+
+def test_schedules_are_registered_on_the_loaded_app(tmp_path: Path) -> None:
+    from awa_cli.commands.context import CliContext
+    from awa_cli.terminal import Terminal
+
+    module = periodic_module(tmp_path)
+    path = write(
+        tmp_path,
+        f'[app]\nmodules = ["{module}"]\n'
+        '[periodic.nightly]\ncron = "0 3 * * *"\nkind = "report"\nargs = { day = "y" }\n'
+        'timezone = "Europe/Berlin"\npriority = 1\n',
+    )
+    ctx = CliContext(str(path), None, False, 0, Terminal(no_color=True, quiet=True), env={})
+    schedule = ctx.app.schedules["nightly"]
+    assert (schedule.kind, schedule.args, schedule.timezone) == (
+        "report",
+        {"day": "y"},
+        "Europe/Berlin",
+    )
+    assert schedule.options == {"queue": "reports", "priority": 1}
+
+
+@pytest.mark.parametrize(
+    ("table", "fragment"),
+    [
+        (
+            '[periodic.n]\ncron = "@daily"\nkind = "nope"',
+            "[periodic.n] kind: 'nope' is not registered as a task in this app (the app of [app] modules)",
+        ),
+        (
+            '[periodic.n]\ncron = "@daily"\nkind = "report"\nargs = { colour = "red" }',
+            "[periodic.n] args: do not fit Report",
+        ),
+    ],
+)
+def test_check_reports_a_schedule_the_app_cannot_run(
+    tmp_path: Path, table: str, fragment: str
+) -> None:
+    module = periodic_module(tmp_path)
+    path = write(tmp_path, f'[app]\nmodules = ["{module}"]\n{table}')
+    result = invoke("--config", str(path), "config", "check")
+    assert result.exit_code == 2, result.stderr
+    assert result.stdout == ""
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1, result.stderr
+    assert fragment in lines[0]
+    assert lines[0].startswith(f"Error: {path}: ")
+
+
+def test_check_reports_a_bad_schedule_without_importing(tmp_path: Path) -> None:
+    path = write(
+        tmp_path, '[app]\nmodules = ["not_there"]\n[periodic.n]\ncron = "0 25 * * *"\nkind = "k"'
+    )
+    result = invoke("--config", str(path), "config", "check")
+    assert result.exit_code == 2
+    assert "[periodic.n] cron: '0 25 * * *'" in result.stderr
+    assert "not_there" not in result.stderr
+
+
+def test_check_with_schedules_needs_an_importable_app(tmp_path: Path) -> None:
+    path = write(
+        tmp_path, '[app]\nmodules = ["not_there"]\n[periodic.n]\ncron = "@daily"\nkind = "k"'
+    )
+    result = invoke("--config", str(path), "config", "check")
+    assert result.exit_code == 2
+    assert result.stderr.startswith(f"Error: {path}: [app] modules: cannot import 'not_there'")
+
+
+def test_check_shows_valid_schedules(tmp_path: Path) -> None:
+    module = periodic_module(tmp_path)
+    path = write(
+        tmp_path,
+        f'[app]\nmodules = ["{module}"]\n[periodic.nightly]\ncron = "0 3 * * *"\nkind = "report"\n'
+        'args = { day = "y" }\ndeadline_duration = "90s"',
+    )
+    result = invoke("--config", str(path), "config", "check")
+    assert result.exit_code == 0, result.stderr
+    assert "[periodic.nightly]" in result.stdout
+    assert 'cron = "0 3 * * *"' in result.stdout
+    assert 'deadline_duration = "1m30s"' in result.stdout
+    assert 'args = { day = "y" }' in result.stdout
+    tomllib.loads(result.stdout.split("[periodic.nightly]")[1])  # the table reads back as TOML
+    assert "# priority = (not set)" in result.stdout
+    result = invoke("--config", str(path), "config", "check", "--json")
+    assert json.loads(result.stdout)["periodic"]["nightly"]["args"] == {"day": "y"}

@@ -12,6 +12,7 @@ import click
 from awa_cli.commands.context import CliContext, json_option, pass_context
 from awa_cli.config import ConfigError
 from awa_cli.db.dsn import redact
+from awa_cli.results import AwaError, ValidationError
 
 
 @click.group(name="config")
@@ -25,7 +26,8 @@ def command() -> None:
 def check(ctx: CliContext, json_flag: bool) -> None:
     """Validate the config and print it resolved, with the database URL awa will use.
 
-    Nothing is imported and no database is contacted.
+    No database is contacted. The [app] modules are imported only when [periodic.NAME]
+    tables are configured, to check that their kinds are registered.
     """
     config = ctx.config
     source = str(ctx.config_path[0]) if config.path else None
@@ -33,6 +35,8 @@ def check(ctx: CliContext, json_flag: bool) -> None:
         _check_import_spec(spec, f"[app] modules[{index}]", source)
     for index, spec in enumerate(config.app.plugins):
         _check_import_spec(spec, f"[app] plugins[{index}]", source)
+    if config.periodic:
+        _check_schedules(ctx, source)
 
     url, url_source = _resolved_url(ctx)
     if ctx.wants_json(json_flag):
@@ -46,6 +50,17 @@ def check(ctx: CliContext, json_flag: bool) -> None:
         display["database"]["url"] = url if url else embedded
         _print_toml_like(ctx, display, url_source)
     ctx.terminal.status(f"config OK ({source or 'no config file, defaults'})")
+
+
+def _check_schedules(ctx: CliContext, source: str | None) -> None:
+    """Load the app with the config's schedules on it: an unregistered kind, or an app module
+    that cannot be imported, is a config error (exit 2)."""
+    try:
+        ctx.app  # noqa: B018 - loading registers and checks the [periodic.NAME] schedules
+    except (ConfigError, ValidationError):
+        raise
+    except AwaError as exc:
+        raise ConfigError(str(exc), key="[app] modules", source=source) from None
 
 
 def _resolved_url(ctx: CliContext) -> tuple[str | None, str]:
@@ -86,6 +101,10 @@ def _print_toml_like(ctx: CliContext, display: dict[str, Any], url_source: str) 
         for q, values in display["queues"].items()
     ]
     tables += [(name, display[name]) for name in ("maintenance", "metrics")]
+    tables += [
+        (f"periodic.{p if re.fullmatch(r'[A-Za-z0-9_-]+', p) else json.dumps(p)}", values)
+        for p, values in display["periodic"].items()
+    ]
     for name, values in tables:
         out("")
         out(f"[{name}]")
@@ -95,4 +114,17 @@ def _print_toml_like(ctx: CliContext, display: dict[str, Any], url_source: str) 
             elif name == "database" and key == "url" and url_source != "embedded":
                 out(f"{key} = {json.dumps(value)}  # from {url_source}")
             else:
-                out(f"{key} = {json.dumps(value)}")
+                out(f"{key} = {_toml_value(value)}")
+
+
+def _toml_value(value: Any) -> str:
+    """A value as TOML spells it: JSON for scalars and lists, inline tables for tables."""
+    if isinstance(value, dict):
+        items = ", ".join(
+            f"{k if re.fullmatch(r'[A-Za-z0-9_-]+', k) else json.dumps(k)} = {_toml_value(v)}"
+            for k, v in value.items()
+        )
+        return f"{{ {items} }}" if items else "{}"
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    return json.dumps(value)

@@ -99,9 +99,14 @@ class CliContext:
 
     @cached_property
     def app(self) -> App:
+        """The ``[app] modules`` merged into one app, with the ``[periodic.NAME]`` schedules
+        of the config registered on it."""
+        from awa_cli.config import register_schedules
         from awa_cli.loading import load_apps
 
-        return load_apps(self.config.app.modules, self.config.base_dir)
+        app = load_apps(self.config.app.modules, self.config.base_dir)
+        register_schedules(app, self.config)
+        return app
 
 
 pass_context = click.make_pass_decorator(CliContext)

@@ -296,6 +296,92 @@ def test_callback_ids_are_unique(db: psycopg.Connection) -> None:
     db.rollback()
 
 
+# DESIGN §9: awa.periodic_jobs (one row per schedule) and awa.periodic_fires (the dedup of
+# (name, fire time)), from 0002_periodic.sql.
+PERIODIC_COLUMNS = {
+    "name": ("text", True),
+    "definition": ("jsonb", True),
+    "paused": ("boolean", True),
+    "created_at": ("timestamp with time zone", True),
+    "updated_at": ("timestamp with time zone", True),
+    "active_since": ("timestamp with time zone", True),
+    "last_fire_at": ("timestamp with time zone", False),
+    "next_fire_at": ("timestamp with time zone", False),
+    "last_job_id": ("bigint", False),
+}
+FIRES_COLUMNS = {
+    "name": ("text", True),
+    "fire_at": ("timestamp with time zone", True),
+    "fired_at": ("timestamp with time zone", True),
+}
+
+
+def _columns(db: psycopg.Connection, table: str) -> dict[str, tuple[str, bool]]:
+    rows = db.execute(
+        """
+        SELECT a.attname, format_type(a.atttypid, a.atttypmod), a.attnotnull
+        FROM pg_attribute a
+        WHERE a.attrelid = %s::regclass AND a.attnum > 0 AND NOT a.attisdropped
+        """,
+        (table,),
+    ).fetchall()
+    return {name: (kind, not_null) for name, kind, not_null in rows}
+
+
+def test_0002_is_periodic() -> None:
+    assert [(m.version, m.name) for m in migrations.available()][:2] == [
+        (1, "initial"),
+        (2, "periodic"),
+    ]
+
+
+@pytest.mark.integration
+def test_periodic_tables(db: psycopg.Connection) -> None:
+    assert _columns(db, "awa.periodic_jobs") == PERIODIC_COLUMNS
+    assert _columns(db, "awa.periodic_fires") == FIRES_COLUMNS
+    keys = dict(
+        db.execute(
+            "SELECT conrelid::regclass::text, pg_get_constraintdef(oid) FROM pg_constraint"
+            " WHERE contype = 'p' AND conrelid IN ('awa.periodic_jobs'::regclass,"
+            " 'awa.periodic_fires'::regclass)"
+        ).fetchall()
+    )
+    assert keys == {
+        "awa.periodic_jobs": "PRIMARY KEY (name)",
+        "awa.periodic_fires": "PRIMARY KEY (name, fire_at)",
+    }
+    row = db.execute(
+        "INSERT INTO awa.periodic_jobs (name, definition) VALUES ('n', '{}')"
+        " RETURNING paused, created_at = now(), updated_at = now(), next_fire_at"
+    ).fetchone()
+    assert row == (False, True, True, None)
+    for name, definition in (("bad name", "{}"), ("x" * 201, "{}"), ("ok", "[]")):
+        with pytest.raises(psycopg.errors.CheckViolation):
+            db.execute(
+                "INSERT INTO awa.periodic_jobs (name, definition) VALUES (%s, %s::jsonb)",
+                (name, definition),
+            )
+        db.rollback()
+    # A fire row needs its schedule, and goes with it.
+    with pytest.raises(psycopg.errors.ForeignKeyViolation):
+        db.execute("INSERT INTO awa.periodic_fires (name, fire_at) VALUES ('none', now())")
+    db.rollback()
+    db.execute("INSERT INTO awa.periodic_jobs (name, definition) VALUES ('n', '{}')")
+    db.execute("INSERT INTO awa.periodic_fires (name, fire_at) VALUES ('n', '2026-05-05 12:00Z')")
+    with pytest.raises(psycopg.errors.UniqueViolation):
+        db.execute(
+            "INSERT INTO awa.periodic_fires (name, fire_at) VALUES ('n', '2026-05-05 12:00Z')"
+        )
+    db.rollback()
+    index = db.execute(
+        "SELECT pg_get_indexdef(i.indexrelid), pg_get_expr(i.indpred, i.indrelid)"
+        " FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid"
+        " WHERE c.relname = 'periodic_jobs_next_fire_idx'"
+    ).fetchone()
+    assert index is not None
+    assert "(next_fire_at)" in index[0] and index[1] == "(NOT paused)"
+
+
 # -- packaging -------------------------------------------------------------------------------
 
 
