@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from awa_cli.app import App
 from awa_cli.client import AsyncClient, Client, ResolveResult, insert, insert_async
+from awa_cli.deadletters import DeadLetter
 from awa_cli.events import JobEvent, RescueReason
 from awa_cli.jobs import (
     DEFAULT_UNIQUE_STATES,
@@ -54,6 +55,7 @@ __all__ = [
     "CallbackToken",
     "Cancel",
     "Client",
+    "DeadLetter",
     "EnqueueRequest",
     "InsertOpts",
     "Job",

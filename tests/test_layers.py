@@ -14,7 +14,9 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "awa_cli"
 PURE = {
+    "awa_cli.admin",
     "awa_cli.app",
+    "awa_cli.deadletters",
     "awa_cli.jobs",
     "awa_cli.results",
     "awa_cli.events",
