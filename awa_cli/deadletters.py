@@ -21,7 +21,9 @@ class DeadReason(enum.StrEnum):
 
     EXHAUSTED = "exhausted"  # a handler's error or RetryAfter on the last attempt
     TERMINAL_ERROR = "terminal_error"  # TerminalError, StagingError, args that do not rebuild
-    RESCUED = "rescued"  # a rescue (stale heartbeat, deadline, callback timeout) on the last attempt
+    RESCUED = (
+        "rescued"  # a rescue (stale heartbeat, deadline, callback timeout) on the last attempt
+    )
     CALLBACK_FAILED = "callback_failed"  # fail_external / a resolution that failed the job
     MANUAL = "manual"  # an operator's `awa dlq move` / Client.move_failed_to_dlq
 
