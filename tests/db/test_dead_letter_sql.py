@@ -9,7 +9,6 @@ from typing import Any
 
 import psycopg
 import pytest
-from psycopg.types.json import Jsonb
 
 from awa_cli.db.statements import SQL
 from awa_cli.deadletters import DeadLetter, DeadReason, DlqDepth
