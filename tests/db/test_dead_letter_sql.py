@@ -169,6 +169,7 @@ def test_move_failed_skips_locked_jobs(dsn: str, db: psycopg.Connection) -> None
     db.commit()
     with psycopg.connect(dsn) as other:
         other.execute("SELECT id FROM awa.jobs WHERE id = %s FOR UPDATE", (ids[0],))
+        db.execute("SET LOCAL lock_timeout = '5s'")  # waiting for the lock would fail, not hang
         moved = rowcount(db, "dead_letter_move_failed", queue=None, kind=None, note=None, batch=10)
         db.commit()
     assert moved == 3 and ids_in(db, "jobs") == [ids[0]]
