@@ -59,6 +59,13 @@ class WorkerConfig:
 class QueueConfig:
     concurrency: int = 10
     deadline: float = 0.0  # seconds a job may run; 0 means no deadline
+    # Exhausted jobs move to the dead-letter queue; None: as [dead_letter] default says.
+    dead_letter: bool | None = None
+
+
+@dataclass(frozen=True)
+class DeadLetterConfig:
+    default: bool = False  # dead-lettering for every queue that does not set its own
 
 
 @dataclass(frozen=True)
@@ -69,6 +76,7 @@ class MaintenanceConfig:
     leader_election_interval: float = 5.0
     completed_retention: float = 86400.0
     failed_retention: float = 259200.0
+    dead_letter_retention: float = 2592000.0  # 30 days
 
 
 @dataclass(frozen=True)
@@ -90,6 +98,7 @@ class Config:
     app: AppConfig = field(default_factory=AppConfig)
     worker: WorkerConfig = field(default_factory=WorkerConfig)
     queues: dict[str, QueueConfig] = field(default_factory=_default_queues)
+    dead_letter: DeadLetterConfig = field(default_factory=DeadLetterConfig)
     maintenance: MaintenanceConfig = field(default_factory=MaintenanceConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
 
@@ -120,6 +129,7 @@ class Config:
             "app": section(self.app, "app"),
             "worker": section(self.worker, "worker"),
             "queues": {name: section(queue, "queues.*") for name, queue in self.queues.items()},
+            "dead_letter": section(self.dead_letter, "dead_letter"),
             "maintenance": section(self.maintenance, "maintenance"),
             "metrics": section(self.metrics, "metrics"),
         }
@@ -232,6 +242,12 @@ def _text(value: Any, key: str) -> str:
     return value
 
 
+def _boolean(value: Any, key: str) -> bool:
+    if not isinstance(value, bool):
+        raise ConfigError(f"{key}: expected true or false, got {_show(value)}", key=key)
+    return value
+
+
 def _texts(value: Any, key: str) -> tuple[str, ...]:
     if not isinstance(value, list):
         raise ConfigError(f"{key}: expected a list of strings, got {_show(value)}", key=key)
@@ -247,7 +263,12 @@ _SCHEMA: dict[str, dict[str, Parser]] = {
     "database": {"url": _text, "embedded_dir": _text},
     "app": {"modules": _texts, "plugins": _texts},
     "worker": {"processes": _integer(1, 1024), "shutdown_timeout": _ANY_DURATION},
-    "queues.*": {"concurrency": _integer(1, 10_000), "deadline": _ANY_DURATION},
+    "queues.*": {
+        "concurrency": _integer(1, 10_000),
+        "deadline": _ANY_DURATION,
+        "dead_letter": _boolean,
+    },
+    "dead_letter": {"default": _boolean},
     "maintenance": {
         "heartbeat_interval": _INTERVAL,
         "heartbeat_staleness": _INTERVAL,
@@ -255,10 +276,11 @@ _SCHEMA: dict[str, dict[str, Parser]] = {
         "leader_election_interval": _INTERVAL,
         "completed_retention": _ANY_DURATION,
         "failed_retention": _ANY_DURATION,
+        "dead_letter_retention": _ANY_DURATION,
     },
     "metrics": {"prometheus_port": _integer(1, 65535)},
 }
-_TABLES = ("database", "app", "worker", "queues", "maintenance", "metrics")
+_TABLES = ("database", "app", "worker", "queues", "dead_letter", "maintenance", "metrics")
 _BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
 
 
@@ -322,9 +344,24 @@ def _build(data: dict[str, Any], path: Path | None, base_dir: Path) -> Config:
         app=AppConfig(**_section(tables["app"], "app", "[app]")),
         worker=WorkerConfig(**_section(tables["worker"], "worker", "[worker]")),
         queues=queues or _default_queues(),
+        dead_letter=DeadLetterConfig(
+            **_section(tables["dead_letter"], "dead_letter", "[dead_letter]")
+        ),
         maintenance=maintenance,
         metrics=MetricsConfig(**_section(tables["metrics"], "metrics", "[metrics]")),
     )
+
+
+def dead_letter_enabled(config: Config, queue: str) -> bool:
+    """Whether exhausted jobs of ``queue`` move to the dead-letter queue (DESIGN §10).
+
+    ``[queues.NAME] dead_letter`` when the queue sets it, else ``[dead_letter] default``; a
+    queue the config does not name follows the default too.
+    """
+    own = config.queues.get(queue)
+    if own is not None and own.dead_letter is not None:
+        return own.dead_letter
+    return config.dead_letter.default
 
 
 # --- finding and loading ---------------------------------------------------------------------
@@ -369,10 +406,12 @@ __all__ = [
     "Config",
     "ConfigError",
     "DatabaseConfig",
+    "DeadLetterConfig",
     "MaintenanceConfig",
     "MetricsConfig",
     "QueueConfig",
     "WorkerConfig",
+    "dead_letter_enabled",
     "format_duration",
     "load_config",
     "parse_duration",

@@ -19,6 +19,7 @@ from awa_cli.config import (
     Config,
     ConfigError,
     DatabaseConfig,
+    DeadLetterConfig,
     MaintenanceConfig,
     MetricsConfig,
     QueueConfig,
@@ -35,6 +36,7 @@ SECTIONS: dict[str, type] = {
     "app": AppConfig,
     "worker": WorkerConfig,
     "queues.*": QueueConfig,
+    "dead_letter": DeadLetterConfig,
     "maintenance": MaintenanceConfig,
     "metrics": MetricsConfig,
 }
@@ -78,7 +80,9 @@ def test_no_file_gives_every_default(tmp_path: Path, monkeypatch: pytest.MonkeyP
         leader_election_interval=5.0,
         completed_retention=86400.0,
         failed_retention=259200.0,
+        dead_letter_retention=30 * 86400.0,
     )
+    assert config.dead_letter == DeadLetterConfig(default=False)
     assert config.metrics == MetricsConfig(prometheus_port=None)
 
 
@@ -421,7 +425,15 @@ def test_example_documents_every_key(tmp_path: Path) -> None:
         tables = list(raw["queues"].values()) if section == "queues.*" else [raw[section]]
         for table in tables:
             assert set(table) == {f.name for f in dataclasses.fields(cls)}, section
-    assert set(raw) == {"database", "app", "worker", "queues", "maintenance", "metrics"}
+    assert set(raw) == {
+        "database",
+        "app",
+        "worker",
+        "queues",
+        "dead_letter",
+        "maintenance",
+        "metrics",
+    }
     full = load_text(tmp_path, uncommented)
     assert full.database.url is not None
     assert full.metrics.prometheus_port is not None
@@ -438,7 +450,10 @@ def test_display_dict_redacts_the_password(tmp_path: Path) -> None:
     assert display["database"]["embedded_dir"] == str(tmp_path / ".awa")
     assert display["worker"] == {"processes": 1, "shutdown_timeout": 30.0}
     assert display["app"] == {"modules": [], "plugins": []}
-    assert display["queues"] == {"default": {"concurrency": 10, "deadline": 0.0}}
+    assert display["queues"] == {
+        "default": {"concurrency": 10, "deadline": 0.0, "dead_letter": None}
+    }
+    assert display["dead_letter"] == {"default": False}
     assert json.loads(json.dumps(display)) == display
 
 
@@ -446,7 +461,12 @@ def test_display_dict_human_durations(tmp_path: Path) -> None:
     display = load_text(tmp_path, "").to_display_dict(human_durations=True)
     assert display["worker"]["shutdown_timeout"] == "30s"
     assert display["maintenance"]["failed_retention"] == "3d"
-    assert display["queues"]["default"] == {"concurrency": 10, "deadline": "0s"}
+    assert display["queues"]["default"] == {
+        "concurrency": 10,
+        "deadline": "0s",
+        "dead_letter": None,
+    }
+    assert display["maintenance"]["dead_letter_retention"] == "30d"
 
 
 # --- awa config check ------------------------------------------------------------------------
@@ -479,7 +499,9 @@ def test_check_json(tmp_path: Path) -> None:
         data = json.loads(result.stdout)
         assert data["database"]["url"] == "postgresql://awa:***@db/awa"
         assert data["database"]["url_source"] == "[database] url"
-        assert data["queues"] == {"email": {"concurrency": 10, "deadline": 300.0}}
+        assert data["queues"] == {
+            "email": {"concurrency": 10, "deadline": 300.0, "dead_letter": None}
+        }
         assert "config OK" in result.stderr
 
 
