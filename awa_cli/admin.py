@@ -41,6 +41,7 @@ class QueueInfo:
     paused: bool = False
     paused_at: datetime | None = None
     paused_by: str | None = None
+    dead_letter: bool = False  # as the last worker that announced the queue configured it
     updated_at: datetime | None = None
 
     @classmethod
@@ -51,6 +52,7 @@ class QueueInfo:
             paused=bool(record["paused"]),
             paused_at=record.get("paused_at"),
             paused_by=record.get("paused_by"),
+            dead_letter=bool(record.get("dead_letter")),
             updated_at=record.get("updated_at"),
         )
 
@@ -60,6 +62,7 @@ class QueueInfo:
             "paused": self.paused,
             "paused_at": _show(self.paused_at),
             "paused_by": self.paused_by,
+            "dead_letter": self.dead_letter,
             "updated_at": _show(self.updated_at),
         }
 

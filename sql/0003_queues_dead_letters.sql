@@ -9,6 +9,11 @@ CREATE TABLE awa.queues (
     paused_at  timestamptz,
     -- who paused it (the audit actor, e.g. 'cli:alice'); cleared on resume
     paused_by  text,
+    -- whether exhausted jobs of this queue move to awa.dead_letters, as the config of the
+    -- last worker that announced the queue says ([queues.NAME] dead_letter, [dead_letter]
+    -- default): so a transition made by a process without that config (a Client in the
+    -- application failing a callback) dead-letters the same way a worker would
+    dead_letter boolean NOT NULL DEFAULT false,
     updated_at timestamptz NOT NULL DEFAULT now()
 );
 

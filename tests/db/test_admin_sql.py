@@ -56,13 +56,21 @@ def test_resume_clears_the_pause_and_wakes_the_queue(db: psycopg.Connection) -> 
     assert run(db, "queue_paused_names") == []
 
 
-def test_register_keeps_existing_rows(db: psycopg.Connection) -> None:
+def test_register_keeps_the_pause_and_takes_the_dead_letter_flag(db: psycopg.Connection) -> None:
     run(db, "queue_pause", queue="mail", actor="cli:alice")
-    assert rowcount(db, "queue_register", names=["mail", "default", "default"]) == 1
+    names = ["mail", "default", "default"]
+    assert rowcount(db, "queue_register", names=names, dead_letter=[True, False, False]) == 2
     mail = queue(db, "mail")
-    assert mail is not None and mail.paused
+    assert mail is not None and mail.paused and mail.dead_letter
     default = queue(db, "default")
-    assert default is not None and not default.paused and default.paused_at is None
+    assert default is not None and not default.paused and not default.dead_letter
+    # unchanged flags write nothing; a changed one is taken
+    assert rowcount(db, "queue_register", names=["mail"], dead_letter=[True]) == 0
+    assert rowcount(db, "queue_register", names=["mail"], dead_letter=[False]) == 1
+    run(db, "queue_register", names=["default"], dead_letter=[True])
+    assert [r["name"] for r in run(db, "queue_dead_letter_names")] == ["default"]
+    still = queue(db, "mail")
+    assert still is not None and still.paused and not still.dead_letter
 
 
 def test_list_joins_control_rows_runnable_queues_and_configured_names(
@@ -72,9 +80,10 @@ def test_list_joins_control_rows_runnable_queues_and_configured_names(
     add_jobs(db, 1, queue="later", state="scheduled")
     add_jobs(db, 1, queue="done", state="completed")  # only finished jobs: not found by the scan
     run(db, "queue_pause", queue="stopped", actor="cli:alice")
-    run(db, "queue_register", names=["registered"])
+    run(db, "queue_register", names=["registered"], dead_letter=[True])
     rows = run(db, "queue_list", configured=["email", "busy"])
     listed = {r["queue"]: QueueInfo.from_record(r).paused for r in rows}
+    assert {r["queue"] for r in rows if r["dead_letter"]} == {"registered"}
     assert listed == {
         "busy": False,
         "email": False,

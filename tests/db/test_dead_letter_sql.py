@@ -42,8 +42,12 @@ def full_job(db: psycopg.Connection) -> int:
     return int(row[0])
 
 
-def move(db: psycopg.Connection, ids: list[int], reason: str = "exhausted") -> list[dict[str, Any]]:
-    return run(db, "dead_letter_move", ids=ids, reason=reason)
+def move(
+    db: psycopg.Connection, ids: list[int], reason: str = "exhausted", *, only_flagged: bool = False
+) -> list[dict[str, Any]]:
+    return run(
+        db, "dead_letter_move", ids=ids, reasons=[reason] * len(ids), only_flagged=only_flagged
+    )
 
 
 def test_move_keeps_the_id_and_every_column(db: psycopg.Connection) -> None:
@@ -78,6 +82,26 @@ def test_move_takes_only_failed_jobs_without_pending_rescue_follow_ups(
     moved = move(db, failed + available + pending)
     assert sorted(m["id"] for m in moved) == failed
     assert ids_in(db, "jobs") == sorted(available + pending)
+
+
+def test_move_gives_each_job_its_reason(db: psycopg.Connection) -> None:
+    ids = add_jobs(db, 3)
+    fail(db, ids)
+    reasons = ["exhausted", "terminal_error", "callback_failed"]
+    moved = run(db, "dead_letter_move", ids=ids, reasons=reasons, only_flagged=False)
+    assert {m["id"]: m["dead_reason"] for m in moved} == dict(zip(ids, reasons, strict=True))
+
+
+def test_move_only_flagged_follows_the_announced_queues(db: psycopg.Connection) -> None:
+    on = add_jobs(db, 2, queue="on")
+    off = add_jobs(db, 1, queue="off")
+    unknown = add_jobs(db, 1, queue="unknown")
+    fail(db, on + off + unknown)
+    run(db, "queue_register", names=["on", "off"], dead_letter=[True, False])
+    moved = move(db, on + off + unknown, only_flagged=True)
+    assert sorted(m["id"] for m in moved) == on
+    assert ids_in(db, "jobs") == sorted(off + unknown)
+    assert sorted(m["id"] for m in move(db, off + unknown)) == sorted(off + unknown)
 
 
 def test_move_refuses_an_unknown_reason_and_moves_nothing(db: psycopg.Connection) -> None:

@@ -478,12 +478,14 @@ def test_queues_and_audit_log_tables(db: psycopg.Connection) -> None:
         "paused": "boolean",
         "paused_at": "timestamp with time zone",
         "paused_by": "text",
+        "dead_letter": "boolean",
         "updated_at": "timestamp with time zone",
     }
     row = db.execute(
-        "INSERT INTO awa.queues (name) VALUES ('q') RETURNING paused, paused_at, updated_at IS NOT NULL"
+        "INSERT INTO awa.queues (name) VALUES ('q')"
+        " RETURNING paused, paused_at, dead_letter, updated_at IS NOT NULL"
     ).fetchone()
-    assert row == (False, None, True)
+    assert row == (False, None, False, True)
     assert _columns(db, "awa.audit_log") == {
         "id": "bigint",
         "at": "timestamp with time zone",

@@ -12,19 +12,25 @@
 -- repeats them, one short transaction per batch, until a batch comes back short.
 
 -- name: dead_letter_move
--- Move failed jobs, by id, into the DLQ with %(reason)s (exhausted, terminal_error, rescued,
--- callback_failed, manual): the outcome core runs it in the transaction that failed them.
--- Only failed rows move, and never one whose rescue follow-ups are still pending
--- (rescue_pending: the follow-up sweep finds those in awa.jobs). Returns the dead letters.
+-- Move failed jobs into the DLQ: %(ids)s with one reason each in %(reasons)s (exhausted,
+-- terminal_error, rescued, callback_failed, manual). The outcome core runs it in the
+-- transaction that failed them. With %(only_flagged)s only jobs of queues announced with
+-- dead-lettering on (awa.queues.dead_letter) move, for a caller that has no config to ask;
+-- without it the caller has decided. Only failed rows move, and never one whose rescue
+-- follow-ups are still pending (rescue_pending: the follow-up sweep finds those in awa.jobs).
+-- Returns the dead letters.
 WITH moved AS (
-    DELETE FROM awa.jobs
-    WHERE id = ANY (%(ids)s::bigint[]) AND state = 'failed' AND rescue_pending IS NULL
-    RETURNING *
+    DELETE FROM awa.jobs AS j
+    USING unnest(%(ids)s::bigint[], %(reasons)s::text[]) AS v(id, reason)
+    WHERE j.id = v.id AND j.state = 'failed' AND j.rescue_pending IS NULL
+      AND (NOT %(only_flagged)s::boolean
+           OR EXISTS (SELECT 1 FROM awa.queues AS q WHERE q.name = j.queue AND q.dead_letter))
+    RETURNING j.*, v.reason AS awa_dead_reason
 )
 INSERT INTO awa.dead_letters
 SELECT d.*
 FROM moved, LATERAL jsonb_populate_record(NULL::awa.dead_letters,
-    to_jsonb(moved) || jsonb_build_object('dead_at', now(), 'dead_reason', %(reason)s::text)) AS d
+    to_jsonb(moved) || jsonb_build_object('dead_at', now(), 'dead_reason', moved.awa_dead_reason)) AS d
 RETURNING *
 
 -- name: dead_letter_move_failed
