@@ -9,6 +9,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from psycopg.types.json import Jsonb
 
 from awa_cli.db.statements import SQL
 from awa_cli.deadletters import DeadLetter, DeadReason, DlqDepth
@@ -162,6 +163,38 @@ def test_a_job_is_in_exactly_one_table_at_every_moment(dsn: str, db: psycopg.Con
         done.set()
         reader.join(30)
     assert seen and set(seen) == {len(ids)}, sorted(set(seen))
+
+
+def test_finalize_fails_running_attempts_into_the_dlq(db: psycopg.Connection) -> None:
+    live = add_jobs(db, 2, state="running", run_lease=3, attempt=25, max_attempts=25)
+    db.execute(
+        "UPDATE awa.jobs SET heartbeat_at = now(), deadline_at = now() + interval '1 minute',"
+        " output = '{\"partial\": 1}' WHERE id = ANY (%s)",
+        (live,),
+    )
+    (stale,) = add_jobs(db, 1, state="running", run_lease=4)
+    (finished,) = add_jobs(db, 1, state="completed", run_lease=3)
+    entry = {"error": "RuntimeError: boom", "attempt": 25, "at": "2026-12-01T00:00:00+00:00"}
+    moved = run(
+        db,
+        "dead_letter_finalize",
+        ids=[*live, stale, finished],
+        leases=[3, 3, 3, 3],  # the stale attempt's lease is an older one
+        errors=[Jsonb(entry), None, Jsonb(entry), Jsonb(entry)],
+        reasons=["exhausted", "terminal_error", "exhausted", "exhausted"],
+    )
+    db.commit()
+    assert sorted(m["id"] for m in moved) == live
+    assert ids_in(db, "jobs") == [stale, finished] and ids_in(db, "dead_letters") == live
+    first, second = (DeadLetter.from_record(dead_record(db, i) or {}) for i in live)
+    assert first.state is JobState.FAILED and first.finalized_at is not None
+    assert first.errors == [entry] and second.errors == []
+    assert (first.dead_reason, second.dead_reason) == (
+        DeadReason.EXHAUSTED,
+        DeadReason.TERMINAL_ERROR,
+    )
+    assert first.heartbeat_at is None and first.deadline_at is None and first.callback_id is None
+    assert first.output == {"partial": 1} and first.attempt == 25 and first.run_lease == 3
 
 
 def test_move_failed_by_filter_in_bounded_batches(db: psycopg.Connection) -> None:
@@ -354,6 +387,7 @@ def test_the_statements_are_loaded_by_name() -> None:
     names = {n for n in SQL if SQL.origin(n) == "dead_letters.sql"}
     assert names == {
         "dead_letter_move",
+        "dead_letter_finalize",
         "dead_letter_move_failed",
         "dead_letter_get",
         "dead_letter_list",

@@ -33,6 +33,39 @@ FROM moved, LATERAL jsonb_populate_record(NULL::awa.dead_letters,
     to_jsonb(moved) || jsonb_build_object('dead_at', now(), 'dead_reason', moved.awa_dead_reason)) AS d
 RETURNING *
 
+-- name: dead_letter_finalize
+-- A worker's failing attempts straight into the DLQ, for the batched finalise (jobs without
+-- follow-up specs, on an autocommit connection): one statement does the guarded transition
+-- (id, run_lease, state running: a stale attempt changes nothing) and the move, so the job
+-- is failed and dead-lettered in the same transaction without an extra commit. Per attempt:
+-- %(ids)s, %(leases)s, %(errors)s (the error entry to append, or NULL) and %(reasons)s
+-- (exhausted or terminal_error). The row is what the batched FINALIZE makes of a failure
+-- (state failed, finalized, heartbeat, deadline and callback cleared, output kept). Returns
+-- the dead letters; their job rows are the committed rows for the Exhausted events.
+WITH moved AS (
+    DELETE FROM awa.jobs AS j
+    USING unnest(%(ids)s::bigint[], %(leases)s::bigint[], %(errors)s::jsonb[],
+                 %(reasons)s::text[]) AS v(id, lease, error, reason)
+    WHERE j.id = v.id AND j.run_lease = v.lease AND j.state = 'running'
+    RETURNING j.*, v.error AS awa_error, v.reason AS awa_dead_reason
+)
+INSERT INTO awa.dead_letters
+SELECT d.*
+FROM moved, LATERAL jsonb_populate_record(NULL::awa.dead_letters,
+    to_jsonb(moved) || jsonb_build_object(
+        'state', 'failed',
+        'errors', CASE WHEN moved.awa_error IS NULL THEN moved.errors
+                       ELSE moved.errors || jsonb_build_array(moved.awa_error) END,
+        'heartbeat_at', NULL::timestamptz,
+        'deadline_at', NULL::timestamptz,
+        'finalized_at', now(),
+        'callback_id', NULL::uuid,
+        'callback_timeout_at', NULL::timestamptz,
+        'callback_in_handler', false,
+        'dead_at', now(),
+        'dead_reason', moved.awa_dead_reason)) AS d
+RETURNING *
+
 -- name: dead_letter_move_failed
 -- Operator move (`awa dlq move`): up to %(batch)s failed jobs of %(queue)s / %(kind)s (NULL:
 -- any) into the DLQ with reason 'manual', each with an error entry saying so (and %(note)s,
