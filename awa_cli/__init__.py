@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from awa_cli.app import App
 from awa_cli.client import AsyncClient, ResolveResult, insert, insert_async
+from awa_cli.deadletters import DeadLetter
 from awa_cli.events import JobEvent, RescueReason
 from awa_cli.enqueue import DEFAULT_UNIQUE_STATES, EnqueueRequest, InsertOpts, UniqueOpts
 from awa_cli.jobs import CallbackToken, JobRow, JobState
@@ -58,6 +59,7 @@ __all__ = [
     "Client",
     "ConfigError",
     "DatabaseUnusable",
+    "DeadLetter",
     "EmbeddedError",
     "EnqueueRequest",
     "FollowUpError",

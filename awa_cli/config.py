@@ -51,6 +51,13 @@ class WorkerConfig:
 class QueueConfig:
     concurrency: int = defaults.QUEUE_CONCURRENCY
     deadline: float = 0.0  # seconds a job may run; 0 means no deadline
+    # Exhausted jobs move to the dead-letter queue; None: as [dead_letter] default says.
+    dead_letter: bool | None = None
+
+
+@dataclass(frozen=True)
+class DeadLetterConfig:
+    default: bool = False  # dead-lettering for every queue that does not set its own
 
 
 @dataclass(frozen=True)
@@ -61,6 +68,7 @@ class MaintenanceConfig:
     leader_election_interval: float = defaults.LEADER_ELECTION_INTERVAL
     completed_retention: float = defaults.COMPLETED_RETENTION
     failed_retention: float = defaults.FAILED_RETENTION
+    dead_letter_retention: float = defaults.DEAD_LETTER_RETENTION
 
 
 @dataclass(frozen=True)
@@ -107,6 +115,7 @@ class Config:
     app: AppConfig = field(default_factory=AppConfig)
     worker: WorkerConfig = field(default_factory=WorkerConfig)
     queues: dict[str, QueueConfig] = field(default_factory=_default_queues)
+    dead_letter: DeadLetterConfig = field(default_factory=DeadLetterConfig)
     maintenance: MaintenanceConfig = field(default_factory=MaintenanceConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
     periodic: dict[str, PeriodicConfig] = field(default_factory=dict)
@@ -139,6 +148,7 @@ class Config:
             "app": section(self.app, "app"),
             "worker": section(self.worker, "worker"),
             "queues": {name: section(queue, "queues.*") for name, queue in self.queues.items()},
+            "dead_letter": section(self.dead_letter, "dead_letter"),
             "maintenance": section(self.maintenance, "maintenance"),
             "metrics": section(self.metrics, "metrics"),
             "periodic": {
@@ -179,6 +189,12 @@ def _duration(*, zero_allowed: bool) -> Parser:
 def _text(value: Any, key: str) -> str:
     if not isinstance(value, str) or not value.strip():
         raise ConfigError(f"{key}: expected a non-empty string, got {_show(value)}", key=key)
+    return value
+
+
+def _boolean(value: Any, key: str) -> bool:
+    if not isinstance(value, bool):
+        raise ConfigError(f"{key}: expected true or false, got {_show(value)}", key=key)
     return value
 
 
@@ -224,7 +240,12 @@ _SCHEMA: dict[str, dict[str, Parser]] = {
     "database": {"url": _text, "embedded_dir": _text},
     "app": {"modules": _texts, "plugins": _texts},
     "worker": {"processes": _integer(1, 1024), "shutdown_timeout": _ANY_DURATION},
-    "queues.*": {"concurrency": _integer(1, 10_000), "deadline": _ANY_DURATION},
+    "queues.*": {
+        "concurrency": _integer(1, 10_000),
+        "deadline": _ANY_DURATION,
+        "dead_letter": _boolean,
+    },
+    "dead_letter": {"default": _boolean},
     "maintenance": {
         "heartbeat_interval": _INTERVAL,
         "heartbeat_staleness": _INTERVAL,
@@ -232,6 +253,7 @@ _SCHEMA: dict[str, dict[str, Parser]] = {
         "leader_election_interval": _INTERVAL,
         "completed_retention": _ANY_DURATION,
         "failed_retention": _ANY_DURATION,
+        "dead_letter_retention": _ANY_DURATION,
     },
     "metrics": {"prometheus_port": _integer(1, 65535), "host": _host},
     "periodic.*": {
@@ -248,7 +270,16 @@ _SCHEMA: dict[str, dict[str, Parser]] = {
         "deadline_duration": _ANY_DURATION,
     },
 }
-_TABLES = ("database", "app", "worker", "queues", "maintenance", "metrics", "periodic")
+_TABLES = (
+    "database",
+    "app",
+    "worker",
+    "queues",
+    "dead_letter",
+    "maintenance",
+    "metrics",
+    "periodic",
+)
 _BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
 
 
@@ -316,6 +347,9 @@ def _build(data: dict[str, Any], path: Path | None, base_dir: Path) -> Config:
         app=AppConfig(**_section(tables["app"], "app", "[app]")),
         worker=WorkerConfig(**_section(tables["worker"], "worker", "[worker]")),
         queues=queues or _default_queues(),
+        dead_letter=DeadLetterConfig(
+            **_section(tables["dead_letter"], "dead_letter", "[dead_letter]")
+        ),
         maintenance=maintenance,
         metrics=MetricsConfig(**_section(tables["metrics"], "metrics", "[metrics]")),
         periodic={
@@ -379,6 +413,18 @@ def register_schedules(app: App, config: Config) -> None:
             raise ConfigError(f"{key}: {exc.reason}{where}", key=key, source=source) from None
 
 
+def dead_letter_enabled(config: Config, queue: str) -> bool:
+    """Whether exhausted jobs of ``queue`` move to the dead-letter queue (DESIGN §10).
+
+    ``[queues.NAME] dead_letter`` when the queue sets it, else ``[dead_letter] default``; a
+    queue the config does not name follows the default too.
+    """
+    own = config.queues.get(queue)
+    if own is not None and own.dead_letter is not None:
+        return own.dead_letter
+    return config.dead_letter.default
+
+
 # --- finding and loading ---------------------------------------------------------------------
 
 
@@ -421,11 +467,13 @@ __all__ = [
     "Config",
     "ConfigError",
     "DatabaseConfig",
+    "DeadLetterConfig",
     "MaintenanceConfig",
     "MetricsConfig",
     "PeriodicConfig",
     "QueueConfig",
     "WorkerConfig",
+    "dead_letter_enabled",
     "format_duration",
     "load_config",
     "parse_duration",

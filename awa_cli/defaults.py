@@ -34,3 +34,6 @@ FAILED_RETENTION = 259200.0
 
 QUEUE_CONCURRENCY = 10
 """Handlers one worker runs at once per queue."""
+
+DEAD_LETTER_RETENTION = 2592000.0
+"""Seconds a dead letter is kept before the sweep prunes it (30 days)."""

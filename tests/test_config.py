@@ -20,6 +20,7 @@ from awa_cli.config import (
     Config,
     ConfigError,
     DatabaseConfig,
+    DeadLetterConfig,
     MaintenanceConfig,
     MetricsConfig,
     PeriodicConfig,
@@ -37,6 +38,7 @@ SECTIONS: dict[str, type] = {
     "app": AppConfig,
     "worker": WorkerConfig,
     "queues.*": QueueConfig,
+    "dead_letter": DeadLetterConfig,
     "maintenance": MaintenanceConfig,
     "metrics": MetricsConfig,
     "periodic.*": PeriodicConfig,
@@ -81,7 +83,9 @@ def test_no_file_gives_every_default(tmp_path: Path, monkeypatch: pytest.MonkeyP
         leader_election_interval=5.0,
         completed_retention=86400.0,
         failed_retention=259200.0,
+        dead_letter_retention=30 * 86400.0,
     )
+    assert config.dead_letter == DeadLetterConfig(default=False)
     assert config.metrics == MetricsConfig(prometheus_port=None)
     assert config.metrics.host == "127.0.0.1"  # loopback unless configured
 
@@ -439,6 +443,7 @@ def test_example_documents_every_key(tmp_path: Path) -> None:
         "app",
         "worker",
         "queues",
+        "dead_letter",
         "maintenance",
         "metrics",
         "periodic",
@@ -467,7 +472,10 @@ def test_display_dict_redacts_the_password(tmp_path: Path) -> None:
     assert display["database"]["embedded_dir"] == str(tmp_path / ".awa")
     assert display["worker"] == {"processes": 1, "shutdown_timeout": 30.0}
     assert display["app"] == {"modules": [], "plugins": []}
-    assert display["queues"] == {"default": {"concurrency": 10, "deadline": 0.0}}
+    assert display["queues"] == {
+        "default": {"concurrency": 10, "deadline": 0.0, "dead_letter": None}
+    }
+    assert display["dead_letter"] == {"default": False}
     assert json.loads(json.dumps(display)) == display
 
 
@@ -475,7 +483,12 @@ def test_display_dict_human_durations(tmp_path: Path) -> None:
     display = load_text(tmp_path, "").to_display_dict(human_durations=True)
     assert display["worker"]["shutdown_timeout"] == "30s"
     assert display["maintenance"]["failed_retention"] == "3d"
-    assert display["queues"]["default"] == {"concurrency": 10, "deadline": "0s"}
+    assert display["queues"]["default"] == {
+        "concurrency": 10,
+        "deadline": "0s",
+        "dead_letter": None,
+    }
+    assert display["maintenance"]["dead_letter_retention"] == "30d"
 
 
 # --- awa config check ------------------------------------------------------------------------
@@ -508,7 +521,9 @@ def test_check_json(tmp_path: Path) -> None:
         data = json.loads(result.stdout)
         assert data["database"]["url"] == "postgresql://awa:***@db/awa"
         assert data["database"]["url_source"] == "[database] url"
-        assert data["queues"] == {"email": {"concurrency": 10, "deadline": 300.0}}
+        assert data["queues"] == {
+            "email": {"concurrency": 10, "deadline": 300.0, "dead_letter": None}
+        }
         assert "config OK" in result.stderr
 
 

@@ -471,3 +471,123 @@ def test_installed_wheel_finds_its_migrations(wheel: Path, tmp_path: Path) -> No
     assert result["file"].startswith(str(site))
     assert result["found"] is True
     assert result["versions"][0] == 1
+
+
+# -- 0003: queues, dead letters, the audit log -----------------------------------------------
+
+
+def _columns(db: psycopg.Connection, table: str) -> dict[str, str]:
+    rows = db.execute(
+        """
+        SELECT a.attname, format_type(a.atttypid, a.atttypmod)
+        FROM pg_attribute a
+        WHERE a.attrelid = %s::regclass AND a.attnum > 0 AND NOT a.attisdropped
+        ORDER BY a.attnum
+        """,
+        (table,),
+    ).fetchall()
+    return dict(rows)
+
+
+def test_queues_migration_is_packaged() -> None:
+    found = {m.version: m.name for m in migrations.available()}
+    assert found.get(3) == "queues_dead_letters"
+
+
+@pytest.mark.integration
+def test_dead_letters_have_every_job_column(db: psycopg.Connection) -> None:
+    # The move statements copy columns by name: a column added to awa.jobs by a later
+    # migration must be added to awa.dead_letters too, with the same type.
+    jobs = _columns(db, "awa.jobs")
+    dead = _columns(db, "awa.dead_letters")
+    missing = {name: kind for name, kind in jobs.items() if dead.get(name) != kind}
+    assert not missing, f"awa.dead_letters lacks (or has another type for) {missing}"
+    extra = set(dead) - set(jobs)
+    assert extra == {"dead_at", "dead_reason"}
+    assert dead["dead_at"] == "timestamp with time zone" and dead["dead_reason"] == "text"
+    primary = db.execute(
+        "SELECT a.attname FROM pg_index i"
+        " JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY (i.indkey)"
+        " WHERE i.indrelid = 'awa.dead_letters'::regclass AND i.indisprimary"
+    ).fetchall()
+    assert primary == [("id",)]
+    # no identity: a dead letter keeps its job's id
+    identity = db.execute(
+        "SELECT attidentity FROM pg_attribute"
+        " WHERE attrelid = 'awa.dead_letters'::regclass AND attname = 'id'"
+    ).fetchone()
+    assert identity == ("",)
+
+
+@pytest.mark.integration
+def test_dead_letters_have_no_unique_index_but_the_id(db: psycopg.Connection) -> None:
+    # Decision: a job that moves to the DLQ releases its unique key.
+    unique = db.execute(
+        "SELECT c.relname FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid"
+        " WHERE i.indrelid = 'awa.dead_letters'::regclass AND i.indisunique"
+    ).fetchall()
+    assert unique == [("dead_letters_pkey",)]
+    indexes = {
+        name: definition
+        for name, definition in db.execute(
+            "SELECT indexname, indexdef FROM pg_indexes"
+            " WHERE schemaname = 'awa' AND tablename = 'dead_letters'"
+        ).fetchall()
+    }
+    assert "(queue, dead_at DESC, id DESC)" in indexes["dead_letters_queue_idx"]
+    assert "(kind, dead_at DESC, id DESC)" in indexes["dead_letters_kind_idx"]
+    assert "(dead_at, id)" in indexes["dead_letters_dead_at_idx"]
+
+
+@pytest.mark.integration
+def test_dead_reason_is_checked(db: psycopg.Connection) -> None:
+    insert = (
+        "INSERT INTO awa.dead_letters (id, kind, queue, args, state, priority, attempt,"
+        " max_attempts, run_at, run_lease, callback_in_handler, errors, metadata, tags,"
+        " created_at, dead_reason)"
+        " VALUES (%s, 'k', 'q', '{}', 'failed', 2, 1, 1, now(), 1, false, '[]', '{}', '{}',"
+        " now(), %s) RETURNING dead_at IS NOT NULL"
+    )
+    for number, reason in enumerate(
+        ["exhausted", "terminal_error", "rescued", "callback_failed", "manual"], start=1
+    ):
+        assert db.execute(insert, (number, reason)).fetchone() == (True,)
+    with pytest.raises(psycopg.errors.CheckViolation):
+        db.execute(insert, (99, "bored"))
+    db.rollback()
+
+
+@pytest.mark.integration
+def test_queues_and_audit_log_tables(db: psycopg.Connection) -> None:
+    assert _columns(db, "awa.queues") == {
+        "name": "text",
+        "paused": "boolean",
+        "paused_at": "timestamp with time zone",
+        "paused_by": "text",
+        "dead_letter": "boolean",
+        "updated_at": "timestamp with time zone",
+    }
+    row = db.execute(
+        "INSERT INTO awa.queues (name) VALUES ('q')"
+        " RETURNING paused, paused_at, dead_letter, updated_at IS NOT NULL"
+    ).fetchone()
+    assert row == (False, None, False, True)
+    assert _columns(db, "awa.audit_log") == {
+        "id": "bigint",
+        "at": "timestamp with time zone",
+        "actor": "text",
+        "action": "text",
+        "target": "text",
+        "result": "text",
+        "detail": "jsonb",
+    }
+    entry = db.execute(
+        "INSERT INTO awa.audit_log (actor, action, result) VALUES ('cli:me', 'queue.pause', 'ok')"
+        " RETURNING id, at IS NOT NULL, detail"
+    ).fetchone()
+    assert entry is not None and entry[1:] == (True, {})
+    indexes = db.execute(
+        "SELECT indexdef FROM pg_indexes WHERE schemaname = 'awa' AND indexname = 'audit_log_at_idx'"
+    ).fetchall()
+    assert len(indexes) == 1 and "(at)" in indexes[0][0]
+    db.rollback()

@@ -1,0 +1,21 @@
+-- The audit log (DESIGN §15.4): who did what, written by the CLI's admin commands
+-- (actor 'cli:<os user>') and by awa serve.
+
+-- name: audit_insert
+-- One entry. Written in the transaction of the action it records where there is one, so an
+-- action that rolls back leaves no entry claiming it happened; a refused or failed action is
+-- recorded on its own with result 'refused' or 'failed'.
+INSERT INTO awa.audit_log (actor, action, target, result, detail)
+VALUES (%(actor)s::text, %(action)s::text, %(target)s::text, %(result)s::text,
+        coalesce(%(detail)s::jsonb, '{}'))
+RETURNING id, at, actor, action, target, result, detail
+
+-- name: audit_list
+-- The newest entries first, optionally for one actor, action or target, or since a time.
+SELECT id, at, actor, action, target, result, detail FROM awa.audit_log
+WHERE (%(actor)s::text IS NULL OR actor = %(actor)s::text)
+  AND (%(action)s::text IS NULL OR action = %(action)s::text)
+  AND (%(target)s::text IS NULL OR target = %(target)s::text)
+  AND (%(since)s::timestamptz IS NULL OR at >= %(since)s::timestamptz)
+ORDER BY at DESC, id DESC
+LIMIT %(limit)s
