@@ -27,7 +27,7 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -41,6 +41,8 @@ if TYPE_CHECKING:
     from awa_cli.client import AsyncClient
 
 log = logging.getLogger("awa.callbacks")
+
+AuditFn = Callable[[str, str, str, str], None]  # (actor, action, target, result)
 
 TIMESTAMP_HEADER = "Awa-Timestamp"
 SIGNATURE_HEADER = "Awa-Signature"
@@ -252,9 +254,12 @@ def _status_for(exc: Exception) -> int:
 class _Endpoint:
     """``POST /{callback_id}/{action}``: verify, then parse, resolve and answer."""
 
-    def __init__(self, client: AsyncClient, keys: Sequence[str | bytes]) -> None:
+    def __init__(
+        self, client: AsyncClient, keys: Sequence[str | bytes], audit: AuditFn | None
+    ) -> None:
         self.client = client
         self.keys = [_key_bytes(k) for k in keys]
+        self.audit = audit
 
     async def handle(self, request: Request) -> Response:
         from starlette.responses import JSONResponse
@@ -280,7 +285,10 @@ class _Endpoint:
         try:
             row = await _resolve(self.client, callback_id, action, raw)
         except Exception as exc:  # every failure is answered with its documented status
-            return self._failed(exc, callback_id, action)
+            response = self._failed(exc, callback_id, action)
+            self._audit(callback_id, action, f"error: {response.status_code}")
+            return response
+        self._audit(callback_id, action, "ok")
         log.info(
             "action=callback_resolved callback=%s verb=%s job=%d key_index=%d",
             callback_id,
@@ -290,6 +298,9 @@ class _Endpoint:
         )
         return JSONResponse(row.to_json())
 
+    def _audit(self, callback_id: str, action: str, result: str) -> None:
+        if self.audit is not None:
+            self.audit("callback", f"callback.{action}", f"callback:{callback_id}", result)
 
     @staticmethod
     def _failed(exc: Exception, callback_id: str, action: str) -> Response:
@@ -326,20 +337,23 @@ async def _http_error(request: Request, exc: Exception) -> Response:
     return _error(status, str(detail))
 
 
-def asgi_app(client: AsyncClient, keys: Sequence[str | bytes]) -> Starlette:
+def asgi_app(
+    client: AsyncClient, keys: Sequence[str | bytes], *, audit: AuditFn | None = None
+) -> Starlette:
     """The callback routes as a Starlette app, to mount anywhere (routes are relative to the
     mount point): ``POST /{callback_id}/complete|fail|retry|resume|heartbeat``.
 
     ``client`` should be bound to the application's ``App`` (``AsyncClient(dsn, app=app)``),
     so follow-up specs commit with the resolution and hooks fire; ``keys`` are the signing
     secrets, newest first (none: every request answers 404). The client is opened on first
-    use and stays the caller's to close.
+    use and stays the caller's to close. ``audit(actor, action, target, result)``, if given,
+    is called for every signed request (``awa serve`` passes its audit seam).
     """
     from starlette.applications import Starlette
     from starlette.exceptions import HTTPException
     from starlette.routing import Route
 
-    endpoint = _Endpoint(client, keys)
+    endpoint = _Endpoint(client, keys, audit)
     return Starlette(
         routes=[Route("/{callback_id}/{action}", endpoint.handle, methods=["POST"])],
         exception_handlers={HTTPException: _http_error},
