@@ -9,6 +9,7 @@ the environment variables ``[serve]`` names, refuses a non-loopback ``--host`` w
 from __future__ import annotations
 
 import ipaddress
+import signal
 from collections.abc import Mapping
 from typing import Any
 
@@ -133,6 +134,17 @@ def command(
         lifespan="on",
     )
     server = uvicorn.Server(config)
-    server.run()
+    # uvicorn re-raises SIGTERM/SIGINT once it has shut down gracefully, through the handlers
+    # it found; these no-ops make a graceful stop exit 0 instead of dying of the signal.
+    stops = (signal.SIGINT, signal.SIGTERM)
+    previous = {sig: signal.signal(sig, lambda *_: None) for sig in stops}
+    try:
+        server.run()
+    except SystemExit:  # uvicorn exits 3 when it cannot bind (it logged why): awa's code is 1
+        if server.started:
+            raise
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
     if not server.started:
         raise click.exceptions.Exit(1)
