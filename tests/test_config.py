@@ -22,6 +22,7 @@ from awa_cli.config import (
     MaintenanceConfig,
     MetricsConfig,
     QueueConfig,
+    ServeConfig,
     WorkerConfig,
     format_duration,
     load_config,
@@ -37,6 +38,7 @@ SECTIONS: dict[str, type] = {
     "queues.*": QueueConfig,
     "maintenance": MaintenanceConfig,
     "metrics": MetricsConfig,
+    "serve": ServeConfig,
 }
 
 
@@ -421,10 +423,12 @@ def test_example_documents_every_key(tmp_path: Path) -> None:
         tables = list(raw["queues"].values()) if section == "queues.*" else [raw[section]]
         for table in tables:
             assert set(table) == {f.name for f in dataclasses.fields(cls)}, section
-    assert set(raw) == {"database", "app", "worker", "queues", "maintenance", "metrics"}
+    assert set(raw) == {"database", "app", "worker", "queues", "maintenance", "metrics", "serve"}
     full = load_text(tmp_path, uncommented)
     assert full.database.url is not None
     assert full.metrics.prometheus_port is not None
+    assert {t.role for t in full.serve.tokens} == {"viewer", "operator"}
+    assert full.serve.callback_base_url == "https://jobs.example.com/callbacks"
 
 
 # --- display ---------------------------------------------------------------------------------
@@ -570,3 +574,56 @@ def test_check_accepts_module_specs(tmp_path: Path) -> None:
         "myapp.jobs:registry",
         "single",
     ]
+
+
+# --- [serve] ---------------------------------------------------------------------------------
+
+
+def test_serve_defaults_and_tokens(tmp_path: Path) -> None:
+    assert load_text(tmp_path, "").serve == ServeConfig()
+    config = load_text(
+        tmp_path,
+        '[serve]\nport = 9000\ncallback_secrets = ["NEW", "OLD"]\n'
+        '[serve.tokens.ops]\ntoken_env = "OPS_TOKEN"\nrole = "operator"\n'
+        '[serve.tokens.dash]\ntoken_env = "DASH_TOKEN"\n',
+    )
+    assert config.serve.port == 9000 and config.serve.callback_secrets == ("NEW", "OLD")
+    assert [(t.name, t.token_env, t.role) for t in config.serve.tokens] == [
+        ("ops", "OPS_TOKEN", "operator"),
+        ("dash", "DASH_TOKEN", "viewer"),  # the safe default
+    ]
+    assert config.to_display_dict()["serve"]["tokens"]["ops"] == {
+        "token_env": "OPS_TOKEN",
+        "role": "operator",
+    }
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("[serve]\nport = 70000", "[serve] port: must be between 1 and 65535"),
+        ('[serve]\nhost = ""', "[serve] host: expected a non-empty string"),
+        ('[serve]\ncallback_secrets = "KEY"', "[serve] callback_secrets: expected a list"),
+        (
+            '[serve]\ncallback_secrets = ["has space"]',
+            "[serve] callback_secrets[0]: expected the name",
+        ),
+        (
+            '[serve]\ncallback_base_url = "jobs.example.com"',
+            "[serve] callback_base_url: expected an http",
+        ),
+        (
+            '[serve.tokens.a]\ntoken_env = "A"\nrole = "admin"',
+            "[serve.tokens.a] role: expected viewer or operator",
+        ),
+        ('[serve.tokens.a]\nrole = "viewer"', "[serve.tokens.a] token_env: missing"),
+        (
+            '[serve.tokens.a]\ntoken_env = "A"\ntoken = "secret"',
+            "unknown key [serve.tokens.a] token",
+        ),
+        ("[serve]\ntokens = 3", "[serve] tokens: expected a table"),
+        ("[serve]\nsecret = 1", "unknown key [serve] secret"),
+    ],
+)
+def test_serve_errors_name_the_key(tmp_path: Path, text: str, expected: str) -> None:
+    assert expected in config_error(tmp_path, text).message

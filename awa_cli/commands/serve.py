@@ -101,7 +101,31 @@ def _announce(ctx: CliContext, url: str, tokens: list[Any], keys: list[bytes], f
 def command(
     ctx: CliContext, host: str | None, port: int | None, callbacks_only: bool, read_only: bool
 ) -> None:
-    """Run the dashboard, the admin API and the signed HTTP callback routes."""
+    """Run the dashboard, the admin API and the signed HTTP callback routes.
+
+    One server (Starlette on uvicorn) with the configured app and plugins loaded, so an action
+    taken here or a callback received here runs the app's follow-up specs in the same
+    transaction and fires its hooks, as `awa callback` does.
+
+    Pages: / (counts per queue and state), /jobs (filter by state, kind and queue; find by id;
+    newest first, paginated by id), /jobs/ID (args, metadata, errors, output, callback; cancel,
+    retry, resolve the callback). JSON: GET /api/stats, /api/jobs?state=&kind=&queue=&limit=&before=,
+    /api/jobs/ID; POST /api/jobs/ID/cancel and /api/jobs/ID/retry. Health: /healthz (the process
+    is up) and /readyz (the database answers and the schema is current).
+
+    Auth: with no [serve] tokens, awa serve listens on loopback only (another --host is refused
+    unless --read-only or --callbacks-only) and the local browser may act. With tokens, every
+    request but the health checks and /callbacks/* needs `Authorization: Bearer TOKEN` or the
+    session cookie of the /login form; role viewer reads, operator also acts. Form posts carry
+    a CSRF token; --read-only refuses every action with 403. Every action is audited.
+
+    HTTP callbacks: POST /callbacks/ID/complete|fail|retry|resume|heartbeat, signed with one of
+    the keys named by [serve] callback_secrets (headers Awa-Timestamp and Awa-Signature, see
+    awa.toml(5) and the README). With no keys they answer 404.
+
+    Stops gracefully on SIGINT or SIGTERM (exit 0); exit 2 for a bad setup (an unset token
+    variable, a public --host without tokens), 1 when it cannot listen.
+    """
     import uvicorn
 
     from awa_cli.client import AsyncClient
