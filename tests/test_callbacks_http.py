@@ -27,7 +27,7 @@ import awa_cli as awa
 from awa_cli import callbacks
 from awa_cli.callbacks import SignatureError, sign, verify
 from awa_cli.testing import AsyncAwaTestClient
-from tests.helpers import job_row
+from tests.helpers import job_row, running_worker, wait_until
 
 KEY = "whsec-newest-0123456789abcdef"
 OLD_KEY = "whsec-older-0123456789abcdef"
@@ -393,3 +393,25 @@ def test_a_job_in_an_unresolvable_state_answers_409() -> None:
     raw = b"{}"
     response = http.post(f"/{CB}/complete", content=raw, headers=sign(KEY, CB, raw))
     assert response.status_code == 409 and "cannot be completed" in response.json()["error"]
+
+
+@integration
+@pytest.mark.asyncio
+async def test_a_worker_with_callback_base_url_gives_tokens_their_urls(dsn: str) -> None:
+    tokens: list[awa.CallbackToken] = []
+    app = awa.App()
+
+    @app.task(Hook)
+    async def hook(job: awa.Job) -> awa.JobResult:
+        token = await job.register_callback(timeout=600)
+        tokens.append(token)
+        return awa.WaitForCallback(token)
+
+    base = "https://jobs.example.com/callbacks"
+    async with running_worker(app, dsn, callback_base_url=base):
+        async with awa.AsyncClient(dsn) as client:
+            await client.insert(Hook(1))
+        await wait_until(lambda: bool(tokens))
+    [token] = tokens
+    assert token.url() == f"{base}/{token.id}/complete"
+    assert token.url("fail") == callbacks.callback_url(base, token.id, "fail")
