@@ -14,7 +14,8 @@ configured keys verifies (the receiver's side of a rotation: newest first, older
 :func:`verify` raises :class:`SignatureError` (with the reason) or returns a
 :class:`Verified`. The ASGI app answers 200 with the job's JSON, 401 for a bad or missing
 signature, 404 for an unknown or already resolved callback (and for every request when no
-key is configured), 409 when the job is not in a resolvable state, 422 for a bad body, and
+key is configured), 409 when the job is not in a resolvable state (or its kind is not
+registered in the client's app: see :class:`UnknownKindRefused`), 422 for a bad body, and
 500 when a follow-up spec raised (the job keeps waiting, so the sender retries); every error
 body is one line of JSON, ``{"error": "..."}``.
 """
@@ -175,6 +176,26 @@ class _BadBody(Exception):
     """The request body does not fit the action (answered 422)."""
 
 
+class UnknownKindRefused(AwaError):
+    """The client's app does not register the waiting job's kind, so the follow-ups that
+    should commit with the resolution are unknown: refused (409), as ``awa callback`` refuses
+    without ``--bare``. A client made without an app resolves bare and is never refused."""
+
+
+async def check_resolvable(client: AsyncClient, callback_id: str) -> None:
+    """Refuse (:class:`UnknownKindRefused`) when the client's app does not know the job's kind;
+    CallbackNotFound when nothing waits on ``callback_id``."""
+    app = client.app
+    if app is None:
+        return
+    waiting = await client.waiting_job(callback_id)
+    if waiting.kind not in app.tasks:
+        raise UnknownKindRefused(
+            f"job {waiting.id} has kind {waiting.kind!r}, which the loaded app does not "
+            "register, so its follow-ups are unknown"
+        )
+
+
 def _error(status: int, message: str) -> Response:
     from starlette.responses import JSONResponse
 
@@ -209,6 +230,8 @@ def _heartbeat_seconds(data: dict[str, Any]) -> float:
 
 async def _resolve(client: AsyncClient, callback_id: str, action: str, raw: bytes) -> Any:
     """Parse the body for ``action`` and resolve through the (app-bound) client."""
+    if action != "heartbeat":  # a heartbeat changes no state and runs no follow-ups
+        await check_resolvable(client, callback_id)
     match action:
         case "complete":
             data = _parse_body(raw, ("payload",))
@@ -240,7 +263,7 @@ def _status_for(exc: Exception) -> int:
 
     if isinstance(exc, CallbackNotFound):
         return 404
-    if isinstance(exc, InvalidJobState):
+    if isinstance(exc, (InvalidJobState, UnknownKindRefused)):
         return 409
     if isinstance(exc, (ValidationError, _BadBody)):
         return 422
@@ -366,10 +389,12 @@ __all__ = [
     "TIMESTAMP_HEADER",
     "TOLERANCE_SECONDS",
     "SignatureError",
+    "UnknownKindRefused",
     "Verified",
     "asgi_app",
     "callback_url",
     "callback_urls",
+    "check_resolvable",
     "sign",
     "verify",
 ]

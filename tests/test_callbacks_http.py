@@ -373,11 +373,33 @@ def test_mounted_under_a_prefix_in_a_users_app(dsn: str) -> None:
     assert job_row(dsn, parked.id).callback_result == "via prefix"
 
 
+@integration
+def test_a_kind_the_apps_client_does_not_register_answers_409(dsn: str) -> None:
+    parked = park(dsn, hook_app([]))
+    other = awa.App()
+
+    @other.task(Notify)
+    async def notify(job: awa.Job) -> None:
+        return None
+
+    with TestClient(user_app(awa.AsyncClient(dsn, app=other), [KEY])) as http:
+        refused = post(http, parked.callback_id, "complete", {"payload": 1})
+        extended = post(http, parked.callback_id, "heartbeat", {"timeout": 60})
+    assert refused.status_code == 409 and "does not register" in refused.json()["error"]
+    assert extended.status_code == 200  # a heartbeat changes no state: nothing to refuse
+    assert job_row(dsn, parked.id).state == "waiting_external"
+    with TestClient(user_app(awa.AsyncClient(dsn), [KEY])) as http:  # no app: resolves bare
+        bare = post(http, parked.callback_id, "complete", {"payload": 1})
+    assert bare.status_code == 200 and follow_ups(dsn) == []
+
+
 class _InvalidStateClient:
     """A stand-in client whose resolution reports the job in a state it cannot leave that way.
 
-    Today's outcome core folds every unresolvable case into CallbackNotFound (404), so no real
-    job reaches 409 through a callback; this pins the mapping for when one does."""
+    Today's outcome core folds every unresolvable state into CallbackNotFound (404), so no real
+    job reaches InvalidJobState through a callback; this pins the mapping for when one does."""
+
+    app = None
 
     async def complete_external(self, callback_id: object, payload: object = None) -> object:
         from awa_cli.outcomes import InvalidJobState

@@ -147,6 +147,10 @@ def command(
     )
     shown = f"[{host}]" if ":" in host else host
     _announce(ctx, f"http://{shown}:{port}", tokens, keys, flags)
+    if app is None:
+        ctx.terminal.status(
+            "no [app] modules: actions and callbacks run without follow-ups or hooks"
+        )
     config = uvicorn.Config(
         build_app(client, settings),
         host=host,

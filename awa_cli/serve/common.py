@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from awa_cli.results import AwaError
 from awa_cli.serve.audit import audit
 from awa_cli.serve.auth import CSRF_KEY, PRINCIPAL_KEY, Principal, form_fields
 
@@ -59,12 +58,13 @@ def status_for(exc: BaseException) -> int:
     """The HTTP status of an error from the client (404, 409, 422, 500 or 503)."""
     import psycopg
 
+    from awa_cli.callbacks import UnknownKindRefused
     from awa_cli.outcomes import InvalidJobState
     from awa_cli.results import CallbackNotFound, FollowUpError, JobNotFound, ValidationError
 
     if isinstance(exc, (JobNotFound, CallbackNotFound)):
         return 404
-    if isinstance(exc, InvalidJobState):
+    if isinstance(exc, (InvalidJobState, UnknownKindRefused)):
         return 409
     if isinstance(exc, ValidationError):
         return 422
@@ -160,6 +160,3 @@ def render(request: Request, name: str, status: int = 200, **context: Any) -> Re
 def error_page(request: Request, exc: BaseException) -> Response:
     status = status_for(exc)
     return render(request, "error.html", status=status, status_code=status, message=error_line(exc))
-
-
-__all__ = ["NAV", "AwaError", "NavItem", "act", "render"]

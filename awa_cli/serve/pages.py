@@ -11,8 +11,9 @@ import json
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
 
+from awa_cli.callbacks import check_resolvable
 from awa_cli.jobs import JobState
-from awa_cli.results import AwaError, ValidationError
+from awa_cli.results import ValidationError
 from awa_cli.serve.common import act, client_of, error_page, form_of, render
 
 if TYPE_CHECKING:
@@ -80,7 +81,7 @@ async def jobs(request: Request) -> Response:
         rows = await client_of(request).list_jobs_page(
             **filters, before_id=_int_param(request, "before"), limit=PAGE_SIZE + 1
         )
-    except (AwaError, Exception) as exc:
+    except Exception as exc:
         return error_page(request, exc)
     more = len(rows) > PAGE_SIZE
     rows = rows[:PAGE_SIZE]
@@ -166,6 +167,7 @@ async def resolve_callback(request: Request) -> Response:
         }
         if action not in calls:
             raise ValidationError("action", "expected complete, fail, retry or resume")
+        await check_resolvable(client, str(callback_id))
         await act(request, f"callback.{action}", f"job:{job_id}", calls[action])
     except Exception as exc:
         return error_page(request, exc)
