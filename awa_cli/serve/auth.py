@@ -15,8 +15,8 @@ check auth themselves, they read the :class:`Principal` the guard put in the sco
 * CSRF: a request not authenticated by a bearer header (a browser's) must carry the CSRF
   token (form field ``csrf`` or header ``X-CSRF-Token``), which is an HMAC of the browser's
   ``awa_csrf`` cookie; a JSON ``POST`` to ``/api/`` is accepted without it, since no other
-  site can send one without a CORS preflight (which awa never answers). A cross-site
-  ``Origin`` is refused outright.
+  site can send one without a CORS preflight (which awa never answers), unless its ``Origin``
+  names another host.
 
 Tokens are compared in constant time against every configured token; no token, cookie or
 key is ever logged.
@@ -106,11 +106,12 @@ class Policy:
         return not self.tokens
 
     def match_token(self, offered: str) -> Token | None:
-        """The token equal to ``offered``; every configured token is compared, in constant time."""
+        """The token equal to ``offered``. Digests are compared (equal lengths, so the time
+        taken says nothing about a token's length), every configured token each time."""
         found = None
-        candidate = offered.encode("utf-8", "replace")
+        candidate = hashlib.sha256(offered.encode("utf-8", "replace")).digest()
         for token in self.tokens:
-            if hmac.compare_digest(token.secret, candidate):
+            if hmac.compare_digest(hashlib.sha256(token.secret).digest(), candidate):
                 found = token
         return found
 
@@ -256,21 +257,19 @@ class Guard:
         return None
 
     def _csrf_ok(self, scope: Scope, headers: dict[str, str], body: bytes) -> bool:
+        """A valid CSRF token passes (whatever a reverse proxy did to Host); without one, only
+        a JSON post to /api/ from this origin (or from no browser at all) passes."""
+        content_type = headers.get("content-type", "")
+        offered = headers.get(CSRF_HEADER, "")
+        if not offered and content_type.startswith("application/x-www-form-urlencoded"):
+            offered = form_fields(body).get(CSRF_FIELD, "")
+        if offered:
+            expected = str(scope[CSRF_KEY]).encode()
+            return hmac.compare_digest(offered.encode("utf-8", "replace"), expected)
         origin = headers.get("origin")
         if origin and urlsplit(origin).netloc != headers.get("host", ""):
             return False
-        expected = scope[CSRF_KEY]
-        offered = headers.get(CSRF_HEADER, "")
-        if not offered and headers.get("content-type", "").startswith(
-            "application/x-www-form-urlencoded"
-        ):
-            offered = form_fields(body).get(CSRF_FIELD, "")
-        if offered:
-            return hmac.compare_digest(offered.encode("utf-8", "replace"), expected.encode())
-        json_api = scope["path"].startswith("/api/") and headers.get("content-type", "").startswith(
-            "application/json"
-        )
-        return json_api
+        return scope["path"].startswith("/api/") and content_type.startswith("application/json")
 
     async def _unauthenticated(self, scope: Scope, send: Send, path: str) -> None:
         wants_html = not path.startswith("/api/") and scope["method"] == "GET"
