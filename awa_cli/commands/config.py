@@ -85,7 +85,7 @@ def _print_toml_like(ctx: CliContext, display: dict[str, Any], url_source: str) 
         (f"queues.{q if re.fullmatch(r'[A-Za-z0-9_-]+', q) else json.dumps(q)}", values)
         for q, values in display["queues"].items()
     ]
-    tables += [(name, display[name]) for name in ("maintenance", "metrics")]
+    tables += [(name, display[name]) for name in ("maintenance", "metrics", "serve")]
     for name, values in tables:
         out("")
         out(f"[{name}]")
