@@ -215,7 +215,10 @@ class Guard:
         self.policy = policy
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
+        if scope["type"] == "websocket":  # none are served; one added later must be guarded
+            await send({"type": "websocket.close", "code": 1008})
+            return
+        if scope["type"] != "http":  # lifespan
             await self.app(scope, receive, send)
             return
         path = scope["path"]
