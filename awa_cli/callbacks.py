@@ -28,7 +28,7 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from starlette.responses import Response
 
     from awa_cli.client import AsyncClient
+    from awa_cli.jobs import JobRow
 
 log = logging.getLogger("awa.callbacks")
 
@@ -228,30 +229,37 @@ def _heartbeat_seconds(data: dict[str, Any]) -> float:
         raise _BadBody(exc.message) from None
 
 
-async def _resolve(client: AsyncClient, callback_id: str, action: str, raw: bytes) -> Any:
-    """Parse the body for ``action`` and resolve through the (app-bound) client."""
-    if action != "heartbeat":  # a heartbeat changes no state and runs no follow-ups
-        await check_resolvable(client, callback_id)
+def _call_for(
+    client: AsyncClient, callback_id: str, action: str, raw: bytes
+) -> Callable[[], Awaitable[JobRow]]:
+    """The client call for ``action`` with the body's values (``_BadBody`` if it does not fit)."""
     match action:
         case "complete":
-            data = _parse_body(raw, ("payload",))
-            return await client.complete_external(callback_id, data.get("payload"))
+            payload = _parse_body(raw, ("payload",)).get("payload")
+            return lambda: client.complete_external(callback_id, payload)
         case "fail":
-            data = _parse_body(raw, ("error",))
-            error = data.get("error")
+            error = _parse_body(raw, ("error",)).get("error")
             if not isinstance(error, str) or not error.strip():
                 raise _BadBody('fail needs {"error": "<text>"}')
-            return await client.fail_external(callback_id, error)
+            return lambda: client.fail_external(callback_id, error)
         case "retry":
             _parse_body(raw, ())
-            return await client.retry_external(callback_id)
+            return lambda: client.retry_external(callback_id)
         case "resume":
-            data = _parse_body(raw, ("payload",))
-            return await client.resume_external(callback_id, data.get("payload"))
+            payload = _parse_body(raw, ("payload",)).get("payload")
+            return lambda: client.resume_external(callback_id, payload)
         case "heartbeat":
             timeout = _heartbeat_seconds(_parse_body(raw, ("timeout",)))
-            return await client.heartbeat_callback(callback_id, timeout)
+            return lambda: client.heartbeat_callback(callback_id, timeout)
     raise AssertionError(action)
+
+
+async def _resolve(client: AsyncClient, callback_id: str, action: str, raw: bytes) -> JobRow:
+    """Check the body, then the job's kind, then resolve through the (app-bound) client."""
+    call = _call_for(client, callback_id, action, raw)
+    if action != "heartbeat":  # a heartbeat changes no state and runs no follow-ups
+        await check_resolvable(client, callback_id)
+    return await call()
 
 
 def _status_for(exc: Exception) -> int:
@@ -299,7 +307,7 @@ class _Endpoint:
         try:
             verified = verify(self.keys, callback_id, raw, request.headers)
         except SignatureError as exc:
-            log.warning("action=callback_refused reason=signature callback=%.64s", callback_id)
+            log.warning("action=callback_refused reason=signature callback=%r", callback_id[:64])
             return _error(401, str(exc))
         try:
             uuid.UUID(callback_id)
