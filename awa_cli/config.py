@@ -101,6 +101,27 @@ class PeriodicConfig:
         return {name: getattr(self, name) for name in names if getattr(self, name) is not None}
 
 
+@dataclass(frozen=True)
+class ServeToken:
+    """One ``[serve.tokens.NAME]`` entry: the env var holding the bearer token, and its role."""
+
+    name: str
+    token_env: str
+    role: str  # "viewer" (reads) or "operator" (also acts)
+
+
+@dataclass(frozen=True)
+class ServeConfig:
+    """``[serve]``: ``awa serve``'s address, its bearer tokens and the callback signing keys
+    (both as environment variable names: secrets never live in the file)."""
+
+    host: str = "127.0.0.1"
+    port: int = 8477
+    tokens: tuple[ServeToken, ...] = ()
+    callback_secrets: tuple[str, ...] = ()  # env var names, newest first
+    callback_base_url: str | None = None  # public URL of the /callbacks mount point
+
+
 def _default_queues() -> dict[str, QueueConfig]:
     return {"default": QueueConfig()}
 
@@ -119,6 +140,7 @@ class Config:
     maintenance: MaintenanceConfig = field(default_factory=MaintenanceConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
     periodic: dict[str, PeriodicConfig] = field(default_factory=dict)
+    serve: ServeConfig = field(default_factory=ServeConfig)
 
     def to_display_dict(self, *, human_durations: bool = False) -> dict[str, Any]:
         """Plain JSON-able data; the URL's password redacted.
@@ -153,6 +175,12 @@ class Config:
             "metrics": section(self.metrics, "metrics"),
             "periodic": {
                 name: section(entry, "periodic.*") for name, entry in self.periodic.items()
+            },
+            "serve": {
+                **section(self.serve, "serve"),
+                "tokens": {
+                    t.name: {"token_env": t.token_env, "role": t.role} for t in self.serve.tokens
+                },
             },
         }
 
@@ -231,6 +259,57 @@ def _inline_table(value: Any, key: str) -> dict[str, Any]:
     return value
 
 
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+SERVE_ROLES = ("viewer", "operator")
+
+
+def _env_name(value: Any, key: str) -> str:
+    if not isinstance(value, str) or not _ENV_NAME.fullmatch(value):
+        raise ConfigError(
+            f"{key}: expected the name of an environment variable, got {_show(value)}", key=key
+        )
+    return value
+
+
+def _env_names(value: Any, key: str) -> tuple[str, ...]:
+    if not isinstance(value, list):
+        raise ConfigError(f"{key}: expected a list of environment variable names", key=key)
+    return tuple(_env_name(item, f"{key}[{index}]") for index, item in enumerate(value))
+
+
+def _http_url(value: Any, key: str) -> str:
+    text = _text(value, key).strip()
+    if not re.fullmatch(r"https?://[^\s/?#]+(/[^\s?#]*)?", text):
+        raise ConfigError(
+            f"{key}: expected an http:// or https:// URL without query, got {_show(value)}",
+            key=key,
+        )
+    return text.rstrip("/")
+
+
+def _serve_tokens(value: Any, key: str) -> tuple[ServeToken, ...]:
+    """``tokens = { alice = { token_env = "ALICE_TOKEN", role = "operator" } }``."""
+    if not isinstance(value, dict):
+        raise ConfigError(f"{key}: expected a table of name = {{token_env, role}}", key=key)
+    tokens = []
+    for name, raw in value.items():
+        label = _table_label("serve", "tokens", name)
+        entry = _as_table(raw, label)
+        for unknown in entry.keys() - {"token_env", "role"}:
+            raise ConfigError(
+                f"unknown key {label} {unknown} (known keys: token_env, role)", key=label
+            )
+        if "token_env" not in entry:
+            raise ConfigError(f"{label} token_env: missing", key=f"{label} token_env")
+        role = entry.get("role", "viewer")
+        if role not in SERVE_ROLES:
+            raise ConfigError(
+                f"{label} role: expected viewer or operator, got {_show(role)}", key=f"{label} role"
+            )
+        tokens.append(ServeToken(name, _env_name(entry["token_env"], f"{label} token_env"), role))
+    return tuple(tokens)
+
+
 _ANY_DURATION = _duration(zero_allowed=True)
 _INTERVAL = _duration(zero_allowed=False)
 _DURATIONS = (_ANY_DURATION, _INTERVAL)
@@ -269,6 +348,13 @@ _SCHEMA: dict[str, dict[str, Parser]] = {
         "metadata": _inline_table,
         "deadline_duration": _ANY_DURATION,
     },
+    "serve": {
+        "host": _text,
+        "port": _integer(1, 65535),
+        "tokens": _serve_tokens,
+        "callback_secrets": _env_names,
+        "callback_base_url": _http_url,
+    },
 }
 _TABLES = (
     "database",
@@ -279,6 +365,7 @@ _TABLES = (
     "maintenance",
     "metrics",
     "periodic",
+    "serve",
 )
 _BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
 
@@ -356,6 +443,7 @@ def _build(data: dict[str, Any], path: Path | None, base_dir: Path) -> Config:
             name: _periodic(name, _as_table(raw, _table_label("periodic", name)))
             for name, raw in tables["periodic"].items()
         },
+        serve=ServeConfig(**_section(tables["serve"], "serve", "[serve]")),
     )
 
 
@@ -472,6 +560,8 @@ __all__ = [
     "MetricsConfig",
     "PeriodicConfig",
     "QueueConfig",
+    "ServeConfig",
+    "ServeToken",
     "WorkerConfig",
     "dead_letter_enabled",
     "format_duration",

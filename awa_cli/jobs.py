@@ -12,9 +12,11 @@ import dataclasses
 import enum
 import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
+
+from awa_cli.errors import ValidationError
 
 # Re-exported for the old import path; jsonvalues imports nothing of the row model.
 from awa_cli.jsonvalues import args_json_of, args_to_dict, kind_for, rebuild_args, to_json
@@ -61,6 +63,22 @@ class CallbackToken:
     id: uuid.UUID
     job_id: int
     run_lease: int
+    # (action, URL) pairs, filled by the worker when [serve] callback_base_url is set
+    # (built by awa_cli.callbacks.callback_urls; data, so this module stays pure).
+    urls: tuple[tuple[str, str], ...] = field(default=(), compare=False, repr=False)
+
+    def url(self, action: str = "complete") -> str:
+        """The full URL an external system POSTs to for ``action`` (complete, fail, retry,
+        resume or heartbeat); needs ``[serve] callback_base_url`` (``Worker(callback_base_url=)``)."""
+        for name, url in self.urls:
+            if name == action:
+                return url
+        if not self.urls:
+            raise ValidationError(
+                "callback_base_url", "is not configured, so the token has no URL ([serve])"
+            )
+        known = ", ".join(name for name, _ in self.urls)
+        raise ValidationError("action", f"expected one of {known}, got {action!r}")
 
 
 @dataclass(frozen=True)

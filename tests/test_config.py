@@ -25,6 +25,7 @@ from awa_cli.config import (
     MetricsConfig,
     PeriodicConfig,
     QueueConfig,
+    ServeConfig,
     WorkerConfig,
     format_duration,
     load_config,
@@ -42,6 +43,7 @@ SECTIONS: dict[str, type] = {
     "maintenance": MaintenanceConfig,
     "metrics": MetricsConfig,
     "periodic.*": PeriodicConfig,
+    "serve": ServeConfig,
 }
 
 
@@ -447,13 +449,16 @@ def test_example_documents_every_key(tmp_path: Path) -> None:
         "maintenance",
         "metrics",
         "periodic",
+        "serve",
     }
     full = load_text(tmp_path, uncommented)
     assert full.database.url is not None
     assert full.metrics.prometheus_port is not None
     assert full.periodic["nightly_report"].kind == "generate_report"
+    assert {t.role for t in full.serve.tokens} == {"viewer", "operator"}
+    assert full.serve.callback_base_url == "https://jobs.example.com/callbacks"
     # ... and the schedule fits the example app: its kind and args are registered there.
-    from awa_cli.app import load_apps
+    from awa_cli.loading import load_apps
     from awa_cli.config import register_schedules
 
     app = load_apps(full.app.modules, EXAMPLE.parent)
@@ -830,3 +835,56 @@ def test_check_shows_valid_schedules(tmp_path: Path) -> None:
     assert "# priority = (not set)" in result.stdout
     result = invoke("--config", str(path), "config", "check", "--json")
     assert json.loads(result.stdout)["periodic"]["nightly"]["args"] == {"day": "y"}
+
+
+# --- [serve] ---------------------------------------------------------------------------------
+
+
+def test_serve_defaults_and_tokens(tmp_path: Path) -> None:
+    assert load_text(tmp_path, "").serve == ServeConfig()
+    config = load_text(
+        tmp_path,
+        '[serve]\nport = 9000\ncallback_secrets = ["NEW", "OLD"]\n'
+        '[serve.tokens.ops]\ntoken_env = "OPS_TOKEN"\nrole = "operator"\n'
+        '[serve.tokens.dash]\ntoken_env = "DASH_TOKEN"\n',
+    )
+    assert config.serve.port == 9000 and config.serve.callback_secrets == ("NEW", "OLD")
+    assert [(t.name, t.token_env, t.role) for t in config.serve.tokens] == [
+        ("ops", "OPS_TOKEN", "operator"),
+        ("dash", "DASH_TOKEN", "viewer"),  # the safe default
+    ]
+    assert config.to_display_dict()["serve"]["tokens"]["ops"] == {
+        "token_env": "OPS_TOKEN",
+        "role": "operator",
+    }
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("[serve]\nport = 70000", "[serve] port: must be between 1 and 65535"),
+        ('[serve]\nhost = ""', "[serve] host: expected a non-empty string"),
+        ('[serve]\ncallback_secrets = "KEY"', "[serve] callback_secrets: expected a list"),
+        (
+            '[serve]\ncallback_secrets = ["has space"]',
+            "[serve] callback_secrets[0]: expected the name",
+        ),
+        (
+            '[serve]\ncallback_base_url = "jobs.example.com"',
+            "[serve] callback_base_url: expected an http",
+        ),
+        (
+            '[serve.tokens.a]\ntoken_env = "A"\nrole = "admin"',
+            "[serve.tokens.a] role: expected viewer or operator",
+        ),
+        ('[serve.tokens.a]\nrole = "viewer"', "[serve.tokens.a] token_env: missing"),
+        (
+            '[serve.tokens.a]\ntoken_env = "A"\ntoken = "secret"',
+            "unknown key [serve.tokens.a] token",
+        ),
+        ("[serve]\ntokens = 3", "[serve] tokens: expected a table"),
+        ("[serve]\nsecret = 1", "unknown key [serve] secret"),
+    ],
+)
+def test_serve_errors_name_the_key(tmp_path: Path, text: str, expected: str) -> None:
+    assert expected in config_error(tmp_path, text).message

@@ -137,6 +137,11 @@ def test_wheel_ships_the_man_pages(tmp_path: Path) -> None:
         zf.extractall(site)
     expected = {f"awa_cli/man/{p.relative_to(MAN)}" for p in MAN.glob("man[0-9]/*.[0-9]")}
     assert expected and expected <= names, sorted(expected - names)
+    # awa serve's templates and stylesheet ride in the same wheel (checked here: one build).
+    serve = ROOT / "awa_cli" / "serve"
+    assets = {f"awa_cli/serve/{p.relative_to(serve)}" for p in serve.glob("templates/*.html")}
+    assets |= {"awa_cli/serve/static/awa.css", "awa_cli/db/sql/inspect.sql"}
+    assert len(assets) > 3 and assets <= names, sorted(assets - names)
 
     env = {**os.environ, "PYTHONPATH": str(site)}
     install = subprocess.run(

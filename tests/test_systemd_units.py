@@ -14,7 +14,7 @@ from awa_cli.config import WorkerConfig, parse_duration
 ROOT = Path(__file__).resolve().parents[1]
 UNITS = ROOT / "systemd"
 WORKER_UNITS = ["awa-worker.service", "awa-worker@.service"]
-SERVICES = [*WORKER_UNITS, "awa-rescue.service"]
+SERVICES = [*WORKER_UNITS, "awa-rescue.service", "awa-serve.service"]
 HARDENING = {
     "NoNewPrivileges": "yes",
     "ProtectSystem": "strict",
@@ -99,6 +99,21 @@ def test_rescue_runs_one_sweep_every_minute() -> None:
     assert one(timer, "Timer", "OnCalendar") == "*-*-* *:*:00"
     assert one(timer, "Timer", "Unit") == "awa-rescue.service"
     assert timer["Install"]["WantedBy"] == ["timers.target"]
+
+
+def test_serve_runs_awa_serve_with_its_secrets_from_an_environment_file() -> None:
+    unit = parse_unit(UNITS / "awa-serve.service")
+    assert one(unit, "Service", "ExecStart").split() == [
+        "/usr/bin/env",
+        "awa",
+        "--config",
+        "/etc/awa/awa.toml",
+        "serve",
+    ]
+    assert one(unit, "Service", "EnvironmentFile") == "-/etc/awa/serve.env"
+    assert one(unit, "Service", "KillSignal") == "SIGTERM"  # awa serve exits 0 on it
+    assert one(unit, "Service", "Restart") == "on-failure"
+    assert unit["Install"]["WantedBy"] == ["multi-user.target"]
 
 
 def _systemd_analyze() -> str | None:

@@ -100,7 +100,7 @@ def _print_toml_like(ctx: CliContext, display: dict[str, Any], url_source: str) 
         (f"queues.{q if re.fullmatch(r'[A-Za-z0-9_-]+', q) else json.dumps(q)}", values)
         for q, values in display["queues"].items()
     ]
-    tables += [(name, display[name]) for name in ("maintenance", "metrics")]
+    tables += [(name, display[name]) for name in ("maintenance", "metrics", "serve")]
     tables += [
         (f"periodic.{p if re.fullmatch(r'[A-Za-z0-9_-]+', p) else json.dumps(p)}", values)
         for p, values in display["periodic"].items()

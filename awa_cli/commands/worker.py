@@ -81,6 +81,7 @@ def build_worker(ctx: CliContext, queue_options: tuple[str, ...]) -> Any:
         ctx.dsn(),
         specs,
         plugins=ctx.plugins,
+        callback_base_url=config.serve.callback_base_url,
         heartbeat_interval=m.heartbeat_interval,
         heartbeat_staleness=m.heartbeat_staleness,
         rescue_interval=m.rescue_interval,

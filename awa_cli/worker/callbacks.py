@@ -54,6 +54,7 @@ class CallbackServices:
         default=cast("AsyncConnectionPool", None)
     )  # set by the worker
     _waiters: dict[int, asyncio.Event] = field(default_factory=dict)
+    callback_base_url: str | None = None  # [serve] callback_base_url: tokens carry their URLs
 
     async def register_callback(self, row: JobRow, timeout: float) -> uuid.UUID:
         callback_id = uuid.uuid4()  # uuid4 draws from os.urandom: unguessable

@@ -10,6 +10,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from awa_cli.app import prepare_job
+from awa_cli.callbacks import callback_urls
 from awa_cli.jobs import CallbackToken, InsertOpts, JobRow, PreparedJob, to_json
 from awa_cli.results import StagingError, ValidationError, seconds
 
@@ -138,7 +139,9 @@ class Job:
             )
         callback_id = await self._services.register_callback(self.row, timeout_s)
         self._registered_callback = self.callback_id = callback_id
-        return CallbackToken(callback_id, self.id, self.run_lease)
+        base_url = self._services.callback_base_url
+        urls = callback_urls(base_url, callback_id) if base_url else ()
+        return CallbackToken(callback_id, self.id, self.run_lease, urls)
 
     async def wait_for_callback(self, token: CallbackToken) -> Any:
         """Wait (keeping this worker slot) until the callback is resumed; returns its payload."""

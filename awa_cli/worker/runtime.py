@@ -76,9 +76,11 @@ class Worker:
         plugin_hooks: list[EventHook] | None = None,
         plugins: Any = None,
         maintenance: bool = True,
+        callback_base_url: str | None = None,
         **timings: Any,
     ) -> None:
         self.app = app
+        self.callback_base_url = callback_base_url  # CallbackToken.url(); see awa_cli.callbacks
         self.dsn = with_options(dsn, application_name="awa-worker")
         self.timings = Timings(**timings)
         self.queues = {
@@ -128,7 +130,9 @@ class Worker:
             timeout=POOL_WAIT_SECONDS,
         )
         self.core = OutcomeCore(self.pool, app, self.dispatcher, defer_notify=True)
-        self.services = WorkerServices(pool=self.pool, core=self.core)
+        self.services = WorkerServices(
+            pool=self.pool, core=self.core, callback_base_url=callback_base_url
+        )
         self.finalizer = Finalizer(self.core, self._finalized)
         self.runners = {name: QueueRunner(self, spec) for name, spec in self.queues.items()}
         self.listener = Listener(self.dsn, self.runners, self.services)

@@ -1,0 +1,178 @@
+"""`awa serve`: the dashboard, the admin API and the HTTP callback routes (DESIGN §12).
+
+Loads the configured app and plugins (so a dashboard action or a callback runs the app's
+follow-ups in its transaction and fires hooks here), reads the tokens and signing keys from
+the environment variables ``[serve]`` names, refuses a non-loopback ``--host`` without tokens
+(unless ``--read-only`` or ``--callbacks-only``), and runs uvicorn until SIGINT/SIGTERM.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import signal
+from collections.abc import Mapping
+from typing import Any
+
+import click
+
+from awa_cli.commands.context import CliContext, pass_context
+from awa_cli.config import ConfigError, ServeConfig
+
+MIN_SECRET_LENGTH = 16
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def _secret(env: Mapping[str, str], name: str, key: str) -> str:
+    value = env.get(name, "")
+    if not value:
+        raise ConfigError(f"{key}: environment variable {name} is not set", key=key)
+    if len(value) < MIN_SECRET_LENGTH:
+        raise ConfigError(
+            f"{key}: the value of {name} is shorter than {MIN_SECRET_LENGTH} characters", key=key
+        )
+    return value
+
+
+def read_tokens(serve: ServeConfig, env: Mapping[str, str]) -> list[Any]:
+    """The configured bearer tokens, read from their environment variables."""
+    from awa_cli.serve.auth import Token
+
+    tokens: list[Token] = []
+    seen: dict[str, str] = {}
+    for entry in serve.tokens:
+        key = f"[serve.tokens.{entry.name}] token_env"
+        value = _secret(env, entry.token_env, key)
+        if value in seen:
+            raise ConfigError(f"{key}: the same token as [serve.tokens.{seen[value]}]", key=key)
+        seen[value] = entry.name
+        tokens.append(Token(entry.name, entry.role, value.encode("utf-8")))
+    return tokens
+
+
+def read_callback_keys(serve: ServeConfig, env: Mapping[str, str]) -> list[bytes]:
+    return [
+        _secret(env, name, f"[serve] callback_secrets[{index}]").encode("utf-8")
+        for index, name in enumerate(serve.callback_secrets)
+    ]
+
+
+def check_host(host: str, *, has_tokens: bool, read_only: bool, callbacks_only: bool) -> None:
+    if has_tokens or read_only or callbacks_only or is_loopback(host):
+        return
+    raise ConfigError(
+        f"--host {host}: not a loopback address, and no [serve] tokens are configured; "
+        "configure tokens, or add --read-only (or --callbacks-only)",
+        key="--host",
+    )
+
+
+def _announce(ctx: CliContext, url: str, tokens: list[Any], keys: list[bytes], flags: str) -> None:
+    status = ctx.terminal.status
+    access = f"{len(tokens)} token(s)" if tokens else "no tokens: open to this host only"
+    status(f"awa serve on {url}{flags} ({access})")
+    if keys:
+        status(f"HTTP callbacks on at {url}/callbacks/ ({len(keys)} signing key(s))")
+    else:
+        status("HTTP callbacks are off: no [serve] callback_secrets configured")
+
+
+@click.command(name="serve")
+@click.option(
+    "--host", metavar="HOST", help="Address to listen on (default: [serve] host, 127.0.0.1)."
+)
+@click.option(
+    "--port", type=click.IntRange(1, 65535), help="Port to listen on (default: [serve] port, 8477)."
+)
+@click.option(
+    "--callbacks-only", is_flag=True, help="Serve only /callbacks/* and the health checks."
+)
+@click.option(
+    "--read-only", is_flag=True, help="Refuse every action (403): a dashboard to look at."
+)
+@pass_context
+def command(
+    ctx: CliContext, host: str | None, port: int | None, callbacks_only: bool, read_only: bool
+) -> None:
+    """Run the dashboard, the admin API and the signed HTTP callback routes.
+
+    One server (Starlette on uvicorn) with the configured app and plugins loaded, so an action
+    taken here or a callback received here runs the app's follow-up specs in the same
+    transaction and fires its hooks, as `awa callback` does.
+
+    Pages: / (counts per queue and state), /jobs (filter by state, kind and queue; find by id;
+    newest first, paginated by id), /jobs/ID (args, metadata, errors, output, callback; cancel,
+    retry, resolve the callback). JSON: GET /api/stats, /api/jobs?state=&kind=&queue=&limit=&before=,
+    /api/jobs/ID; POST /api/jobs/ID/cancel and /api/jobs/ID/retry. Health: /healthz (the process
+    is up) and /readyz (the database answers and the schema is current).
+
+    Auth: with no [serve] tokens, awa serve listens on loopback only (another --host is refused
+    unless --read-only or --callbacks-only) and the local browser may act. With tokens, every
+    request but the health checks and /callbacks/* needs `Authorization: Bearer TOKEN` or the
+    session cookie of the /login form; role viewer reads, operator also acts. Form posts carry
+    a CSRF token; --read-only refuses every action with 403. Every action is audited.
+
+    HTTP callbacks: POST /callbacks/ID/complete|fail|retry|resume|heartbeat, signed with one of
+    the keys named by [serve] callback_secrets (headers Awa-Timestamp and Awa-Signature, see
+    awa.toml(5) and the README). With no keys they answer 404.
+
+    Stops gracefully on SIGINT or SIGTERM (exit 0); exit 2 for a bad setup (an unset token
+    variable, a public --host without tokens), 1 when it cannot listen.
+    """
+    import uvicorn
+
+    from awa_cli.client import AsyncClient
+    from awa_cli.serve.app import ServeSettings, build_app
+
+    serve = ctx.config.serve
+    host = host or serve.host
+    port = port or serve.port
+    tokens = read_tokens(serve, ctx.env)
+    keys = read_callback_keys(serve, ctx.env)
+    check_host(host, has_tokens=bool(tokens), read_only=read_only, callbacks_only=callbacks_only)
+    app = ctx.app if ctx.config.app.modules else None
+    client = AsyncClient(ctx.dsn(), app, plugin_hooks=ctx.plugins.event_hooks())
+    settings = ServeSettings(tokens, keys, read_only=read_only, callbacks_only=callbacks_only)
+    flags = "".join(
+        f" {flag}"
+        for flag, on in (("--read-only", read_only), ("--callbacks-only", callbacks_only))
+        if on
+    )
+    shown = f"[{host}]" if ":" in host else host
+    _announce(ctx, f"http://{shown}:{port}", tokens, keys, flags)
+    if app is None:
+        ctx.terminal.status(
+            "no [app] modules: actions and callbacks run without follow-ups or hooks"
+        )
+    config = uvicorn.Config(
+        build_app(client, settings),
+        host=host,
+        port=port,
+        log_level="debug" if ctx.verbose > 1 else "info" if ctx.verbose else "warning",
+        access_log=ctx.verbose > 0,
+        server_header=False,
+        proxy_headers=False,
+        lifespan="on",
+    )
+    server = uvicorn.Server(config)
+    # uvicorn re-raises SIGTERM/SIGINT once it has shut down gracefully, through the handlers
+    # it found; these no-ops make a graceful stop exit 0 instead of dying of the signal.
+    stops = (signal.SIGINT, signal.SIGTERM)
+    previous = {sig: signal.signal(sig, lambda *_: None) for sig in stops}
+    try:
+        server.run()
+    except SystemExit:  # uvicorn exits 3 when it cannot bind (it logged why): awa's code is 1
+        if server.started:
+            raise
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    if not server.started:
+        raise click.exceptions.Exit(1)

@@ -1,0 +1,131 @@
+"""The admin API under ``/api/``: JSON for every page and every action (DESIGN §12).
+
+Same client methods as the CLI and the pages; errors are ``{"error": "<one line>"}`` with
+404 (unknown job), 409 (not in a state the action applies to), 422 (bad input), 503 (no
+database). Auth and CSRF are the guard's (``auth.Guard``).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from awa_cli.errors import ValidationError
+from awa_cli.serve.common import act, client_of, error_line, json_error, status_for
+from awa_cli.serve.pages import STATES, overview_table
+
+if TYPE_CHECKING:
+    from starlette.requests import Request
+    from starlette.responses import Response
+    from starlette.routing import BaseRoute
+
+MAX_LIMIT = 1000
+
+
+def _failed(exc: Exception) -> Response:
+    return json_error(status_for(exc), error_line(exc))
+
+
+def _optional_int(request: Request, name: str, default: int | None) -> int | None:
+    raw = (request.query_params.get(name) or "").strip()
+    if not raw:
+        return default
+    if not raw.isdigit() or len(raw) > 18:
+        raise ValidationError(name, f"expected a positive integer, got {raw[:40]!r}")
+    return int(raw)
+
+
+async def stats(request: Request) -> Response:
+    """``{"total", "totals": {state: n}, "oldest_available_age_seconds", "queues": [{"queue",
+    "counts": {state: n}, "oldest_available_age_seconds"}]}``."""
+    from starlette.responses import JSONResponse
+
+    try:
+        table = overview_table(await client_of(request).job_counts())
+    except Exception as exc:
+        return _failed(exc)
+    return JSONResponse(
+        {
+            "total": table["total"],
+            "totals": table["totals"],
+            "oldest_available_age_seconds": table["oldest_available_seconds"],
+            "queues": [
+                {
+                    "queue": q["queue"],
+                    "counts": q["counts"],
+                    "oldest_available_age_seconds": q["oldest"],
+                }
+                for q in table["queues"]
+            ],
+            "states": STATES,
+        }
+    )
+
+
+async def list_jobs(request: Request) -> Response:
+    """``{"jobs": [...], "next_before": id | null}``: newest first; pass ``before=next_before``
+    for the next page."""
+    from starlette.responses import JSONResponse
+
+    q = request.query_params
+    try:
+        limit = _optional_int(request, "limit", 100) or 100
+        if limit > MAX_LIMIT:
+            raise ValidationError("limit", f"must be at most {MAX_LIMIT}")
+        rows = await client_of(request).list_jobs_page(
+            state=q.get("state") or None,
+            kind=q.get("kind") or None,
+            queue=q.get("queue") or None,
+            before_id=_optional_int(request, "before", None),
+            limit=limit + 1,
+        )
+    except Exception as exc:
+        return _failed(exc)
+    page = rows[:limit]
+    next_before = page[-1].id if len(rows) > limit else None
+    return JSONResponse({"jobs": [r.to_json() for r in page], "next_before": next_before})
+
+
+async def get_job(request: Request) -> Response:
+    from starlette.responses import JSONResponse
+
+    try:
+        row = await client_of(request).get_job(int(request.path_params["job_id"]))
+    except Exception as exc:
+        return _failed(exc)
+    return JSONResponse(row.to_json())
+
+
+async def cancel_job(request: Request) -> Response:
+    from starlette.responses import JSONResponse
+
+    job_id = int(request.path_params["job_id"])
+    client = client_of(request)
+    try:
+        row = await act(request, "job.cancel", f"job:{job_id}", lambda: client.cancel(job_id))
+    except Exception as exc:
+        return _failed(exc)
+    return JSONResponse(row.to_json())
+
+
+async def retry_job(request: Request) -> Response:
+    from starlette.responses import JSONResponse
+
+    job_id = int(request.path_params["job_id"])
+    client = client_of(request)
+    try:
+        row = await act(request, "job.retry", f"job:{job_id}", lambda: client.retry(job_id))
+    except Exception as exc:
+        return _failed(exc)
+    return JSONResponse(row.to_json())
+
+
+def routes() -> list[BaseRoute]:
+    from starlette.routing import Route
+
+    return [
+        Route("/api/stats", stats, methods=["GET"]),
+        Route("/api/jobs", list_jobs, methods=["GET"]),
+        Route("/api/jobs/{job_id:int}", get_job, methods=["GET"]),
+        Route("/api/jobs/{job_id:int}/cancel", cancel_job, methods=["POST"]),
+        Route("/api/jobs/{job_id:int}/retry", retry_job, methods=["POST"]),
+    ]

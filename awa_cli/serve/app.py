@@ -1,0 +1,115 @@
+"""The ``awa serve`` ASGI application: health, the callback routes, the dashboard and the API.
+
+:func:`build_app` assembles it around one app-bound :class:`~awa_cli.client.AsyncClient`
+(so follow-ups commit with each transition and hooks fire in this process) and wraps it in
+the one :class:`~awa_cli.serve.auth.Guard`. ``callbacks_only`` leaves out everything but
+``/healthz``, ``/readyz`` and ``/callbacks/*``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from awa_cli.callbacks import asgi_app
+from awa_cli.serve.audit import audit
+from awa_cli.serve.auth import Guard, Policy, Token
+from awa_cli.serve.common import STATIC, error_line, json_error, template_env
+
+if TYPE_CHECKING:
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import Response
+
+    from awa_cli.client import AsyncClient
+
+log = logging.getLogger("awa.serve")
+
+
+@dataclass(frozen=True)
+class ServeSettings:
+    """What ``awa serve`` resolved from ``[serve]`` and its flags (secrets already read)."""
+
+    tokens: Sequence[Token] = ()
+    callback_keys: Sequence[bytes] = ()
+    read_only: bool = False
+    callbacks_only: bool = False
+    close_client: bool = field(default=True)  # close the client when the server stops
+
+
+async def healthz(request: Request) -> Response:
+    """The process is up (nothing else is checked)."""
+    from starlette.responses import JSONResponse
+
+    return JSONResponse({"status": "ok"})
+
+
+async def readyz(request: Request) -> Response:
+    """The database answers and every migration this awa ships is applied."""
+    from starlette.responses import JSONResponse
+
+    client: AsyncClient = request.app.state.client
+    try:
+        pending = await client.pending_migrations()
+    except Exception as exc:
+        return JSONResponse({"status": "unavailable", "error": error_line(exc)}, status_code=503)
+    if pending:
+        return JSONResponse(
+            {"status": "unavailable", "error": f"schema not current: {', '.join(pending)} pending"},
+            status_code=503,
+        )
+    return JSONResponse({"status": "ok"})
+
+
+async def _not_found(request: Request, exc: Exception) -> Response:
+    from starlette.exceptions import HTTPException
+
+    status = exc.status_code if isinstance(exc, HTTPException) else 500
+    detail = str(exc.detail) if isinstance(exc, HTTPException) else "internal error"
+    if request.url.path.startswith("/api/") or request.method != "GET":
+        return json_error(status, detail)
+    from awa_cli.serve.common import render
+
+    return render(request, "error.html", status=status, status_code=status, message=detail)
+
+
+def build_app(client: AsyncClient, settings: ServeSettings) -> Starlette:
+    """The whole ``awa serve`` application (see the module docstring)."""
+    from starlette.applications import Starlette
+    from starlette.exceptions import HTTPException
+    from starlette.middleware import Middleware
+    from starlette.routing import BaseRoute, Mount, Route
+    from starlette.staticfiles import StaticFiles
+
+    from awa_cli.serve import api, pages
+
+    policy = Policy(list(settings.tokens), read_only=settings.read_only)
+    routes: list[BaseRoute] = [
+        Route("/healthz", healthz, methods=["GET"]),
+        Route("/readyz", readyz, methods=["GET"]),
+        Mount("/callbacks", asgi_app(client, list(settings.callback_keys), audit=audit)),
+    ]
+    if not settings.callbacks_only:
+        routes += pages.routes() + api.routes()
+        routes.append(Mount("/static", StaticFiles(directory=str(STATIC)), name="static"))
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        yield
+        if settings.close_client:
+            await client.close()
+
+    app = Starlette(
+        routes=routes,
+        middleware=[Middleware(Guard, policy=policy)],
+        exception_handlers={HTTPException: _not_found},
+        lifespan=lifespan,
+    )
+    app.state.client = client
+    app.state.policy = policy
+    app.state.settings = settings
+    app.state.templates = template_env()
+    return app

@@ -1,0 +1,320 @@
+"""Who is asking, and may they: bearer tokens, the login session, roles, CSRF — applied once.
+
+:class:`Guard` is an ASGI middleware wrapped around the whole ``awa serve`` app; routes never
+check auth themselves, they read the :class:`Principal` the guard put in the scope.
+
+* Public: ``/healthz``, ``/readyz``, ``/static/*``, ``/login`` and ``/callbacks/*`` (signed
+  requests, see :mod:`awa_cli.callbacks`).
+* No tokens configured (loopback only, enforced by ``awa serve``): everyone is the
+  ``anonymous`` operator (a viewer with ``--read-only``).
+* Tokens configured: ``Authorization: Bearer <token>`` or the session cookie the login form
+  sets (signed with a key made at start, so a restart ends every session). Otherwise an HTML
+  GET is sent to ``/login`` and anything else answers 401.
+* A ``POST`` is an action: it needs the operator role, and ``--read-only`` refuses it (403) —
+  except ``/login`` and ``/logout``, which any caller may post.
+* CSRF: a request not authenticated by a bearer header (a browser's) must carry the CSRF
+  token (form field ``csrf`` or header ``X-CSRF-Token``), which is an HMAC of the browser's
+  ``awa_csrf`` cookie; a JSON ``POST`` to ``/api/`` is accepted without it, since no other
+  site can send one without a CORS preflight (which awa never answers), unless its ``Origin``
+  names another host.
+
+Tokens are compared in constant time against every configured token; no token, cookie or
+key is ever logged.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import json
+import logging
+import secrets
+import time
+from collections.abc import Awaitable, Callable, MutableMapping
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import parse_qs, quote, urlsplit
+
+log = logging.getLogger("awa.serve")
+
+VIEWER = "viewer"
+OPERATOR = "operator"
+SESSION_COOKIE = "awa_session"
+CSRF_COOKIE = "awa_csrf"
+CSRF_FIELD = "csrf"
+CSRF_HEADER = "x-csrf-token"
+SESSION_SECONDS = 12 * 3600
+MAX_FORM_BYTES = 1024 * 1024
+PUBLIC_PATHS = ("/healthz", "/readyz", "/login")
+PUBLIC_PREFIXES = ("/static/", "/callbacks/")
+NON_ACTION_POSTS = ("/login", "/logout")  # may be posted by any caller (CSRF still applies)
+MUTATING_METHODS = ("POST", "PUT", "PATCH", "DELETE")
+PRINCIPAL_KEY = "awa.principal"
+CSRF_KEY = "awa.csrf"
+SECURITY_HEADERS = [
+    (b"content-security-policy", b"default-src 'self'; frame-ancestors 'none'; form-action 'self'"),
+    (b"x-content-type-options", b"nosniff"),
+    (b"referrer-policy", b"same-origin"),
+    (b"x-frame-options", b"DENY"),
+]
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+
+@dataclass(frozen=True)
+class Principal:
+    """The caller: ``name`` (the token's name, or ``anonymous``), ``role``, and ``via``
+    (``bearer``, ``session`` or ``open``)."""
+
+    name: str
+    role: str
+    via: str
+
+    @property
+    def actor(self) -> str:
+        """How the audit log names this caller."""
+        return f"serve:{self.name}"
+
+    @property
+    def can_act(self) -> bool:
+        return self.role == OPERATOR
+
+
+@dataclass(frozen=True)
+class Token:
+    name: str
+    role: str
+    secret: bytes
+
+
+class Policy:
+    """The configured tokens and modes; authenticates requests, signs cookies and CSRF tokens."""
+
+    def __init__(self, tokens: list[Token], *, read_only: bool = False) -> None:
+        self.tokens = tokens
+        self.read_only = read_only
+        self.key = secrets.token_bytes(32)  # per process: a restart ends every session
+
+    @property
+    def open(self) -> bool:
+        """No tokens: every caller is ``anonymous`` (awa serve then binds loopback only)."""
+        return not self.tokens
+
+    def match_token(self, offered: str) -> Token | None:
+        """The token equal to ``offered``. Digests are compared (equal lengths, so the time
+        taken says nothing about a token's length), every configured token each time."""
+        found = None
+        candidate = hashlib.sha256(offered.encode("utf-8", "replace")).digest()
+        for token in self.tokens:
+            if hmac.compare_digest(hashlib.sha256(token.secret).digest(), candidate):
+                found = token
+        return found
+
+    def _mac(self, purpose: str, value: str) -> str:
+        return hmac.new(self.key, f"{purpose}.{value}".encode(), hashlib.sha256).hexdigest()
+
+    def session_cookie(self, token: Token) -> str:
+        body = json.dumps({"n": token.name, "exp": int(time.time()) + SESSION_SECONDS})
+        encoded = base64.urlsafe_b64encode(body.encode()).decode().rstrip("=")
+        return f"{encoded}.{self._mac('session', encoded)}"
+
+    def read_session(self, cookie: str) -> Principal | None:
+        encoded, _, mac = cookie.partition(".")
+        if not mac or not hmac.compare_digest(mac, self._mac("session", encoded)):
+            return None
+        try:
+            data = json.loads(base64.urlsafe_b64decode(encoded + "=" * (-len(encoded) % 4)))
+        except ValueError:
+            return None
+        if not isinstance(data, dict) or int(data.get("exp", 0)) < time.time():
+            return None
+        # The role is looked up now, not trusted from the cookie.
+        token = next((t for t in self.tokens if t.name == data.get("n")), None)
+        return None if token is None else Principal(token.name, token.role, "session")
+
+    def csrf_for(self, seed: str) -> str:
+        return self._mac("csrf", seed)
+
+    def authenticate(self, headers: dict[str, str], cookies: dict[str, str]) -> Principal | None:
+        if self.open:
+            return Principal("anonymous", VIEWER if self.read_only else OPERATOR, "open")
+        scheme, _, offered = headers.get("authorization", "").partition(" ")
+        if scheme.lower() == "bearer" and offered.strip():
+            token = self.match_token(offered.strip())
+            return None if token is None else Principal(token.name, token.role, "bearer")
+        cookie = cookies.get(SESSION_COOKIE)
+        return self.read_session(cookie) if cookie else None
+
+
+def _cookies(raw: str) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for part in raw.split(";"):
+        name, sep, value = part.strip().partition("=")
+        if sep and name not in out:
+            out[name] = value.strip()
+    return out
+
+
+def is_public(path: str) -> bool:
+    return path in PUBLIC_PATHS or path.startswith(PUBLIC_PREFIXES) or path == "/callbacks"
+
+
+async def _respond(send: Send, status: int, body: dict[str, Any] | None, **headers: str) -> None:
+    payload = json.dumps(body).encode() if body is not None else b""
+    raw_headers = [(b"content-type", b"application/json")]  # security headers: see _with_headers
+    raw_headers += [(k.replace("_", "-").encode(), v.encode()) for k, v in headers.items()]
+    raw_headers.append((b"content-length", str(len(payload)).encode()))
+    await send({"type": "http.response.start", "status": status, "headers": raw_headers})
+    await send({"type": "http.response.body", "body": payload})
+
+
+async def _read_all(receive: Receive, limit: int) -> bytes | None:
+    chunks, size = [], 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return b""
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            return None
+        chunks.append(chunk)
+        if not message.get("more_body", False):
+            return b"".join(chunks)
+
+
+def _replay(body: bytes) -> Receive:
+    sent = False
+
+    async def receive() -> Message:
+        nonlocal sent
+        if sent:
+            return {"type": "http.disconnect"}
+        sent = True
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    return receive
+
+
+def form_fields(body: bytes) -> dict[str, str]:
+    """An ``application/x-www-form-urlencoded`` body as a dict (the last value of a name wins)."""
+    parsed = parse_qs(body.decode("utf-8", "replace"), keep_blank_values=True)
+    return {name: values[-1] for name, values in parsed.items()}
+
+
+class Guard:
+    """The ASGI middleware that authenticates, authorises and checks CSRF for every request."""
+
+    def __init__(self, app: ASGIApp, policy: Policy) -> None:
+        self.app = app
+        self.policy = policy
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "websocket":  # none are served; one added later must be guarded
+            await send({"type": "websocket.close", "code": 1008})
+            return
+        if scope["type"] != "http":  # lifespan
+            await self.app(scope, receive, send)
+            return
+        path = scope["path"]
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+        cookies = _cookies(headers.get("cookie", ""))
+        send = self._with_headers(send, scope, cookies)
+        if is_public(path) and path != "/login":
+            await self.app(scope, receive, send)
+            return
+        principal = self.policy.authenticate(headers, cookies)
+        if principal is None and path != "/login":
+            await self._unauthenticated(scope, send, path)
+            return
+        scope[PRINCIPAL_KEY] = principal
+        if scope["method"] in MUTATING_METHODS:
+            refusal = self._refusal(principal, path)
+            if refusal is not None:
+                await _respond(send, refusal[0], {"error": refusal[1]})
+                return
+            if principal is None or principal.via != "bearer":
+                body = await _read_all(receive, MAX_FORM_BYTES)
+                if body is None:
+                    await _respond(send, 413, {"error": "request body too large"})
+                    return
+                if not self._csrf_ok(scope, headers, body):
+                    log.warning("action=csrf_refused path=%s", path)
+                    await _respond(send, 403, {"error": "missing or invalid CSRF token"})
+                    return
+                receive = _replay(body)
+        await self.app(scope, receive, send)
+
+    def _refusal(self, principal: Principal | None, path: str) -> tuple[int, str] | None:
+        if path in NON_ACTION_POSTS:
+            return None
+        if self.policy.read_only:
+            return 403, "awa serve runs --read-only: actions are refused"
+        if principal is None or not principal.can_act:
+            return 403, "this action needs the operator role"
+        return None
+
+    def _csrf_ok(self, scope: Scope, headers: dict[str, str], body: bytes) -> bool:
+        """A valid CSRF token passes (whatever a reverse proxy did to Host); without one, only
+        a JSON post to /api/ from this origin (or from no browser at all) passes."""
+        content_type = headers.get("content-type", "")
+        offered = headers.get(CSRF_HEADER, "")
+        if not offered and content_type.startswith("application/x-www-form-urlencoded"):
+            offered = form_fields(body).get(CSRF_FIELD, "")
+        if offered:
+            expected = str(scope[CSRF_KEY]).encode()
+            return hmac.compare_digest(offered.encode("utf-8", "replace"), expected)
+        origin = headers.get("origin")
+        if origin and urlsplit(origin).netloc != headers.get("host", ""):
+            return False
+        return scope["path"].startswith("/api/") and content_type.startswith("application/json")
+
+    async def _unauthenticated(self, scope: Scope, send: Send, path: str) -> None:
+        wants_html = not path.startswith("/api/") and scope["method"] == "GET"
+        if wants_html:
+            query = scope.get("query_string", b"").decode("latin-1")
+            target = path + (f"?{query}" if query else "")
+            await _respond(send, 303, None, location=f"/login?next={quote(target, safe='')}")
+            return
+        await _respond(send, 401, {"error": "authentication required"}, www_authenticate="Bearer")
+
+    def _with_headers(self, send: Send, scope: Scope, cookies: dict[str, str]) -> Send:
+        """Security headers on every response; a CSRF cookie for a browser that has none."""
+        seed = cookies.get(CSRF_COOKIE, "")
+        fresh = not (16 <= len(seed) <= 128)
+        if fresh:
+            seed = secrets.token_urlsafe(32)
+        scope[CSRF_KEY] = self.policy.csrf_for(seed)
+        secure = "; Secure" if scope.get("scheme") == "https" else ""
+        cookie = f"{CSRF_COOKIE}={seed}; Path=/; HttpOnly; SameSite=Strict{secure}"
+
+        async def wrapped(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                extra = list(SECURITY_HEADERS)
+                if fresh:
+                    extra.append((b"set-cookie", cookie.encode()))
+                existing = {k.lower() for k, _ in message.get("headers", [])}
+                message["headers"] = list(message.get("headers", [])) + [
+                    (k, v) for k, v in extra if k == b"set-cookie" or k not in existing
+                ]
+            await send(message)
+
+        return wrapped
+
+
+def session_cookie_header(policy: Policy, token: Token, secure: bool) -> str:
+    flags = "; Secure" if secure else ""
+    value = policy.session_cookie(token)
+    return (
+        f"{SESSION_COOKIE}={value}; Path=/; HttpOnly; SameSite=Strict; "
+        f"Max-Age={SESSION_SECONDS}{flags}"
+    )
+
+
+def clear_session_header() -> str:
+    return f"{SESSION_COOKIE}=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0"

@@ -1,0 +1,162 @@
+"""What every route of ``awa serve`` shares: the client, the caller, rendering, errors, audit.
+
+Routes stay thin (STYLE.md "The web surface"): parse, call the same client method the CLI
+calls (through :func:`act` for anything that changes a job, so it is audited), render.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from awa_cli.serve.audit import audit
+from awa_cli.serve.auth import CSRF_KEY, PRINCIPAL_KEY, Principal, form_fields
+
+if TYPE_CHECKING:
+    import jinja2
+    from starlette.requests import Request
+    from starlette.responses import Response
+
+    from awa_cli.client import AsyncClient
+
+T = TypeVar("T")
+HERE = Path(__file__).resolve().parent
+TEMPLATES = HERE / "templates"
+STATIC = HERE / "static"
+
+
+@dataclass(frozen=True)
+class NavItem:
+    """One entry of the dashboard's navigation (phase 2 adds queues, DLQ, periodic...)."""
+
+    path: str
+    label: str
+
+
+NAV = [NavItem("/", "Overview"), NavItem("/jobs", "Jobs")]
+
+
+def client_of(request: Request) -> AsyncClient:
+    client: AsyncClient = request.app.state.client
+    return client
+
+
+def principal_of(request: Request) -> Principal:
+    principal: Principal = request.scope[PRINCIPAL_KEY]
+    return principal
+
+
+async def form_of(request: Request) -> dict[str, str]:
+    """A form post's fields (the guard has already checked its CSRF token)."""
+    return form_fields(await request.body())
+
+
+def status_for(exc: BaseException) -> int:
+    """The HTTP status of an error from the client (404, 409, 422, 500 or 503)."""
+    import psycopg
+
+    from awa_cli.callbacks import UnknownKindRefused
+    from awa_cli.errors import InvalidJobState
+    from awa_cli.errors import CallbackNotFound, FollowUpError, JobNotFound, ValidationError
+
+    if isinstance(exc, (JobNotFound, CallbackNotFound)):
+        return 404
+    if isinstance(exc, (InvalidJobState, UnknownKindRefused)):
+        return 409
+    if isinstance(exc, ValidationError):
+        return 422
+    if isinstance(exc, FollowUpError):
+        return 500
+    if isinstance(exc, psycopg.OperationalError):
+        return 503
+    return 500
+
+
+def error_line(exc: BaseException) -> str:
+    """One line for an error, safe to show (database errors stay generic)."""
+    import psycopg
+
+    if isinstance(exc, psycopg.Error):
+        return (
+            "database unavailable"
+            if isinstance(exc, psycopg.OperationalError)
+            else ("database error")
+        )
+    text = str(exc).strip()
+    return (text.splitlines()[0] if text else type(exc).__name__)[:500]
+
+
+async def act(request: Request, action: str, target: str, call: Callable[[], Awaitable[T]]) -> T:
+    """Run one action through the client and audit it, whatever its result."""
+    actor = principal_of(request).actor
+    try:
+        result = await call()
+    except Exception as exc:
+        audit(actor, action, target, f"error: {error_line(exc)}")
+        raise
+    audit(actor, action, target, "ok")
+    return result
+
+
+def json_error(status: int, message: str) -> Response:
+    from starlette.responses import JSONResponse
+
+    return JSONResponse({"error": message}, status_code=status)
+
+
+def template_env() -> jinja2.Environment:
+    import jinja2
+
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(TEMPLATES)),
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,
+    )
+    env.filters["pretty"] = lambda value: json.dumps(value, indent=2, sort_keys=True, default=str)
+    env.filters["when"] = lambda value: (
+        "-" if value is None else value.strftime("%Y-%m-%d %H:%M:%S")
+    )
+    env.filters["age"] = format_age
+    return env
+
+
+def format_age(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    if seconds < 120:
+        return f"{seconds:.0f}s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f}m"
+    if seconds < 172800:
+        return f"{seconds / 3600:.1f}h"
+    return f"{seconds / 86400:.1f}d"
+
+
+def render(request: Request, name: str, status: int = 200, **context: Any) -> Response:
+    """A page: ``name`` extends base.html; the caller, CSRF token and navigation are added."""
+    from starlette.responses import HTMLResponse
+
+    env: jinja2.Environment = request.app.state.templates
+    principal = request.scope.get(PRINCIPAL_KEY)
+    page = env.get_template(name).render(
+        request=request,
+        principal=principal,
+        csrf=request.scope.get(CSRF_KEY, ""),
+        nav=NAV,
+        path=request.url.path,
+        read_only=request.app.state.policy.read_only,
+        can_act=principal is not None
+        and principal.can_act
+        and not request.app.state.policy.read_only,
+        sign_in=not request.app.state.policy.open,
+        **context,
+    )
+    return HTMLResponse(page, status_code=status)
+
+
+def error_page(request: Request, exc: BaseException) -> Response:
+    status = status_for(exc)
+    return render(request, "error.html", status=status, status_code=status, message=error_line(exc))

@@ -1,0 +1,242 @@
+"""The dashboard's HTML pages and form actions: one route and one template per page.
+
+Adding a page: a function here (read through the client, ``render(request, "x.html", ...)``),
+a ``Route`` in :func:`routes`, a template extending ``base.html``, and a ``NavItem`` in
+``common.NAV``. Auth, CSRF and the security headers are the guard's (``auth.Guard``).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlencode
+
+from awa_cli.callbacks import check_resolvable
+from awa_cli.jobs import JobState
+from awa_cli.errors import ValidationError
+from awa_cli.serve.common import act, client_of, error_page, form_of, render
+
+if TYPE_CHECKING:
+    from starlette.requests import Request
+    from starlette.responses import Response
+    from starlette.routing import BaseRoute
+
+    from awa_cli.client import JobCount
+
+STATES = [s.value for s in JobState]
+PAGE_SIZE = 50
+
+
+def overview_table(counts: list[JobCount]) -> dict[str, Any]:
+    """Counts per queue and state, totals per state, and each queue's oldest available age."""
+    queues: dict[str, dict[str, Any]] = {}
+    totals = dict.fromkeys(STATES, 0)
+    for c in counts:
+        entry = queues.setdefault(
+            c.queue, {"queue": c.queue, "counts": dict.fromkeys(STATES, 0), "oldest": None}
+        )
+        entry["counts"][c.state] = c.count
+        totals[c.state] += c.count
+        if c.oldest_available_seconds is not None:
+            entry["oldest"] = c.oldest_available_seconds
+    oldest = [q["oldest"] for q in queues.values() if q["oldest"] is not None]
+    return {
+        "queues": list(queues.values()),
+        "totals": totals,
+        "total": sum(totals.values()),
+        "oldest_available_seconds": max(oldest) if oldest else None,
+    }
+
+
+async def overview(request: Request) -> Response:
+    try:
+        stats = overview_table(await client_of(request).job_counts())
+    except Exception as exc:
+        return error_page(request, exc)
+    return render(request, "overview.html", stats=stats, states=STATES)
+
+
+def _filters(request: Request) -> dict[str, str | None]:
+    q = request.query_params
+    return {name: (q.get(name) or "").strip() or None for name in ("state", "kind", "queue")}
+
+
+def _int_param(request: Request, name: str) -> int | None:
+    raw = (request.query_params.get(name) or "").strip()
+    if not raw:
+        return None
+    if not raw.isdigit() or len(raw) > 18:
+        raise ValidationError(name, f"expected a job id, got {raw[:40]!r}")
+    return int(raw)
+
+
+async def jobs(request: Request) -> Response:
+    from starlette.responses import RedirectResponse
+
+    filters = _filters(request)
+    try:
+        found = _int_param(request, "id")
+        if found is not None:
+            return RedirectResponse(f"/jobs/{found}", status_code=303)
+        rows = await client_of(request).list_jobs_page(
+            **filters, before_id=_int_param(request, "before"), limit=PAGE_SIZE + 1
+        )
+    except Exception as exc:
+        return error_page(request, exc)
+    more = len(rows) > PAGE_SIZE
+    rows = rows[:PAGE_SIZE]
+    next_url = None
+    if more:
+        query = {k: v for k, v in filters.items() if v} | {"before": str(rows[-1].id)}
+        next_url = "/jobs?" + urlencode(query)
+    return render(
+        request, "jobs.html", jobs=rows, filters=filters, states=STATES, next_url=next_url
+    )
+
+
+def _job_id(request: Request) -> int:
+    return int(request.path_params["job_id"])
+
+
+async def job(request: Request) -> Response:
+    try:
+        row = await client_of(request).get_job(_job_id(request))
+    except Exception as exc:
+        return error_page(request, exc)
+    done = request.query_params.get("done")
+    return render(request, "job.html", job=row, done=done if done else None)
+
+
+def _back_to_job(job_id: int, done: str) -> Response:
+    from starlette.responses import RedirectResponse
+
+    return RedirectResponse(f"/jobs/{job_id}?{urlencode({'done': done})}", status_code=303)
+
+
+async def cancel_job(request: Request) -> Response:
+    job_id = _job_id(request)
+    client = client_of(request)
+    try:
+        await act(request, "job.cancel", f"job:{job_id}", lambda: client.cancel(job_id))
+    except Exception as exc:
+        return error_page(request, exc)
+    return _back_to_job(job_id, "cancelled")
+
+
+async def retry_job(request: Request) -> Response:
+    job_id = _job_id(request)
+    client = client_of(request)
+    try:
+        await act(request, "job.retry", f"job:{job_id}", lambda: client.retry(job_id))
+    except Exception as exc:
+        return error_page(request, exc)
+    return _back_to_job(job_id, "retried")
+
+
+def _payload(text: str) -> Any:
+    if not text.strip():
+        return None
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise ValidationError("payload", f"not valid JSON: {exc}") from None
+
+
+async def resolve_callback(request: Request) -> Response:
+    """The job page's callback form: complete, fail, retry or resume its current callback."""
+    job_id = _job_id(request)
+    client = client_of(request)
+    form = await form_of(request)
+    action = form.get("action", "")
+    try:
+        row = await client.get_job(job_id)
+        if row.callback_id is None:
+            raise ValidationError("callback", f"job {job_id} is not waiting on a callback")
+        callback_id = row.callback_id
+        calls = {
+            "complete": lambda: client.complete_external(
+                callback_id, _payload(form.get("payload", ""))
+            ),
+            "fail": lambda: client.fail_external(
+                callback_id, form.get("error", "").strip() or "failed from the dashboard"
+            ),
+            "retry": lambda: client.retry_external(callback_id),
+            "resume": lambda: client.resume_external(
+                callback_id, _payload(form.get("payload", ""))
+            ),
+        }
+        if action not in calls:
+            raise ValidationError("action", "expected complete, fail, retry or resume")
+        await check_resolvable(client, str(callback_id))
+        await act(request, f"callback.{action}", f"job:{job_id}", calls[action])
+    except Exception as exc:
+        return error_page(request, exc)
+    return _back_to_job(job_id, f"callback {action}")
+
+
+async def login_page(request: Request, *, status: int = 200, failed: bool = False) -> Response:
+    from starlette.responses import RedirectResponse
+
+    if request.app.state.policy.open:
+        return RedirectResponse("/", status_code=303)
+    return render(
+        request,
+        "login.html",
+        status=status,
+        failed=failed,
+        next=_safe_next(request.query_params.get("next")),
+    )
+
+
+def _safe_next(target: str | None) -> str:
+    """Only a path on this server (never ``//host`` or a scheme) may be redirected to."""
+    if not target or not target.startswith("/") or target.startswith("//") or "\\" in target:
+        return "/"
+    return target
+
+
+async def login(request: Request) -> Response:
+    from starlette.responses import RedirectResponse
+
+    from awa_cli.serve.audit import audit
+    from awa_cli.serve.auth import session_cookie_header
+
+    policy = request.app.state.policy
+    if policy.open:
+        return RedirectResponse("/", status_code=303)
+    form = await form_of(request)
+    token = policy.match_token(form.get("token", "").strip())
+    if token is None:
+        audit("serve:unknown", "login", "session", "error: wrong token")
+        return await login_page(request, status=401, failed=True)
+    audit(f"serve:{token.name}", "login", "session", "ok")
+    response = RedirectResponse(_safe_next(form.get("next")), status_code=303)
+    secure = request.url.scheme == "https"
+    response.headers.append("set-cookie", session_cookie_header(policy, token, secure))
+    return response
+
+
+async def logout(request: Request) -> Response:
+    from starlette.responses import RedirectResponse
+
+    from awa_cli.serve.auth import clear_session_header
+
+    response = RedirectResponse("/login", status_code=303)
+    response.headers.append("set-cookie", clear_session_header())
+    return response
+
+
+def routes() -> list[BaseRoute]:
+    from starlette.routing import Route
+
+    return [
+        Route("/", overview, methods=["GET"]),
+        Route("/jobs", jobs, methods=["GET"]),
+        Route("/jobs/{job_id:int}", job, methods=["GET"]),
+        Route("/jobs/{job_id:int}/cancel", cancel_job, methods=["POST"]),
+        Route("/jobs/{job_id:int}/retry", retry_job, methods=["POST"]),
+        Route("/jobs/{job_id:int}/callback", resolve_callback, methods=["POST"]),
+        Route("/login", login_page, methods=["GET"]),
+        Route("/login", login, methods=["POST"]),
+        Route("/logout", logout, methods=["POST"]),
+    ]

@@ -1,0 +1,52 @@
+"""Building the `awa serve` app in-process for the tests (Starlette's TestClient)."""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from collections.abc import Iterator
+
+from starlette.testclient import TestClient
+
+import awa_cli as awa
+from awa_cli.serve.app import ServeSettings, build_app
+from awa_cli.serve.auth import Token
+
+VIEWER_TOKEN = "viewer-token-0123456789"
+OPERATOR_TOKEN = "operator-token-0123456789"
+CALLBACK_KEY = "callback-key-0123456789"
+TOKENS = [
+    Token("vera", "viewer", VIEWER_TOKEN.encode()),
+    Token("otto", "operator", OPERATOR_TOKEN.encode()),
+]
+
+
+@contextlib.contextmanager
+def serve(
+    dsn: str, app: awa.App | None = None, *, tokens: bool = True, **settings: object
+) -> Iterator[TestClient]:
+    client = awa.AsyncClient(dsn, app=app)
+    config = ServeSettings(
+        tokens=TOKENS if tokens else [], callback_keys=[CALLBACK_KEY.encode()], **settings
+    )
+    with TestClient(build_app(client, config), follow_redirects=False) as http:
+        yield http
+
+
+def bearer(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+def csrf_of(http: TestClient) -> str:
+    """The CSRF token of this browser (the client keeps the awa_csrf cookie it was given)."""
+    response = http.get("/login")
+    page = response.text if response.status_code == 200 else http.get("/").text
+    match = re.search(r'<meta name="csrf-token" content="([0-9a-f]+)">', page)
+    assert match, page[:500]
+    return match.group(1)
+
+
+def log_in(http: TestClient, token: str) -> None:
+    response = http.post("/login", data={"token": token, "csrf": csrf_of(http), "next": "/"})
+    assert response.status_code == 303, response.text
+    assert "awa_session" in http.cookies
