@@ -476,7 +476,7 @@ def test_installed_wheel_finds_its_migrations(wheel: Path, tmp_path: Path) -> No
 # -- 0003: queues, dead letters, the audit log -----------------------------------------------
 
 
-def _columns(db: psycopg.Connection, table: str) -> dict[str, str]:
+def _column_types(db: psycopg.Connection, table: str) -> dict[str, str]:
     rows = db.execute(
         """
         SELECT a.attname, format_type(a.atttypid, a.atttypmod)
@@ -498,8 +498,8 @@ def test_queues_migration_is_packaged() -> None:
 def test_dead_letters_have_every_job_column(db: psycopg.Connection) -> None:
     # The move statements copy columns by name: a column added to awa.jobs by a later
     # migration must be added to awa.dead_letters too, with the same type.
-    jobs = _columns(db, "awa.jobs")
-    dead = _columns(db, "awa.dead_letters")
+    jobs = _column_types(db, "awa.jobs")
+    dead = _column_types(db, "awa.dead_letters")
     missing = {name: kind for name, kind in jobs.items() if dead.get(name) != kind}
     assert not missing, f"awa.dead_letters lacks (or has another type for) {missing}"
     extra = set(dead) - set(jobs)
@@ -559,7 +559,7 @@ def test_dead_reason_is_checked(db: psycopg.Connection) -> None:
 
 @pytest.mark.integration
 def test_queues_and_audit_log_tables(db: psycopg.Connection) -> None:
-    assert _columns(db, "awa.queues") == {
+    assert _column_types(db, "awa.queues") == {
         "name": "text",
         "paused": "boolean",
         "paused_at": "timestamp with time zone",
@@ -572,7 +572,7 @@ def test_queues_and_audit_log_tables(db: psycopg.Connection) -> None:
         " RETURNING paused, paused_at, dead_letter, updated_at IS NOT NULL"
     ).fetchone()
     assert row == (False, None, False, True)
-    assert _columns(db, "awa.audit_log") == {
+    assert _column_types(db, "awa.audit_log") == {
         "id": "bigint",
         "at": "timestamp with time zone",
         "actor": "text",
