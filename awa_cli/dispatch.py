@@ -23,7 +23,7 @@ import inspect
 import logging
 import os
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
@@ -160,7 +160,13 @@ def hook_name(fn: Callable[..., Any]) -> str:
 
 
 def event_for_hook(event: AnyEvent, args_type: type | None) -> AnyEvent:
-    """The event with a fresh copy of the committed args: as ``args_type``, or a dict."""
-    data = copy.deepcopy(dict(event.job.args))
-    args = data if args_type is None else rebuild_args(args_type, data)
+    """The event with a fresh copy of the committed args: as ``args_type``, or a dict (the
+    bare JSON value for args that are not an object, which no typed hook can take)."""
+    data: Any = copy.deepcopy(event.job.args)
+    if args_type is None:
+        args = dict(data) if isinstance(data, Mapping) else data
+    elif not isinstance(data, Mapping):
+        raise TypeError(f"args are a JSON {type(data).__name__}, not an object")
+    else:
+        args = rebuild_args(args_type, data)
     return event.with_args(args)  # type: ignore[return-value]

@@ -1,7 +1,7 @@
 """The one-way layering of DESIGN §1, checked on the import statements of every module.
 
-``commands → client/worker/maintenance → outcomes → db``; ``app``, ``jobs``, ``results`` and
-``events`` import nothing of the project's I/O; ``db/`` never imports click or rich; only the
+``commands → client/worker/maintenance → outcomes → db``; ``app``, ``attempts``, ``jobs``,
+``results`` and ``events`` import nothing of the project's I/O; ``db/`` never imports click or rich; only the
 CLI layer talks to the terminal.
 """
 
@@ -15,6 +15,7 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[1] / "awa_cli"
 PURE = {
     "awa_cli.app",
+    "awa_cli.attempts",
     "awa_cli.jobs",
     "awa_cli.results",
     "awa_cli.events",
@@ -59,7 +60,8 @@ def test_db_layer_is_the_bottom(name: str) -> None:
     assert project_imports(name) <= PURE | {n for n in MODULES if n.startswith("awa_cli.db")}, name
 
 
-def test_outcome_core_sits_below_clients_and_workers() -> None:
+@pytest.mark.parametrize("name", sorted(n for n in MODULES if n.startswith("awa_cli.outcomes")))
+def test_outcome_core_sits_below_clients_and_workers(name: str) -> None:
     above = (
         "awa_cli.client",
         "awa_cli.worker",
@@ -68,7 +70,26 @@ def test_outcome_core_sits_below_clients_and_workers() -> None:
         "awa_cli.cli",
         "awa_cli.testing",
     )
-    assert not {m for m in project_imports("awa_cli.outcomes") if m.startswith(above)}
+    assert not {m for m in project_imports(name) if m.startswith(above)}, name
+
+
+# The worker folder is a one-way chain: runtime -> queues / executor -> job -> services.
+WORKER_ORDER = [
+    "awa_cli.worker.services",
+    "awa_cli.worker.job",
+    "awa_cli.worker.callbacks",
+    "awa_cli.worker.executor",
+    "awa_cli.worker.queues",
+    "awa_cli.worker.finalizer",
+    "awa_cli.worker.listener",
+    "awa_cli.worker.runtime",
+]
+
+
+@pytest.mark.parametrize("name", WORKER_ORDER)
+def test_worker_modules_import_only_those_below_them(name: str) -> None:
+    above = WORKER_ORDER[WORKER_ORDER.index(name) + 1 :]
+    assert not project_imports(name) & set(above), name
 
 
 @pytest.mark.parametrize(

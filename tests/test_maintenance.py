@@ -75,9 +75,9 @@ async def test_stale_heartbeat_rescue_fences_the_late_completion(dsn: str) -> No
         claimed = job_row(dsn, job.id)
         execute(dsn, "UPDATE awa.jobs SET heartbeat_at = now() - interval '1 hour'")
         maintenance = Maintenance(
-            worker.dsn, worker.pool, worker.core, worker.timings, worker=worker
+            worker.dsn, worker.pool, worker.core, worker.timings, on_rescued=worker.fence_rescued
         )
-        await maintenance._sweep()
+        await maintenance.sweep()
         row = job_row(dsn, job.id)
         assert row.state == "retryable" and row.run_lease == claimed.run_lease
         assert row.errors[-1]["error"] == "heartbeat stale: worker presumed dead"

@@ -167,8 +167,8 @@ async def notify_worker_lifecycle(
     if interval:
         tasks.append(asyncio.create_task(watchdog_pings(notifier, interval)))
     try:
-        status = queues_summary({name: spec.concurrency for name, spec in worker.queues.items()})
-        connected = asyncio.create_task(worker.listener.connected.wait())
+        status = queues_summary(worker.stats().queues)
+        connected = asyncio.create_task(worker.wait_listening())
         stopping = asyncio.create_task(stop_requested.wait())
         await asyncio.wait({connected, stopping}, return_when=asyncio.FIRST_COMPLETED)
         connected.cancel()
