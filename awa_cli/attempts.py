@@ -257,6 +257,15 @@ def args_rejected(
     return decide(job, args=plain_args(job.args), result=None, exc=error, duration=0.0)
 
 
+_JSON_TYPES = {str: "string", list: "array", int: "number", float: "number", bool: "boolean"}
+
+
+def not_an_object(value: Any) -> str:
+    """Why args that are valid JSON but not an object cannot be rebuilt (for messages)."""
+    kind = "null" if value is None else _JSON_TYPES.get(type(value), type(value).__name__)
+    return f"args are a JSON {kind}, not an object"
+
+
 def plain_args(value: Any) -> Any:
     """Args as untyped hooks see them: a dict for a JSON object, else the JSON value itself."""
     return dict(value) if isinstance(value, Mapping) else value

@@ -27,6 +27,7 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
+from awa_cli.attempts import not_an_object
 from awa_cli.jobs import rebuild_args
 
 if TYPE_CHECKING:
@@ -166,7 +167,7 @@ def event_for_hook(event: AnyEvent, args_type: type | None) -> AnyEvent:
     if args_type is None:
         args = dict(data) if isinstance(data, Mapping) else data
     elif not isinstance(data, Mapping):
-        raise TypeError(f"args are a JSON {type(data).__name__}, not an object")
+        raise TypeError(not_an_object(data))
     else:
         args = rebuild_args(args_type, data)
     return event.with_args(args)  # type: ignore[return-value]

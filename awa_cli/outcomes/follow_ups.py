@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 
 from awa_cli.app import prepare_job
+from awa_cli.attempts import not_an_object
 from awa_cli.db.params import insert_each_params
 from awa_cli.db.statements import SQL
 from awa_cli.events import OUTCOME_OF_EVENT, context_of
@@ -63,7 +64,7 @@ def _args_for(args_type: type | None, event: AnyEvent, spec_name: str) -> Any:
         return event.args
     try:
         if not isinstance(data, dict):
-            raise TypeError(f"args are a JSON {type(data).__name__}, not an object")
+            raise TypeError(not_an_object(data))
         return rebuild_args(args_type, data)
     except Exception as exc:
         log.warning(

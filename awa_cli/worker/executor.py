@@ -12,7 +12,7 @@ from concurrent.futures import Executor
 from typing import TYPE_CHECKING, Any
 
 from awa_cli.app import prepare_job
-from awa_cli.attempts import AttemptResult, args_rejected, decide, unknown_kind
+from awa_cli.attempts import AttemptResult, args_rejected, decide, not_an_object, unknown_kind
 from awa_cli.jobs import JobRow, rebuild_args
 from awa_cli.worker.job import Job, Prepare
 
@@ -22,16 +22,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("awa.worker")
 
-_JSON_TYPES = {str: "string", list: "array", int: "number", float: "number", bool: "boolean"}
-
 
 class ShutdownInterrupted(Exception):
     """The worker shut down before the handler finished."""
-
-
-def json_type(value: Any) -> str:
-    """The JSON name of a decoded value's type (for messages)."""
-    return "null" if value is None else _JSON_TYPES.get(type(value), type(value).__name__)
 
 
 async def execute(
@@ -52,9 +45,7 @@ async def execute(
     if task is None:
         return unknown_kind(row)
     if not isinstance(row.args, Mapping):  # valid JSON, but not an object (DESIGN §5.11)
-        return args_rejected(
-            row, task.args_type, f"args are a JSON {json_type(row.args)}, not an object"
-        )
+        return args_rejected(row, task.args_type, not_an_object(row.args))
     try:
         args = rebuild_args(task.args_type, row.args)
     except Exception as exc:
