@@ -23,6 +23,12 @@ Where each transition lives:
 * ``follow_ups.py`` — the specs' follow-ups and their one-statement insert.
 
 The pure decision of what an attempt's result is lives below, in :mod:`awa_cli.attempts`.
+Every statement is a named block of ``awa_cli/db/sql/*.sql``.
+
+Transitions still to come get a module (or a block in one) of their own: dead-lettering and
+bulk operator actions beside ``admin.py``, pause-aware and limit-aware claims as further
+statements behind ``claims.py``, periodic firing as ``periodic.py``; each is one more thin
+method here, run in the frame of ``transaction.py``.
 """
 
 from __future__ import annotations
