@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from awa_cli.db.statements import SQL
 from awa_cli.events import JobEvent
 from awa_cli.jobs import JobRow
 from awa_cli.outcomes.transaction import (
@@ -13,8 +14,6 @@ from awa_cli.outcomes.transaction import (
     transition,
 )
 from awa_cli.results import AwaError, JobNotFound
-
-from awa_cli.db.statements import SQL
 
 
 class InvalidJobState(AwaError):

@@ -18,7 +18,10 @@ import logging
 import os
 import socket
 from collections.abc import Mapping
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from awa_cli.worker.runtime import Worker
 
 log = logging.getLogger("awa.worker")
 
@@ -151,7 +154,7 @@ async def watchdog_pings(notifier: Notifier, interval: float) -> None:
 
 
 async def notify_worker_lifecycle(
-    worker: Any, stop_requested: asyncio.Event, env: Mapping[str, str]
+    worker: Worker, stop_requested: asyncio.Event, env: Mapping[str, str]
 ) -> None:
     """For the single-process ``awa worker``: READY once the worker listens, STATUS, WATCHDOG
     pings, STOPPING when the drain begins. Supervised, the same messages go to the supervisor,
