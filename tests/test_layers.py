@@ -82,6 +82,7 @@ WORKER_ORDER = [
     "awa_cli.worker.queues",
     "awa_cli.worker.finalizer",
     "awa_cli.worker.listener",
+    "awa_cli.worker.heartbeat",
     "awa_cli.worker.runtime",
 ]
 

@@ -49,7 +49,7 @@ from awa_cli.attempts import (
     event_for,
     unknown_kind,
 )
-from awa_cli.events import RescueReason
+from awa_cli.events import JobEvent, RescueReason
 from awa_cli.jobs import JobRow
 from awa_cli.outcomes import admin, attempts, callbacks, claims, rescue, running
 from awa_cli.outcomes.admin import InvalidJobState
@@ -124,6 +124,12 @@ class OutcomeCore(CoreState):
     async def claim(self, queue: str, limit: int, deadline: float | None = 0.0) -> list[JobRow]:
         """Claim up to ``limit`` runnable jobs of ``queue``: running, lease +1."""
         return await claims.claim_by_queue(self, queue, limit, deadline)
+
+    def started(self, row: JobRow) -> None:
+        """A claim committed and the handler is about to run: dispatch ``Started`` (detached;
+        a fast job may finish before its Started hook does). The worker and the test harness
+        both announce a claimed job through here."""
+        self.dispatch(JobEvent.Started(row, row.args))
 
     async def claim_kind(self, kind: str, queue: str | None = None) -> JobRow | None:
         """Claim one runnable job of ``kind`` (the test harness's claim)."""

@@ -24,7 +24,6 @@ from awa_cli.app import App, Task, prepare_job
 from awa_cli.attempts import AttemptResult
 from awa_cli.client import AsyncClient, Client, insert_prepared, prepare_insert
 from awa_cli.dispatch import Dispatcher
-from awa_cli.events import JobEvent
 from awa_cli.jobs import JobRow
 from awa_cli.outcomes import OutcomeCore
 from awa_cli.testing.handler_job import (
@@ -208,7 +207,7 @@ class AsyncAwaTestClient:
         row = await self.claim(kind, queue)
         if row is None:
             return WorkResult("no_job", None)
-        self.core.dispatch(JobEvent.Started(row, row.args))
+        self.core.started(row)
         app = (
             self.app
             if handler is None

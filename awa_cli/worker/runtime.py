@@ -27,11 +27,11 @@ from awa_cli.app import prepare_job
 from awa_cli.db.dsn import redact, with_options
 from awa_cli.db.pools import POOL_WAIT_SECONDS, claim_pool, recheck, worker_pool
 from awa_cli.dispatch import Dispatcher, EventHook
-from awa_cli.events import JobEvent
 from awa_cli.outcomes import AttemptResult, Finalized, OutcomeCore
 from awa_cli.worker.callbacks import CallbackServices
 from awa_cli.worker.executor import execute
 from awa_cli.worker.finalizer import Finalizer
+from awa_cli.worker.heartbeat import Heartbeat
 from awa_cli.worker.listener import Listener
 from awa_cli.worker.queues import QueueRunner, QueueSpec
 from awa_cli.worker.services import RunnerContext, RunningJobs, WorkerStats
@@ -104,14 +104,15 @@ class Worker:
         self.maintenance: Maintenance | None = None
 
     def _assemble(self) -> None:
-        """Wire the parts: callback services, finalizer, one runner per queue, the listener."""
+        """Wire the parts: callback services, finalizer, one runner per queue, the listener,
+        the heartbeat."""
         self.services = CallbackServices(self.core, self.running)
         self.finalizer = Finalizer(self.core, self._finalized)
         prepare = functools.partial(prepare_job, self.app)
         context = RunnerContext(
             claim=self.core.claim,
             seconds_until_due=self.core.seconds_until_due,
-            started=lambda row: self.dispatcher.dispatch(JobEvent.Started(row, row.args)),
+            started=self.core.started,
             execute=lambda row: execute(
                 self.app, row, self.services, self._threads, self.running, prepare=prepare
             ),
@@ -123,6 +124,12 @@ class Worker:
         )
         self.runners = {name: QueueRunner(spec, context) for name, spec in self.queues.items()}
         self.listener = Listener(self.dsn, self.runners, self.services)
+        self.heartbeat = Heartbeat(
+            self.core.heartbeat,
+            self.running,
+            self.timings.heartbeat_interval,
+            functools.partial(recheck, self.claim_pool),
+        )
 
     @property
     def stopping(self) -> bool:
@@ -158,7 +165,7 @@ class Worker:
         ]
         self._tasks = [
             loop.create_task(self.listener.run(self._stopping), name="awa-listener"),
-            loop.create_task(self._heartbeat_loop(), name="awa-heartbeat"),
+            loop.create_task(self.heartbeat.run(self._stopping), name="awa-heartbeat"),
         ]
         if self.maintenance_enabled:
             from awa_cli.maintenance import Maintenance
@@ -238,31 +245,10 @@ class Worker:
                 extra={"action": "finalize_stale", "job_id": result.job.id},
             )
 
-    # -- heartbeat -----------------------------------------------------------------------
-    async def _heartbeat_loop(self) -> None:
-        while not self._stopping.is_set():
-            try:
-                await asyncio.wait_for(
-                    self._stopping.wait(), timeout=self.timings.heartbeat_interval
-                )
-                return
-            except TimeoutError:
-                pass
-            try:
-                await self.heartbeat_once()
-            except Exception as exc:
-                log.warning("heartbeat failed: %s", exc, extra={"action": "heartbeat_failed"})
-                await recheck(self.claim_pool)
-
+    # -- heartbeat (worker/heartbeat.py) --------------------------------------------------
     async def heartbeat_once(self) -> None:
         """Touch every running job in one statement; fence those no longer ours."""
-        jobs = self.running.beating()
-        if not jobs:
-            return
-        alive = await self.core.heartbeat([(j.id, j.run_lease) for j in jobs])
-        for job in jobs:
-            if job.id not in alive:
-                self.running.fence(job.id, job.run_lease)
+        await self.heartbeat.once()
 
     def fence_rescued(self, rows: list[JobRow]) -> None:
         """Fence the attempts of rescued rows still running here (``Maintenance``'s callback)."""
