@@ -73,9 +73,10 @@ def test_outcome_core_sits_below_clients_and_workers(name: str) -> None:
     assert not {m for m in project_imports(name) if m.startswith(above)}, name
 
 
-# The worker folder is a one-way chain: runtime -> queues / executor -> job -> services.
+# The worker folder is a one-way chain: runtime -> queues / executor -> job -> staging, services.
 WORKER_ORDER = [
     "awa_cli.worker.services",
+    "awa_cli.worker.staging",
     "awa_cli.worker.job",
     "awa_cli.worker.callbacks",
     "awa_cli.worker.executor",
