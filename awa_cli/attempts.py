@@ -31,6 +31,8 @@ if TYPE_CHECKING:
     from awa_cli.events import AnyEvent
 
 MAX_BACKOFF_SECONDS = 24 * 3600.0
+BACKOFF_JITTER = 0.25  # up to 25 % on top
+MAX_BACKOFF_EXPONENT = 62  # 2**62 s is far past the cap; keeps the float finite
 
 Action = Literal["complete", "retry", "fail", "cancel", "snooze", "park"]
 
@@ -56,8 +58,8 @@ OUTCOME_OF_ACTION: dict[Action, Outcome | None] = {
 
 def backoff_seconds(attempt: int) -> float:
     """Delay after failed attempt ``attempt``: 2**n s plus 0–25 % jitter, capped at 24 h."""
-    base = 2.0 ** min(attempt, 62)
-    return min(base * (1.0 + random.uniform(0.0, 0.25)), MAX_BACKOFF_SECONDS)
+    base = 2.0 ** min(attempt, MAX_BACKOFF_EXPONENT)
+    return min(base * (1.0 + random.uniform(0.0, BACKOFF_JITTER)), MAX_BACKOFF_SECONDS)
 
 
 def error_entry(

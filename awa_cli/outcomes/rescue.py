@@ -14,6 +14,7 @@ from typing import LiteralString
 import psycopg
 from psycopg.rows import DictRow, dict_row
 
+from awa_cli.attempts import BACKOFF_JITTER, MAX_BACKOFF_EXPONENT, MAX_BACKOFF_SECONDS
 from awa_cli.db.statements import SQL
 from awa_cli.events import AnyEvent, JobEvent, Outcome, RescueReason
 from awa_cli.jobs import JobRow
@@ -57,6 +58,10 @@ async def rescue(
         "message": RESCUE_ERRORS[reason],
         "reason": str(reason),
         "spec_kinds": spec_kinds,
+        # the attempt model's backoff, so a rescued job backs off as a failed attempt does
+        "max_exponent": MAX_BACKOFF_EXPONENT,
+        "jitter": BACKOFF_JITTER,
+        "max_backoff": MAX_BACKOFF_SECONDS,
     }
     update, candidates = _STATEMENTS[reason]
     async with core.pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:

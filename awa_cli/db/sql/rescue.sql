@@ -4,7 +4,8 @@
 -- attempt off. Rows of kinds with on_rescued specs are marked rescue_pending; their
 -- follow-ups run in a second transaction (rescue_pending_*).
 -- Each rescue_<reason> is the one UPDATE around its rescue_candidates_<reason> select (the
--- dry run's statement), written out in full.
+-- dry run's statement), written out in full. The backoff is the attempt model's
+-- (awa_cli/attempts.py: 2**n s plus 0-25 % jitter, capped), its constants passed in.
 
 -- name: rescue_stale
 WITH candidates AS (
@@ -14,7 +15,8 @@ WITH candidates AS (
 UPDATE awa.jobs AS j SET
     state = CASE WHEN j.attempt >= j.max_attempts THEN 'failed' ELSE 'retryable' END::awa.job_state,
     run_at = CASE WHEN j.attempt >= j.max_attempts THEN j.run_at
-                  ELSE now() + least(power(2, least(j.attempt, 62)) * (1 + random() * 0.25), 86400)
+                  ELSE now() + least(power(2, least(j.attempt, %(max_exponent)s::int)) * (1 + random() * %(jitter)s::float8),
+                                     %(max_backoff)s::float8)
                                * interval '1 second' END,
     errors = j.errors || jsonb_build_array(jsonb_strip_nulls(jsonb_build_object(
         'error', %(message)s::text, 'attempt', j.attempt, 'at', now(),
@@ -33,7 +35,8 @@ WITH candidates AS (
 UPDATE awa.jobs AS j SET
     state = CASE WHEN j.attempt >= j.max_attempts THEN 'failed' ELSE 'retryable' END::awa.job_state,
     run_at = CASE WHEN j.attempt >= j.max_attempts THEN j.run_at
-                  ELSE now() + least(power(2, least(j.attempt, 62)) * (1 + random() * 0.25), 86400)
+                  ELSE now() + least(power(2, least(j.attempt, %(max_exponent)s::int)) * (1 + random() * %(jitter)s::float8),
+                                     %(max_backoff)s::float8)
                                * interval '1 second' END,
     errors = j.errors || jsonb_build_array(jsonb_strip_nulls(jsonb_build_object(
         'error', %(message)s::text, 'attempt', j.attempt, 'at', now(),
@@ -52,7 +55,8 @@ WITH candidates AS (
 UPDATE awa.jobs AS j SET
     state = CASE WHEN j.attempt >= j.max_attempts THEN 'failed' ELSE 'retryable' END::awa.job_state,
     run_at = CASE WHEN j.attempt >= j.max_attempts THEN j.run_at
-                  ELSE now() + least(power(2, least(j.attempt, 62)) * (1 + random() * 0.25), 86400)
+                  ELSE now() + least(power(2, least(j.attempt, %(max_exponent)s::int)) * (1 + random() * %(jitter)s::float8),
+                                     %(max_backoff)s::float8)
                                * interval '1 second' END,
     errors = j.errors || jsonb_build_array(jsonb_strip_nulls(jsonb_build_object(
         'error', %(message)s::text, 'attempt', j.attempt, 'at', now(),
