@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from datetime import datetime, timedelta, UTC
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Literal
 
 import psycopg
@@ -20,9 +20,10 @@ from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
 
 from awa_cli.app import prepare_job
-from awa_cli.db import queries
-from awa_cli.db.migrations import Migration, migrate_dsn
+from awa_cli.db.copy import copy_encoder
+from awa_cli.db.params import insert_many_params, insert_params
 from awa_cli.db.statements import SQL
+from awa_cli.db.migrations import Migration, migrate_dsn
 from awa_cli.dispatch import Dispatcher, EventHook
 from awa_cli.enqueue import InsertOpts, UniqueOpts, prepare_many
 from awa_cli.jobs import JobRow, JobState, PreparedJob
@@ -67,11 +68,11 @@ def insert(
     """
     prepared = prepare_insert(args, insert_options, app)
     with conn.cursor() as cur:
-        cur.execute(queries.INSERT_ONE, queries.insert_params(prepared))
+        cur.execute(SQL["insert_one"], insert_params(prepared))
         record = cur.fetchone()
         holder = None
         if record is None:
-            cur.execute(queries.FIND_UNIQUE_HOLDER, {"unique_key": prepared.unique_key})
+            cur.execute(SQL["find_unique_holder"], {"unique_key": prepared.unique_key})
             holder = cur.fetchone()
     return _row_or_conflict(record, prepared, holder)
 
@@ -85,90 +86,28 @@ async def insert_async(
 ) -> JobRow:
     """``insert`` for an async psycopg connection (``app=`` as there)."""
     prepared = prepare_insert(args, insert_options, app)
-    return await _insert_on(conn, prepared)
+    return await insert_prepared(conn, prepared)
 
 
-async def _insert_on(conn: psycopg.AsyncConnection[Any], prepared: PreparedJob) -> JobRow:
+async def insert_prepared(conn: psycopg.AsyncConnection[Any], prepared: PreparedJob) -> JobRow:
+    """Insert one validated job on ``conn``; UniqueConflict when its unique key is held."""
     async with conn.cursor() as cur:
-        await cur.execute(queries.INSERT_ONE, queries.insert_params(prepared))
+        await cur.execute(SQL["insert_one"], insert_params(prepared))
         record = await cur.fetchone()
         holder = None
         if record is None:
-            await cur.execute(queries.FIND_UNIQUE_HOLDER, {"unique_key": prepared.unique_key})
+            await cur.execute(SQL["find_unique_holder"], {"unique_key": prepared.unique_key})
             holder = await cur.fetchone()
     return _row_or_conflict(record, prepared, holder)
 
 
-_COPY_ESCAPES = str.maketrans({"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r"})
-
-
-def _copy_text(value: Any) -> str:
-    """One value in COPY's text format (NULL is ``\\N``; arrays as literals)."""
-    if value is None:
-        return "\\N"
-    if isinstance(value, list):
-        items = ",".join(
-            '"' + str(v).replace("\\", "\\\\").replace('"', '\\"') + '"' for v in value
-        )
-        value = "{" + items + "}"
-    return str(value).translate(_COPY_ESCAPES)
-
-
 COPY_CHUNK = 100  # rows validated and encoded per write while the server stores the previous ones
-
-
-def _copy_tail(first: PreparedJob) -> tuple[list[str], str]:
-    """The columns after (kind, queue, args) and their text, shared by every row of a bulk
-    insert (the options, and so these values, are the same for all of them)."""
-    columns = [
-        "state",
-        "priority",
-        "max_attempts",
-        "deadline_duration",
-        "metadata",
-        "tags",
-        "ordering_key",
-    ]
-    shared: list[Any] = [
-        first.priority,
-        first.max_attempts,
-        first.deadline_duration,
-        first.metadata_json,
-        first.tags,
-        first.ordering_key,
-    ]
-    state = "available"
-    if first.run_at is not None:
-        columns.append("run_at")
-        shared.append(first.run_at.isoformat())
-        state = "scheduled" if first.run_at > datetime.now(UTC) else "available"
-    return columns, "\t".join([state, *(_copy_text(v) for v in shared)]) + "\n"
 
 
 def _chunked(items: Iterable[Any], size: int) -> Iterator[list[Any]]:
     iterator = iter(items)
     while chunk := list(itertools.islice(iterator, size)):
         yield chunk
-
-
-def copy_encoder(first: PreparedJob) -> tuple[str, Callable[[list[PreparedJob]], bytes]]:
-    """The COPY statement for a bulk insert shaped like ``first`` (every row shares its
-    options), and a function encoding a chunk of its rows as that COPY's text."""
-    columns, tail = _copy_tail(first)
-    names: dict[tuple[str, str], str] = {}
-
-    def encode(chunk: list[PreparedJob]) -> bytes:
-        lines = []
-        for job in chunk:
-            head = names.get((job.kind, job.queue))
-            if head is None:
-                head = names[(job.kind, job.queue)] = (
-                    f"{_copy_text(job.kind)}\t{_copy_text(job.queue)}\t"
-                )
-            lines.append(head + job.args_json.translate(_COPY_ESCAPES) + "\t" + tail)
-        return "".join(lines).encode()
-
-    return f"COPY awa.jobs (kind, queue, args, {', '.join(columns)}) FROM STDIN", encode
 
 
 async def _copy_jobs(
@@ -205,7 +144,7 @@ class JobCount:
 class InspectReads:
     """Read-only queries of ``awa.jobs`` for ``awa serve``, mixed into :class:`AsyncClient`."""
 
-    async def _ready(self) -> AsyncConnectionPool:  # provided by AsyncClient
+    async def ensure_open(self) -> AsyncConnectionPool:  # provided by AsyncClient
         raise NotImplementedError
 
     dsn: str  # provided by AsyncClient
@@ -228,7 +167,7 @@ class InspectReads:
 
     async def job_counts(self) -> list[JobCount]:
         """Jobs per (queue, state), ordered by queue then state."""
-        pool = await self._ready()
+        pool = await self.ensure_open()
         async with pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
             await cur.execute(SQL["inspect_job_counts"])
             rows = await cur.fetchall()
@@ -273,7 +212,7 @@ class InspectReads:
             "before_id": before_id,
             "limit": limit,
         }
-        pool = await self._ready()
+        pool = await self.ensure_open()
         async with pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
             await cur.execute(SQL["inspect_jobs_page"], params)
             return [JobRow.from_record(r) for r in await cur.fetchall()]
@@ -300,7 +239,14 @@ class AsyncClient(InspectReads):
         self.dispatcher = Dispatcher(app, list(plugin_hooks)) if (app or plugin_hooks) else None
         self.core = OutcomeCore(self._pool, app, self.dispatcher)
 
-    async def _ready(self) -> AsyncConnectionPool:
+    @property
+    def pool(self) -> AsyncConnectionPool:
+        """The client's connection pool (opened by :meth:`ensure_open`); for the test harness
+        and other package-internal callers that run transitions on the client's database."""
+        return self._pool
+
+    async def ensure_open(self) -> AsyncConnectionPool:
+        """Open the pool on first use (an unreachable database fails at once) and return it."""
         if not self._opened:
             # One plain connection first, so an unreachable database fails at once with
             # libpq's own message instead of a pool timeout.
@@ -319,7 +265,7 @@ class AsyncClient(InspectReads):
             self._opened = False
 
     async def __aenter__(self) -> AsyncClient:
-        await self._ready()
+        await self.ensure_open()
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -330,9 +276,9 @@ class AsyncClient(InspectReads):
 
     async def insert(self, args: Any, **insert_options: Any) -> JobRow:
         prepared = prepare_insert(args, insert_options, self.app)
-        pool = await self._ready()
+        pool = await self.ensure_open()
         async with pool.connection() as conn:
-            return await _insert_on(conn, prepared)
+            return await insert_prepared(conn, prepared)
 
     async def insert_many(self, args_list: Iterable[Any], **insert_options: Any) -> int:
         """Insert many jobs in one statement; the options apply to every row.
@@ -355,22 +301,22 @@ class AsyncClient(InspectReads):
             first = next(chunks, None)  # the first chunk is validated before a connection is taken
             if not first:
                 return 0
-            pool = await self._ready()
+            pool = await self.ensure_open()
             async with pool.connection() as conn:
                 return await _copy_jobs(conn, first, chunks)
         prepared = prepare(args_list)
         if not prepared:
             return 0
-        pool = await self._ready()
+        pool = await self.ensure_open()
         async with pool.connection() as conn:
             async with conn.cursor() as cur:
-                await cur.execute(queries.INSERT_MANY, queries.insert_many_params(prepared))
+                await cur.execute(SQL["insert_many"], insert_many_params(prepared))
                 return cur.rowcount
 
     async def get_job(self, job_id: int) -> JobRow:
-        pool = await self._ready()
+        pool = await self.ensure_open()
         async with pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
-            await cur.execute(queries.GET_JOB, {"id": job_id})
+            await cur.execute(SQL["get_job"], {"id": job_id})
             record = await cur.fetchone()
         if record is None:
             raise JobNotFound(f"job {job_id} not found")
@@ -390,10 +336,10 @@ class AsyncClient(InspectReads):
                 raise ValidationError("state", f"unknown job state {state!r}") from None
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
             raise ValidationError("limit", "must be a positive integer")
-        pool = await self._ready()
+        pool = await self.ensure_open()
         async with pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
             await cur.execute(
-                queries.LIST_JOBS,
+                SQL["list_jobs"],
                 {
                     "state": None if state is None else str(state),
                     "kind": kind,
@@ -408,7 +354,7 @@ class AsyncClient(InspectReads):
         "completed_per_second" (last minute), "oldest_available_age_seconds"}``, by name."""
         from awa_cli.db.statements import SQL
 
-        pool = await self._ready()
+        pool = await self.ensure_open()
         async with pool.connection() as conn:
             rows = await (await conn.execute(SQL["queue_stats"], {"queue": queue})).fetchall()
         stats: dict[str, dict[str, Any]] = {}
@@ -429,11 +375,11 @@ class AsyncClient(InspectReads):
         return [stats[name] for name in sorted(stats)]
 
     async def cancel(self, job_id: int) -> JobRow:
-        await self._ready()
+        await self.ensure_open()
         return await self.core.cancel(job_id)
 
     async def retry(self, job_id: int) -> JobRow:
-        await self._ready()
+        await self.ensure_open()
         return await self.core.retry(job_id)
 
     # -- callbacks -------------------------------------------------------------------------
@@ -441,7 +387,7 @@ class AsyncClient(InspectReads):
         self, callback_id: Any, payload: Any = None, run_lease: int | None = None
     ) -> JobRow:
         """Complete the job waiting on ``callback_id`` (Completed, duration 0)."""
-        await self._ready()
+        await self.ensure_open()
         return await self.core.resolve_external(
             callback_id, "complete", payload=payload, run_lease=run_lease
         )
@@ -452,19 +398,19 @@ class AsyncClient(InspectReads):
         """Fail the job waiting on ``callback_id`` (Exhausted with ``error`` verbatim)."""
         if not isinstance(error, str):
             raise ValidationError("error", "expected a string")
-        await self._ready()
+        await self.ensure_open()
         return await self.core.resolve_external(
             callback_id, "fail", error=error, run_lease=run_lease
         )
 
     async def retry_external(self, callback_id: Any, run_lease: int | None = None) -> JobRow:
         """Make the waiting job available again with its attempts reset (Retried)."""
-        await self._ready()
+        await self.ensure_open()
         return await self.core.resolve_external(callback_id, "retry", run_lease=run_lease)
 
     async def resume_external(self, callback_id: Any, payload: Any = None) -> JobRow:
         """Hand ``payload`` to the job and let it continue (no event of its own)."""
-        await self._ready()
+        await self.ensure_open()
         return await self.core.resume_external(callback_id, payload)
 
     async def heartbeat_callback(
@@ -472,12 +418,12 @@ class AsyncClient(InspectReads):
     ) -> JobRow:
         """Extend the callback's timeout to now + ``timeout``."""
         seconds_ = seconds(timeout, "timeout")
-        await self._ready()
+        await self.ensure_open()
         return await self.core.heartbeat_callback(callback_id, seconds_)
 
     async def waiting_job(self, callback_id: Any, run_lease: int | None = None) -> JobRow:
         """The job waiting on ``callback_id``, unchanged (CallbackNotFound if none)."""
-        await self._ready()
+        await self.ensure_open()
         return await self.core.waiting_job(callback_id, run_lease)
 
     async def resolve_callback(
@@ -491,7 +437,7 @@ class AsyncClient(InspectReads):
         ``fail`` or ``ignore`` (nothing changes; the job keeps waiting)."""
         if default_action not in ("complete", "fail", "ignore"):
             raise ValidationError("default_action", "expected complete, fail or ignore")
-        await self._ready()
+        await self.ensure_open()
         if default_action == "complete":
             row = await self.core.resolve_external(
                 callback_id, "complete", payload=payload, run_lease=run_lease

@@ -23,10 +23,11 @@ import inspect
 import logging
 import os
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
+from awa_cli.attempts import not_an_object
 from awa_cli.jsonvalues import rebuild_args
 
 if TYPE_CHECKING:
@@ -160,7 +161,13 @@ def hook_name(fn: Callable[..., Any]) -> str:
 
 
 def event_for_hook(event: AnyEvent, args_type: type | None) -> AnyEvent:
-    """The event with a fresh copy of the committed args: as ``args_type``, or a dict."""
-    data = copy.deepcopy(dict(event.job.args))
-    args = data if args_type is None else rebuild_args(args_type, data)
+    """The event with a fresh copy of the committed args: as ``args_type``, or a dict (the
+    bare JSON value for args that are not an object, which no typed hook can take)."""
+    data: Any = copy.deepcopy(event.job.args)
+    if args_type is None:
+        args = dict(data) if isinstance(data, Mapping) else data
+    elif not isinstance(data, Mapping):
+        raise TypeError(not_an_object(data))
+    else:
+        args = rebuild_args(args_type, data)
     return event.with_args(args)  # type: ignore[return-value]

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import psycopg
 
+from awa_cli.db.statements import SQL
 from awa_cli.events import RescueReason
 from awa_cli.jobs import JobRow
 
@@ -21,6 +23,27 @@ if TYPE_CHECKING:
     from psycopg_pool import AsyncConnectionPool
 
     from awa_cli.outcomes import OutcomeCore
+
+OnRescued = Callable[[list[JobRow]], None]
+"""Told of every committed rescue batch (a worker fences the attempts it still runs)."""
+
+
+class MaintenanceTimings(Protocol):
+    """The timings maintenance reads (``awa_cli.worker.runtime.Timings`` has them)."""
+
+    @property
+    def heartbeat_interval(self) -> float: ...
+    @property
+    def heartbeat_staleness(self) -> float: ...
+    @property
+    def rescue_interval(self) -> float: ...
+    @property
+    def leader_election_interval(self) -> float: ...
+    @property
+    def completed_retention(self) -> float: ...
+    @property
+    def failed_retention(self) -> float: ...
+
 
 log = logging.getLogger("awa.maintenance")
 
@@ -51,7 +74,7 @@ async def sweep_once(
     completed_retention: float,
     failed_retention: float,
     dry_run: bool = False,
-    on_rescued: Any = None,
+    on_rescued: OnRescued | None = None,
 ) -> SweepReport:
     """One pass: the three rescue sweeps, pending rescue follow-ups, then retention."""
     report = SweepReport(dry_run=dry_run)
@@ -76,21 +99,22 @@ async def sweep_once(
 
 
 class Maintenance:
-    """The leader-elected maintenance loop inside a worker."""
+    """The leader-elected maintenance loop inside a worker; ``on_rescued`` is told of every
+    rescue batch it commits (the worker fences the rescued attempts it still runs)."""
 
     def __init__(
         self,
         dsn: str,
         pool: AsyncConnectionPool,
         core: OutcomeCore,
-        timings: Any,
-        worker: Any = None,
+        timings: MaintenanceTimings,
+        on_rescued: OnRescued | None = None,
     ) -> None:
         self.dsn = dsn
         self.pool = pool
         self.core = core
         self.timings = timings
-        self.worker = worker
+        self.on_rescued = on_rescued
         self.is_leader = False
         if timings.heartbeat_staleness < 3 * timings.heartbeat_interval:
             log.warning(
@@ -122,33 +146,34 @@ class Maintenance:
         try:
             while not stopping.is_set():
                 if not self.is_leader:
-                    cur = await conn.execute("SELECT pg_try_advisory_lock(%s)", (LEADER_LOCK_KEY,))
+                    cur = await conn.execute(SQL["leader_try_lock"], {"key": LEADER_LOCK_KEY})
                     row = await cur.fetchone()
                     self.is_leader = bool(row and row[0])
                     if self.is_leader:
                         log.info("became maintenance leader", extra={"action": "leader_elected"})
                 if self.is_leader:
-                    await conn.execute("SELECT 1")  # the lock lives as long as this connection
-                    await self._sweep()
+                    await conn.execute(SQL["leader_keepalive"])
+                    await self.sweep()
                     await _sleep_unless(stopping, self.timings.rescue_interval)
                 else:
                     await _sleep_unless(stopping, self.timings.leader_election_interval)
         finally:
             if self.is_leader and not conn.closed:
                 try:
-                    await conn.execute("SELECT pg_advisory_unlock(%s)", (LEADER_LOCK_KEY,))
+                    await conn.execute(SQL["leader_unlock"], {"key": LEADER_LOCK_KEY})
                 except psycopg.Error:
                     pass
             self.is_leader = False
 
-    async def _sweep(self) -> None:
+    async def sweep(self) -> None:
+        """One sweep as the leader runs it (errors of the database are logged, not raised)."""
         try:
             await sweep_once(
                 self.core,
                 heartbeat_staleness=self.timings.heartbeat_staleness,
                 completed_retention=self.timings.completed_retention,
                 failed_retention=self.timings.failed_retention,
-                on_rescued=self._flag_local,
+                on_rescued=self.on_rescued,
             )
         except (psycopg.OperationalError, psycopg.InterfaceError, OSError) as exc:
             log.warning("maintenance sweep failed: %s", exc, extra={"action": "sweep_failed"})
@@ -156,15 +181,6 @@ class Maintenance:
                 await self.pool.check()  # drop connections the server closed while idle
             except Exception:
                 pass
-
-    def _flag_local(self, rows: list[JobRow]) -> None:
-        """A rescued attempt still running in this process sees ``job.is_cancelled()``."""
-        if self.worker is None:
-            return
-        for row in rows:
-            job = self.worker.running.get(row.id)
-            if job is not None and job.run_lease == row.run_lease:
-                job._cancel()
 
 
 async def _sleep_unless(stopping: asyncio.Event, seconds: float) -> None:

@@ -65,10 +65,10 @@ def _admin(url: str) -> Any:
 def _drop(url: str, dbname: str) -> None:
     from psycopg import sql
 
+    from awa_cli.db.statements import SQL
+
     with _admin(url) as conn:
-        conn.execute(
-            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(dbname))
-        )
+        conn.execute(sql.SQL(SQL["drop_database"]).format(sql.Identifier(dbname)))
 
 
 @pytest.fixture(scope="session")
@@ -89,10 +89,11 @@ def _awa_template_db(awa_database_url: str) -> Iterator[str]:
     from psycopg import sql
 
     from awa_cli.db.migrations import migrate_dsn
+    from awa_cli.db.statements import SQL
 
     name = f"awa_test_tmpl_{uuid.uuid4().hex[:12]}"
     with _admin(awa_database_url) as conn:
-        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+        conn.execute(sql.SQL(SQL["create_database"]).format(sql.Identifier(name)))
     try:
         migrate_dsn(_with_dbname(awa_database_url, name))
         yield name
@@ -105,10 +106,12 @@ def awa_dsn(awa_database_url: str, _awa_template_db: str) -> Iterator[str]:
     """The connection string of a fresh, migrated database for this test."""
     from psycopg import sql
 
+    from awa_cli.db.statements import SQL
+
     name = f"awa_test_{uuid.uuid4().hex[:12]}"
     with _admin(awa_database_url) as conn:
         conn.execute(
-            sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(
+            sql.SQL(SQL["create_database_from_template"]).format(
                 sql.Identifier(name), sql.Identifier(_awa_template_db)
             )
         )

@@ -19,12 +19,11 @@ from typing import Any
 import psycopg
 
 import awa_cli as awa
-from awa_cli.db import queries
-from awa_cli.db.transitions import FINALIZE_CHANGED
-from awa_cli.client import copy_encoder
+from awa_cli.attempts import AttemptResult
+from awa_cli.db.copy import copy_encoder
+from awa_cli.db.params import finalize_params, insert_params
+from awa_cli.db.statements import SQL
 from awa_cli.jobs import InsertOpts, JobRow, prepare, prepare_many
-from awa_cli.outcomes import AttemptResult, finalize_params
-from awa_cli.worker.queues import CLAIM
 from benchmarks.app import Noop, NoopWithFollowUp
 from benchmarks.server import BenchServer, tree_cpu
 
@@ -176,13 +175,13 @@ def claim_complete_sql(server: BenchServer, dsn: str, jobs: int) -> dict[str, An
             start = time.perf_counter()
             done = 0
             while done < jobs:
-                rows = claimer.execute(CLAIM, params).fetchall()
+                rows = claimer.execute(SQL["claim_by_queue"], params).fetchall()
                 if not rows:
                     raise RuntimeError("the queue ran dry before every job was completed")
                 results = [
                     AttemptResult(job=JobRow.from_values(r), action="complete") for r in rows
                 ]
-                completer.execute(FINALIZE_CHANGED, finalize_params(results)).fetchall()
+                completer.execute(SQL["finalize_changed"], finalize_params(results)).fetchall()
                 done += len(rows)
             return time.perf_counter() - start
 
@@ -212,13 +211,13 @@ def insert_many_copy_sql(server: BenchServer, dsn: str, jobs: int) -> dict[str, 
 def enqueue_one_sql(server: BenchServer, dsn: str, jobs: int) -> dict[str, Any]:
     """Reference: the statement awa's insert sends, one by one, from a bare psycopg connection."""
     count = min(jobs, 5000)
-    params = queries.insert_params(prepare(Noop(0), InsertOpts(queue="bench")))
+    params = insert_params(prepare(Noop(0), InsertOpts(queue="bench")))
 
     def run() -> float:
         with psycopg.connect(dsn, autocommit=True) as conn:
             start = time.perf_counter()
             for _ in range(count):
-                conn.execute(queries.INSERT_ONE, params, prepare=True).fetchone()
+                conn.execute(SQL["insert_one"], params, prepare=True).fetchone()
             return time.perf_counter() - start
 
     return per_job(server, dsn, count, run)

@@ -23,7 +23,7 @@ async def running_worker(
     worker = awa.Worker(app, dsn, queues or {"default": 10}, **timings)
     task = asyncio.create_task(worker.run())
     try:
-        await asyncio.wait_for(worker.listener.connected.wait(), timeout=10)
+        await asyncio.wait_for(worker.wait_listening(), timeout=10)
         yield worker
     finally:
         await worker.shutdown(timeout=timings.get("shutdown_timeout", 5))

@@ -17,7 +17,8 @@ import pytest
 import awa_cli
 import awa_cli.enqueue
 from awa_cli import AsyncClient, Client, JobState, UniqueConflict, ValidationError
-from awa_cli.db import queries
+from awa_cli.db.params import insert_params
+from awa_cli.db.statements import SQL
 from awa_cli.jobs import InsertOpts, prepare
 from awa_cli.outcomes import InvalidJobState
 from awa_cli.results import JobNotFound
@@ -227,7 +228,7 @@ def test_by_period_buckets_with_prepare_and_raw_insert(db: psycopg.Connection) -
         prepared = prepare(
             {"a": 1}, InsertOpts(kind="tick", unique_opts={"by_period": 60}), now=now
         )
-        row = db.execute(queries.INSERT_ONE, queries.insert_params(prepared)).fetchone()
+        row = db.execute(SQL["insert_one"], insert_params(prepared)).fetchone()
         ids.append(None if row is None else row[0])
     db.commit()
     inserted = [i is not None for i in ids]

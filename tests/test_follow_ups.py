@@ -341,7 +341,7 @@ async def test_kinds_without_specs_stay_on_the_batched_path(
     dsn: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     calls = {"batch": 0, "with_follow_ups": 0}
-    batch, with_follow_ups = OutcomeCore._finalize_batch, OutcomeCore._finalize_with_follow_ups
+    batch, with_follow_ups = OutcomeCore.finalize_batch, OutcomeCore.finalize_with_follow_ups
 
     async def spy_batch(self: OutcomeCore, results: list[object]) -> object:
         calls["batch"] += 1
@@ -351,8 +351,8 @@ async def test_kinds_without_specs_stay_on_the_batched_path(
         calls["with_follow_ups"] += len(results)
         return await with_follow_ups(self, results)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(OutcomeCore, "_finalize_batch", spy_batch)
-    monkeypatch.setattr(OutcomeCore, "_finalize_with_follow_ups", spy_follow_ups)
+    monkeypatch.setattr(OutcomeCore, "finalize_batch", spy_batch)
+    monkeypatch.setattr(OutcomeCore, "finalize_with_follow_ups", spy_follow_ups)
     app = signup_app()
     app.on_completed_enqueue_with(Signup, Welcome, lambda a, j: None)  # a spec that returns None
     async with awa.AsyncClient(dsn, app=app) as client:
@@ -407,10 +407,12 @@ async def test_a_follow_up_wakes_the_workers_of_its_queue(dsn: str) -> None:
 
 # -- attempts with follow-ups finalised as a group (one transaction for many jobs) -------------
 async def claim_all(dsn: str, queue: str, count: int) -> list[awa.JobRow]:
-    from awa_cli.worker.queues import CLAIM
+    from awa_cli.db.statements import SQL
 
     async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
-        cur = await conn.execute(CLAIM, {"queue": queue, "limit": count, "deadline": None})
+        cur = await conn.execute(
+            SQL["claim_by_queue"], {"queue": queue, "limit": count, "deadline": None}
+        )
         rows = [awa.JobRow.from_values(r) for r in await cur.fetchall()]
     assert len(rows) == count
     return sorted(rows, key=lambda r: r.id)
@@ -420,7 +422,7 @@ async def finalize_group(
     dsn: str, app: awa.App, count: int
 ) -> tuple[list[awa.JobRow], list[object]]:
     """``count`` signups claimed and completed through one finalize_attempts call."""
-    from awa_cli.outcomes import decide
+    from awa_cli.attempts import decide
 
     async with awa.AsyncClient(dsn, app=app) as client:
         await client.insert_many([Signup(i) for i in range(count)])

@@ -75,9 +75,9 @@ async def test_stale_heartbeat_rescue_fences_the_late_completion(dsn: str) -> No
         claimed = job_row(dsn, job.id)
         execute(dsn, "UPDATE awa.jobs SET heartbeat_at = now() - interval '1 hour'")
         maintenance = Maintenance(
-            worker.dsn, worker.pool, worker.core, worker.timings, worker=worker
+            worker.dsn, worker.pool, worker.core, worker.timings, on_rescued=worker.fence_rescued
         )
-        await maintenance._sweep()
+        await maintenance.sweep()
         row = job_row(dsn, job.id)
         assert row.state == "retryable" and row.run_lease == claimed.run_lease
         assert row.errors[-1]["error"] == "heartbeat stale: worker presumed dead"
@@ -340,3 +340,31 @@ def test_awa_rescue_run_loads_the_app_and_plugins(dsn: str, tmp_path: Path) -> N
     with psycopg.connect(dsn) as conn:
         alerts = conn.execute("SELECT args FROM awa.jobs WHERE kind = 'rescue_alert'").fetchall()
     assert alerts == [({"job_id": job.id, "reason": "expired_callback"},)]
+
+
+@pytest.mark.asyncio
+async def test_a_rescued_job_backs_off_as_a_failed_attempt_does(dsn: str) -> None:
+    """2**attempt seconds plus up to 25 %, capped at 24 h (the attempt model's constants)."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        rows = conn.execute(
+            "INSERT INTO awa.jobs (kind, state, attempt, max_attempts, heartbeat_at) "
+            "SELECT 'k', 'running', a, 100, now() - interval '1 hour' FROM unnest(%s::int[]) a "
+            "RETURNING id, attempt",
+            ([3, 10, 40],),
+        ).fetchall()
+    pool, core = await core_for(dsn)
+    try:
+        rescued = await core.rescue(awa.RescueReason.STALE_HEARTBEAT, staleness=60)
+    finally:
+        await pool.close()
+    assert len(rescued) == 3
+    with psycopg.connect(dsn) as conn:
+        delays = dict(
+            conn.execute(
+                "SELECT attempt, extract(epoch FROM run_at - now()) FROM awa.jobs"
+            ).fetchall()
+        )
+    assert sorted(a for _, a in rows) == sorted(delays)
+    assert 8 - 1 <= delays[3] <= 8 * 1.25
+    assert 1024 - 1 <= delays[10] <= 1024 * 1.25
+    assert 86400 - 5 <= delays[40] <= 86400

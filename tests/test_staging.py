@@ -19,7 +19,7 @@ import pytest_asyncio
 
 import awa_cli as awa
 from awa_cli.events import RescueReason
-from awa_cli.outcomes import AttemptResult
+from awa_cli.attempts import AttemptResult
 from awa_cli.testing import AsyncAwaTestClient, HandlerJob
 from awa_cli.worker.job import MAX_STAGED_BYTES, MAX_STAGED_FOLLOW_UPS
 from tests.helpers import job_row, running_worker, wait_until
@@ -638,7 +638,7 @@ class CallSpy:
         self.calls: list[list[int]] = []
 
     async def __call__(self, arg: Any) -> Any:
-        results = arg if isinstance(arg, list) else [arg]
+        results = list(arg) if isinstance(arg, (list, tuple)) else [arg]
         self.calls.append([r.job.id for r in results if isinstance(r, AttemptResult)])
         return await self.fn(arg)
 
@@ -650,9 +650,9 @@ async def test_worker_counters_dedup_and_only_stagers_take_the_follow_up_transac
     app = staging_app(Shared())
     async with running_worker(app, dsn, {"default": 10, "stage_a": 10}) as worker:
         # spies on the real calls, in place before any job exists
-        batch = worker.core._finalize_batch = CallSpy(worker.core._finalize_batch)  # type: ignore[method-assign]
-        own = worker.core._finalize_with_follow_ups = CallSpy(  # type: ignore[method-assign]
-            worker.core._finalize_with_follow_ups
+        batch = worker.core.finalize_batch = CallSpy(worker.core.finalize_batch)  # type: ignore[method-assign]
+        own = worker.core.finalize_with_follow_ups = CallSpy(  # type: ignore[method-assign]
+            worker.core.finalize_with_follow_ups
         )
         async with awa.AsyncClient(dsn) as client:
             plain = [(await client.insert(Plain(n))).id for n in range(4)]

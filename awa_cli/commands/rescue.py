@@ -33,7 +33,7 @@ def run(ctx: CliContext, dry_run: bool, json_flag: bool) -> None:
     m = config.maintenance
 
     async def sweep(client: Any) -> Any:
-        await client.list_jobs(limit=1)  # opens the pool
+        await client.ensure_open()
         return await sweep_once(
             client.core,
             heartbeat_staleness=m.heartbeat_staleness,

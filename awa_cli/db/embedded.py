@@ -39,6 +39,7 @@ from urllib.parse import quote
 import psycopg
 from psycopg import sql
 
+from awa_cli.db.statements import SQL
 from awa_cli.errors import EmbeddedError
 
 SUPERUSER = "postgres"
@@ -487,11 +488,9 @@ class EmbeddedPostgres:
 
     def _ensure_database(self, name: str) -> None:
         with psycopg.connect(self.dsn_for("postgres"), autocommit=True) as conn:
-            exists = conn.execute(
-                "SELECT 1 FROM pg_database WHERE datname = %s", (name,)
-            ).fetchone()
+            exists = conn.execute(SQL["database_exists"], {"name": name}).fetchone()
             if not exists:
-                conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+                conn.execute(sql.SQL(SQL["create_database"]).format(sql.Identifier(name)))
 
     def _run(self, cmd: list[str], user: _User | None) -> subprocess.CompletedProcess[str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith("PG")}

@@ -11,19 +11,12 @@ from importlib import resources
 
 import psycopg
 
+from awa_cli.db.statements import SQL
+
 # Any constant works; it only has to be the same for every awa process.
 MIGRATION_LOCK_KEY = 0x6177615F6D6967  # "awa_mig"
 
 _FILE_NAME = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
-
-_LEDGER = """
-CREATE SCHEMA IF NOT EXISTS awa;
-CREATE TABLE IF NOT EXISTS awa.schema_migrations (
-    version    integer PRIMARY KEY,
-    name       text NOT NULL,
-    applied_at timestamptz NOT NULL DEFAULT now()
-)
-"""
 
 
 @dataclass(frozen=True)
@@ -52,10 +45,10 @@ def available() -> list[Migration]:
 
 
 def _applied(conn: psycopg.Connection) -> dict[int, datetime]:
-    exists = conn.execute("SELECT to_regclass('awa.schema_migrations') IS NOT NULL").fetchone()
+    exists = conn.execute(SQL["migrations_ledger_exists"]).fetchone()
     if not exists or not exists[0]:
         return {}
-    rows = conn.execute("SELECT version, applied_at FROM awa.schema_migrations").fetchall()
+    rows = conn.execute(SQL["migrations_applied"]).fetchall()
     return {version: applied_at for version, applied_at in rows}
 
 
@@ -75,10 +68,10 @@ def migrate(
     about to run, so the caller can say which was rolled back.
     """
     conn.autocommit = True
-    conn.execute("SELECT pg_advisory_lock(%s)", (MIGRATION_LOCK_KEY,))
+    conn.execute(SQL["migrations_lock"], {"key": MIGRATION_LOCK_KEY})
     try:
         with conn.transaction():
-            conn.execute(_LEDGER)
+            conn.execute(SQL["migrations_ledger"])
         applied = _applied(conn)
         done = []
         for migration in available():
@@ -89,14 +82,14 @@ def migrate(
             with conn.transaction():
                 conn.execute(migration.sql.encode())  # trusted SQL text from the package
                 conn.execute(
-                    "INSERT INTO awa.schema_migrations (version, name) VALUES (%s, %s)",
-                    (migration.version, migration.name),
+                    SQL["migrations_record"],
+                    {"version": migration.version, "name": migration.name},
                 )
             done.append(migration)
         return done
     finally:
         try:
-            conn.execute("SELECT pg_advisory_unlock(%s)", (MIGRATION_LOCK_KEY,))
+            conn.execute(SQL["migrations_unlock"], {"key": MIGRATION_LOCK_KEY})
         except psycopg.Error:  # a broken connection: closing it releases the lock anyway
             pass
 

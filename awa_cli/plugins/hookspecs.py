@@ -58,7 +58,9 @@ def awa_worker_started(worker: Worker) -> Awaitable[None] | None:
     """A worker process finished starting (pool open, queue runners claiming).
 
     Fires once in each worker process, never in the ``--processes`` supervisor, and never
-    inside a database transaction. ``worker`` is the :class:`awa_cli.Worker`. May be async;
+    inside a database transaction. ``worker`` is the :class:`awa_cli.Worker`; read its state
+    through ``worker.stats()`` (a :class:`~awa_cli.worker.services.WorkerStats` snapshot:
+    queues, running jobs, staged follow-up counters, hook failures). May be async;
     ``Worker.run()`` awaits it (jobs are already being claimed meanwhile). Return ignored.
     """
 

@@ -14,9 +14,8 @@ Exported (from a registry of its own, never prometheus_client's global one):
   ``awa_job_staged_follow_ups_discarded_total``: handler-staged follow-ups.
 - ``awa_jobs_running{queue}``: jobs this process is running now.
 
-The last three families are read from the worker at scrape time (``worker.core.counters``,
-``worker.dispatcher.failures``, ``worker.running``), so event handling only increments
-in-memory counters.
+The last three families are read from the worker at scrape time (``Worker.stats()``), so
+event handling only increments in-memory counters.
 
 The HTTP endpoint (``/metrics``) listens on ``[metrics] host`` (``127.0.0.1`` unless
 configured otherwise) and starts with the first worker of the process
@@ -204,15 +203,15 @@ class _WorkerCollector(Collector):
         inserted = duplicate = discarded = failures = 0
         running: dict[str, int] = {}
         for worker in list(self.plugin.workers):
-            counters = worker.core.counters.snapshot()
-            inserted += counters["inserted"]
-            duplicate += counters["duplicate"]
-            discarded += counters["discarded"]
-            failures += worker.dispatcher.failures
-            for queue in worker.queues:
+            stats = worker.stats()
+            inserted += stats.staged_inserted
+            duplicate += stats.staged_duplicate
+            discarded += stats.staged_discarded
+            failures += stats.hook_failures
+            for queue in stats.queues:
                 running.setdefault(queue, 0)
-            for job in list(dict(worker.running).values()):  # a copy: the loop mutates it
-                running[job.queue] = running.get(job.queue, 0) + 1
+            for queue, count in stats.running.items():
+                running[queue] = running.get(queue, 0) + count
         return self._families(running, (inserted, duplicate, discarded), failures)
 
     @staticmethod

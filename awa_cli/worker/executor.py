@@ -4,20 +4,22 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import functools
 import logging
 import time
+from collections.abc import Mapping
 from concurrent.futures import Executor
 from typing import TYPE_CHECKING, Any
 
-from awa_cli.jobs import JobRow, rebuild_args
-from awa_cli.outcomes import AttemptResult, decide, unknown_kind
 from awa_cli.errors import ShutdownInterrupted
-from awa_cli.results import TerminalError
-from awa_cli.worker.job import Job
+from awa_cli.app import prepare_job
+from awa_cli.attempts import AttemptResult, args_rejected, decide, not_an_object, unknown_kind
+from awa_cli.jobs import JobRow, rebuild_args
+from awa_cli.worker.job import Job, Prepare
 
 if TYPE_CHECKING:
     from awa_cli.app import App
-    from awa_cli.worker.runtime import WorkerServices
+    from awa_cli.worker.services import AttemptServices, RunningJobs
 
 log = logging.getLogger("awa.worker")
 
@@ -25,23 +27,29 @@ log = logging.getLogger("awa.worker")
 async def execute(
     app: App,
     row: JobRow,
-    services: WorkerServices | None,
+    services: AttemptServices | None,
     threads: Executor | None,
-    running: dict[int, Job] | None = None,
+    running: RunningJobs | None = None,
+    *,
+    prepare: Prepare | None = None,
 ) -> AttemptResult:
-    """Run the handler of ``row`` and map what it did to an :class:`AttemptResult`."""
+    """Run the handler of ``row`` and map what it did to an :class:`AttemptResult`.
+
+    ``prepare`` validates staged follow-ups (default: for ``app``); the job is registered in
+    ``running`` while its handler runs (the caller removes it once the result is final).
+    """
     task = app.tasks.get(row.kind)
     if task is None:
         return unknown_kind(row)
+    if not isinstance(row.args, Mapping):  # valid JSON, but not an object (DESIGN §5.11)
+        return args_rejected(row, task.args_type, not_an_object(row.args))
     try:
         args = rebuild_args(task.args_type, row.args)
     except Exception as exc:
-        name = getattr(task.args_type, "__name__", task.args_type)
-        error = TerminalError(f"args do not rebuild as {name}: {exc}")
-        return decide(row, args=dict(row.args), result=None, exc=error, duration=0.0)
-    job = Job(row, args, services)
+        return args_rejected(row, task.args_type, exc)
+    job = Job(row, args, services, prepare=prepare or functools.partial(prepare_job, app))
     if running is not None:
-        running[row.id] = job
+        running.add(job)
     started = time.monotonic()
     result: Any = None
     error_raised: BaseException | None = None
@@ -53,25 +61,9 @@ async def execute(
             context = contextvars.copy_context()
             result = await loop.run_in_executor(threads, context.run, task.fn, job)
     except asyncio.CancelledError:
-        job._seal()
         error_raised = ShutdownInterrupted("worker shut down before the handler finished")
     except Exception as exc:
         error_raised = exc
-    finally:
-        job._seal()
+    record = job.finish()
     duration = time.monotonic() - started
-    result_ = decide(
-        row,
-        args=args,
-        result=result,
-        exc=error_raised,
-        duration=duration,
-        output=job._output,
-        has_output=job._has_output,
-        registered_callback=job._registered_callback,
-        staged=job._staged.items,
-        staging_failure=job._staged.failure,
-    )
-    if result_.action == "park":
-        result_.discarded = len(job._staged.items)
-    return result_
+    return decide(row, args=args, result=result, exc=error_raised, duration=duration, record=record)

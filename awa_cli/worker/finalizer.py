@@ -1,7 +1,9 @@
 """Batched finalisation: attempt results are queued and committed many per statement.
 
 A result stays queued until the outcome core has applied it; database errors are retried
-with backoff, so a connection drop or a server restart loses no completion.
+with backoff, so a connection drop or a server restart loses no completion. Which results
+are finalised together is the core's decision (``OutcomeCore.finalize_plan``); this module
+only batches and retries.
 """
 
 from __future__ import annotations
@@ -9,23 +11,18 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from typing import Any
 
 import psycopg
 
-from awa_cli.outcomes import AttemptResult, Finalized, OutcomeCore
+from awa_cli.attempts import AttemptResult, Finalized
+from awa_cli.db.pools import recheck
+from awa_cli.outcomes import FinalizeGroup, OutcomeCore
 
 log = logging.getLogger("awa.worker")
 
 MAX_BATCH = 512
 
-
-async def recheck(pool: Any) -> None:
-    """Test the pool's idle connections and replace the broken ones (never raises)."""
-    try:
-        await pool.check()
-    except Exception as exc:
-        log.debug("pool check failed: %s", exc)
+__all__ = ["MAX_BATCH", "Finalizer", "recheck"]
 
 
 class Finalizer:
@@ -53,7 +50,6 @@ class Finalizer:
         ]
 
     def submit(self, result: AttemptResult) -> None:
-        result.own_transaction = self.core.needs_own_transaction(result)
         self.in_flight += 1
         self._queue.put_nowait(result)
 
@@ -77,31 +73,23 @@ class Finalizer:
                     stopping = True  # this flusher's sentinel: flush what it holds, then stop
                     break
                 batch.append(item)
-            await self._apply(batch)
+            # Each group is retried on its own: once a group committed it is never re-applied.
+            for group in self.core.finalize_plan(batch):
+                await self._apply_group(group)
 
-    async def _apply(self, batch: list[AttemptResult]) -> None:
-        # Each group is retried on its own: once a group committed it is never re-applied.
-        together = [r for r in batch if not r.own_transaction]
-        with_follow_ups = [r for r in batch if r.own_transaction]
-        if together:
-            await self._apply_group(together)
-        if with_follow_ups:
-            await self._apply_group(with_follow_ups)
-            await self.core.flush_notifications()
-
-    async def _apply_group(self, batch: list[AttemptResult]) -> None:
+    async def _apply_group(self, group: FinalizeGroup) -> None:
         delay = 0.1
         while True:
             try:
-                done = await self.core.finalize_attempts(batch)
+                done = await self.core.finalize_group(group)
                 break
             except (psycopg.OperationalError, psycopg.InterfaceError, OSError) as exc:
                 log.warning(
                     "finalising %d jobs failed, retrying in %.1fs: %s",
-                    len(batch),
+                    len(group.results),
                     delay,
                     exc,
-                    extra={"action": "finalize_retry", "jobs": len(batch)},
+                    extra={"action": "finalize_retry", "jobs": len(group.results)},
                 )
                 # The server may have dropped every idle connection (a restart, terminated
                 # backends): weed them out, or each retry would draw another dead one.
@@ -109,6 +97,6 @@ class Finalizer:
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 5.0)
         by_id = {item.job_id: item for item in done}
-        for result in batch:
+        for result in group.results:
             self.in_flight -= 1
             self.on_done(result, by_id[result.job.id])

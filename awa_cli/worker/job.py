@@ -2,83 +2,57 @@
 
 from __future__ import annotations
 
-import json
 import functools
-import threading
+import json
 import uuid
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from awa_cli.app import prepare_job
+from awa_cli.attempts import AttemptRecord
+from awa_cli.jobs import CallbackToken, JobRow, to_json
 from awa_cli.callbacks import callback_urls
-from awa_cli.jobs import CallbackToken, InsertOpts, JobRow, PreparedJob, to_json
-from awa_cli.results import StagingError, ValidationError, seconds
+from awa_cli.results import ValidationError, seconds
+from awa_cli.worker.services import AttemptServices, JobControl
+from awa_cli.worker.staging import (
+    MAX_STAGED_BYTES,
+    MAX_STAGED_FOLLOW_UPS,
+    FollowUps,
+    Prepare,
+    StagedFollowUps,
+)
 
-if TYPE_CHECKING:
-    from awa_cli.worker.runtime import WorkerServices
-
-MAX_STAGED_FOLLOW_UPS = 16
-MAX_STAGED_BYTES = 64 * 1024
-
-
-class StagedFollowUps:
-    """Follow-ups a handler staged for its completion; validated eagerly, sealed on return."""
-
-    def __init__(self, prepare: Any) -> None:
-        self._prepare = prepare
-        self._lock = threading.Lock()
-        self.items: list[PreparedJob] = []
-        self.bytes = 0
-        self.sealed = False
-        self.failure: StagingError | None = None
-
-    def stage(self, args: Any, options: dict[str, Any]) -> None:
-        with self._lock:
-            if self.sealed:
-                raise StagingError("staging is sealed: the handler already returned")
-            try:
-                try:
-                    prepared = self._prepare(args, InsertOpts.from_kwargs(options))
-                except ValidationError as exc:
-                    raise StagingError(f"follow-up rejected: {exc}") from exc
-                except (TypeError, ValueError) as exc:
-                    raise StagingError(f"follow-up rejected: {exc}") from exc
-                if len(self.items) >= MAX_STAGED_FOLLOW_UPS:
-                    raise StagingError(
-                        f"more than {MAX_STAGED_FOLLOW_UPS} follow-ups staged in one attempt"
-                    )
-                size = prepared.serialized_size()
-                if self.bytes + size > MAX_STAGED_BYTES:
-                    raise StagingError(
-                        f"staged follow-ups exceed {MAX_STAGED_BYTES} bytes in one attempt"
-                    )
-            except StagingError as exc:
-                if self.failure is None:
-                    self.failure = exc
-                raise
-            self.items.append(prepared)
-            self.bytes += size
-
-    def seal(self) -> None:
-        with self._lock:
-            self.sealed = True
-
-
-class FollowUps:
-    """A handle to stage follow-ups from tasks the handler awaits (``job.follow_ups()``)."""
-
-    def __init__(self, staged: StagedFollowUps) -> None:
-        self._staged = staged
-
-    def enqueue_on_completion(self, args: Any, **insert_options: Any) -> None:
-        """Stage a follow-up inserted in the same transaction as this attempt's completion."""
-        self._staged.stage(args, insert_options)
+__all__ = [
+    "MAX_STAGED_BYTES",
+    "MAX_STAGED_FOLLOW_UPS",
+    "FollowUps",
+    "Job",
+    "Prepare",
+    "StagedFollowUps",
+]
 
 
 class Job:
-    """The job a handler runs: the claimed row's fields, ``args`` as the registered type."""
+    """The job a handler runs: the claimed row's fields, ``args`` as the registered type.
 
-    def __init__(self, row: JobRow, args: Any, services: WorkerServices | None = None) -> None:
+    Besides the handler's API, a job has a small protocol with its runtime:
+
+    * ``control`` — the runtime-owned :class:`~awa_cli.worker.services.JobControl` (its
+      cancellation flag, and whether the handler waits inside ``wait_for_callback``);
+    * :meth:`finish` — seal staging and return what the attempt recorded, an
+      :class:`~awa_cli.attempts.AttemptRecord` (used by the executor and the test harness).
+    """
+
+    def __init__(
+        self,
+        row: JobRow,
+        args: Any,
+        services: AttemptServices | None = None,
+        *,
+        prepare: Prepare | None = None,
+        control: JobControl | None = None,
+        staging: StagedFollowUps | None = None,
+    ) -> None:
         self.row = row
         self.id = row.id
         self.kind = row.kind
@@ -93,15 +67,14 @@ class Job:
         self.errors = row.errors
         self.callback_id: uuid.UUID | None = row.callback_id
         self.callback_result: Any = row.callback_result
+        self.control = control if control is not None else JobControl()
         self._services = services
-        self._cancelled = False  # set from the loop, read from any thread: a plain flag will do
         self._output: Any = None
         self._has_output = False
-        self._staged = StagedFollowUps(
-            services.prepare_follow_up if services else functools.partial(prepare_job, None)
-        )
+        if staging is None:
+            staging = StagedFollowUps(prepare or functools.partial(prepare_job, None))
+        self._staged = staging
         self._registered_callback: uuid.UUID | None = None
-        self._waiting_in_handler = False
 
     def __repr__(self) -> str:
         return f"<awa.Job {self.id} {self.kind} attempt {self.attempt}/{self.max_attempts}>"
@@ -109,10 +82,7 @@ class Job:
     # -- cancellation --------------------------------------------------------------------
     def is_cancelled(self) -> bool:
         """True once the job was cancelled, rescued or taken away from this attempt."""
-        return self._cancelled
-
-    def _cancel(self) -> None:
-        self._cancelled = True
+        return self.control.is_cancelled()
 
     # -- output --------------------------------------------------------------------------
     def set_output(self, value: Any) -> None:
@@ -153,6 +123,19 @@ class Job:
         self.callback_result = payload
         return payload
 
-    # -- used by the executor ------------------------------------------------------------
-    def _seal(self) -> None:
+    # -- the runtime's protocol ----------------------------------------------------------
+    def recorded(self) -> AttemptRecord:
+        """What this attempt recorded so far (output, registered callback, staged follow-ups)."""
+        return AttemptRecord(
+            output=self._output,
+            has_output=self._has_output,
+            registered_callback=self._registered_callback,
+            staged=tuple(self._staged.items),
+            staging_failure=self._staged.failure,
+        )
+
+    def finish(self) -> AttemptRecord:
+        """Seal staging (a later stage raises a sealed StagingError) and return the record
+        the attempt's result is decided from. Idempotent."""
         self._staged.seal()
+        return self.recorded()

@@ -5,7 +5,6 @@ notifications sent while disconnected are lost."""
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import logging
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
@@ -13,20 +12,14 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 from psycopg import sql
 
+from awa_cli.db.channels import CALLBACK_CHANNEL, queue_channels
+from awa_cli.db.statements import SQL
+
 if TYPE_CHECKING:
     from awa_cli.worker.callbacks import CallbackServices
     from awa_cli.worker.queues import QueueRunner
 
 log = logging.getLogger("awa.worker")
-
-CALLBACK_CHANNEL = "awa_callbacks"
-
-
-def channel_for(queue: str) -> str:
-    """The NOTIFY channel of a queue; must match ``awa.channel_for`` in the schema."""
-    if len(queue.encode()) <= 59:
-        return f"awa_{queue}"
-    return "awa_" + hashlib.md5(queue.encode()).hexdigest()
 
 
 class Listener:
@@ -35,9 +28,9 @@ class Listener:
     ) -> None:
         self.dsn = dsn
         self.services = services
+        self.runners = list(runners.values())
+        # Filled on connect: each queue's channel comes from the schema (awa.channel_for).
         self.by_channel: dict[str, list[QueueRunner]] = {}
-        for runner in runners.values():
-            self.by_channel.setdefault(channel_for(runner.spec.name), []).append(runner)
         self.connected = asyncio.Event()
 
     async def run(self, stopping: asyncio.Event) -> None:
@@ -45,8 +38,13 @@ class Listener:
         while not stopping.is_set():
             try:
                 async with await psycopg.AsyncConnection.connect(self.dsn, autocommit=True) as conn:
+                    channels = await queue_channels(conn, {r.spec.name for r in self.runners})
+                    self.by_channel = {}
+                    for runner in self.runners:
+                        channel = channels[runner.spec.name]
+                        self.by_channel.setdefault(channel, []).append(runner)
                     for channel in [*self.by_channel, CALLBACK_CHANNEL]:
-                        await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
+                        await conn.execute(sql.SQL(SQL["listen"]).format(sql.Identifier(channel)))
                     self.connected.set()
                     backoff = 0.1
                     self._wake_all()  # anything sent while we were away
@@ -76,6 +74,5 @@ class Listener:
             runner.wake()
 
     def _wake_all(self) -> None:
-        for runners in self.by_channel.values():
-            for runner in runners:
-                runner.wake()
+        for runner in self.runners:
+            runner.wake()

@@ -18,7 +18,10 @@ import logging
 import os
 import socket
 from collections.abc import Mapping
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from awa_cli.worker.runtime import Worker
 
 log = logging.getLogger("awa.worker")
 
@@ -151,7 +154,7 @@ async def watchdog_pings(notifier: Notifier, interval: float) -> None:
 
 
 async def notify_worker_lifecycle(
-    worker: Any, stop_requested: asyncio.Event, env: Mapping[str, str]
+    worker: Worker, stop_requested: asyncio.Event, env: Mapping[str, str]
 ) -> None:
     """For the single-process ``awa worker``: READY once the worker listens, STATUS, WATCHDOG
     pings, STOPPING when the drain begins. Supervised, the same messages go to the supervisor,
@@ -167,8 +170,8 @@ async def notify_worker_lifecycle(
     if interval:
         tasks.append(asyncio.create_task(watchdog_pings(notifier, interval)))
     try:
-        status = queues_summary({name: spec.concurrency for name, spec in worker.queues.items()})
-        connected = asyncio.create_task(worker.listener.connected.wait())
+        status = queues_summary(worker.stats().queues)
+        connected = asyncio.create_task(worker.wait_listening())
         stopping = asyncio.create_task(stop_requested.wait())
         await asyncio.wait({connected, stopping}, return_when=asyncio.FIRST_COMPLETED)
         connected.cancel()

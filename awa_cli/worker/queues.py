@@ -1,4 +1,8 @@
-"""One runner per queue: claim up to the free slots, start the handlers, wait for more work."""
+"""One runner per queue: claim up to the free slots, start the handlers, wait for more work.
+
+A runner is given a :class:`~awa_cli.worker.services.RunnerContext` (the claim, the
+executor, the finalizer's submit, ...), not the worker.
+"""
 
 from __future__ import annotations
 
@@ -6,18 +10,13 @@ import asyncio
 import logging
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import psycopg
 
 from awa_cli import defaults
-from awa_cli.events import JobEvent
-from awa_cli.jobs import JOB_COLUMNS, JobRow
-from awa_cli.worker.executor import execute
-from awa_cli.worker.finalizer import recheck
-
-if TYPE_CHECKING:
-    from awa_cli.worker.runtime import Worker
+from awa_cli.jobs import JobRow
+from awa_cli.worker.services import RunnerContext
 
 log = logging.getLogger("awa.worker")
 
@@ -29,45 +28,10 @@ class QueueSpec:
     deadline: float = 0.0  # seconds; 0 = none (a job's deadline_duration overrides)
 
 
-def claim_sql(which: str) -> str:
-    """The claim: lock up to ``%(limit)s`` runnable jobs matching ``which`` (SKIP LOCKED, in
-    priority → run_at → id order) and start their next attempt. The worker claims by queue;
-    the test harness (awa_cli.testing) by kind, with the very same transition."""
-    return f"""
-WITH next AS (
-    SELECT id FROM awa.jobs
-    WHERE {which} AND state IN ('available', 'scheduled', 'retryable')
-      AND run_at <= now()
-    ORDER BY priority, run_at, id
-    LIMIT %(limit)s
-    FOR UPDATE SKIP LOCKED
-)
-UPDATE awa.jobs AS j SET
-    state = 'running',
-    attempt = j.attempt + 1,
-    run_lease = j.run_lease + 1,
-    attempted_at = now(),
-    heartbeat_at = now(),
-    deadline_at = CASE WHEN coalesce(j.deadline_duration, %(deadline)s) > 0
-                       THEN now() + coalesce(j.deadline_duration, %(deadline)s) * interval '1 second' END
-FROM next
-WHERE j.id = next.id
-RETURNING {JOB_COLUMNS}
-"""
-
-
-CLAIM = claim_sql("queue = %(queue)s")
-
-NEXT_DUE = """
-SELECT extract(epoch FROM min(run_at) - now()) FROM awa.jobs
-WHERE queue = %(queue)s AND state IN ('scheduled', 'retryable')
-"""
-
-
 class QueueRunner:
-    def __init__(self, worker: Worker, spec: QueueSpec) -> None:
-        self.worker = worker
+    def __init__(self, spec: QueueSpec, context: RunnerContext) -> None:
         self.spec = spec
+        self.context = context
         self.tasks: set[asyncio.Task[Any]] = set()
         self._wake = asyncio.Event()
         self._has_work = True  # the last claim filled every free slot
@@ -82,9 +46,9 @@ class QueueRunner:
         self._wake.set()
 
     async def run(self) -> None:
-        poll = self.worker.timings.poll_interval
+        poll = self.context.poll_interval
         backoff = 0.1
-        while not self.worker.stopping:
+        while not self.context.is_stopping():
             # Cleared before claiming, so a wake-up that arrives while we claim (a NOTIFY, a
             # freed slot) is kept and the next wait returns at once.
             self._wake.clear()
@@ -106,7 +70,7 @@ class QueueRunner:
                         exc,
                         extra={"action": "claim_failed", "queue": self.spec.name},
                     )
-                    await recheck(self.worker.claim_pool)
+                    await self.context.recheck_claims()
                     await asyncio.sleep(backoff)
                     backoff = min(backoff * 2, 5.0)
                     continue
@@ -124,51 +88,40 @@ class QueueRunner:
                 pass
 
     async def claim(self, limit: int) -> list[JobRow]:
-        async with self.worker.claim_pool.connection() as conn, conn.cursor() as cur:
-            await cur.execute(
-                CLAIM, {"queue": self.spec.name, "limit": limit, "deadline": self.spec.deadline}
-            )
-            rows = [JobRow.from_values(r) for r in await cur.fetchall()]
-        rows.sort(key=lambda r: (r.priority, r.run_at, r.id))
+        rows = await self.context.claim(self.spec.name, limit, self.spec.deadline)
         self.claimed += len(rows)
         self.claims += 1
         return rows
 
     async def _until_next_due(self, poll: float) -> float:
         try:
-            async with self.worker.pool.connection() as conn:
-                cur = await conn.execute(NEXT_DUE, {"queue": self.spec.name})
-                row = await cur.fetchone()
+            due = await self.context.seconds_until_due(self.spec.name)
         except (psycopg.OperationalError, psycopg.InterfaceError, OSError):
             return poll
-        if row is None or row[0] is None:
+        if due is None:
             return poll
-        return max(0.0, min(poll, float(row[0])))
+        return max(0.0, min(poll, due))
 
     def _start(self, row: JobRow) -> None:
-        worker = self.worker
-        worker.dispatcher.dispatch(JobEvent.Started(row, row.args))
+        self.context.started(row)
         task = asyncio.get_running_loop().create_task(self._execute(row), name=f"awa-job-{row.id}")
         self.tasks.add(task)
         task.add_done_callback(self._done)
 
     async def _execute(self, row: JobRow) -> None:
-        worker = self.worker
         started = time.monotonic()
         try:
-            result = await execute(
-                worker.app, row, worker.services, worker._threads, worker.running
-            )
+            result = await self.context.execute(row)
         except Exception:
             log.exception(
                 "executing job %s failed inside awa", row.id, extra={"action": "execute_bug"}
             )
-            worker.running.pop(row.id, None)
+            self.context.lost(row.id)
             return
         log.debug("job %s %s in %.3fs", row.id, result.action, time.monotonic() - started)
-        worker.submit(result)
+        self.context.submit(result)
 
     def _done(self, task: asyncio.Task[Any]) -> None:
         self.tasks.discard(task)
-        if self._has_work and not self.worker.stopping:
+        if self._has_work and not self.context.is_stopping():
             self._wake.set()

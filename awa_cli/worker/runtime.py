@@ -4,42 +4,47 @@ One asyncio loop per process. Each queue has a runner that claims up to its free
 one statement (``FOR UPDATE SKIP LOCKED``, priority → run_at → id), woken by ``LISTEN`` on
 the queue's channel, by freed slots while the queue has work, by the next scheduled job
 falling due, and by a polling backstop. A heartbeat loop touches every running job in one
-statement; a job whose row was taken away (cancelled, rescued) is flagged so its handler's
+statement; a job whose row was taken away (cancelled, rescued) is fenced so its handler's
 ``job.is_cancelled()`` turns true.
+
+The worker builds and orders the parts and hands each what it uses (see
+``worker/services.py``); nothing below it holds the worker.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import socket
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from psycopg_pool import AsyncConnectionPool
-
 from awa_cli import defaults
+from awa_cli.app import prepare_job
 from awa_cli.db.dsn import redact, with_options
+from awa_cli.db.pools import POOL_WAIT_SECONDS, claim_pool, recheck, worker_pool
 from awa_cli.dispatch import Dispatcher, EventHook
 from awa_cli.outcomes import AttemptResult, Finalized, OutcomeCore
 from awa_cli.worker.callbacks import CallbackServices
-from awa_cli.worker.finalizer import Finalizer, recheck
+from awa_cli.worker.executor import execute
+from awa_cli.worker.finalizer import Finalizer
+from awa_cli.worker.heartbeat import Heartbeat
 from awa_cli.worker.listener import Listener
 from awa_cli.worker.queues import QueueRunner, QueueSpec
+from awa_cli.worker.services import RunnerContext, RunningJobs, WorkerStats
 
 if TYPE_CHECKING:
     from awa_cli.app import App
-    from awa_cli.jobs import InsertOpts, PreparedJob
-    from awa_cli.worker.job import Job
+    from awa_cli.jobs import JobRow
+    from awa_cli.maintenance import Maintenance
 
 log = logging.getLogger("awa.worker")
 
-# How long a claim, heartbeat or finalisation waits for a pooled connection before its
-# retry loop tries again (see the pools in Worker.__init__).
-POOL_WAIT_SECONDS = 3.0
+__all__ = ["POOL_WAIT_SECONDS", "Timings", "Worker", "WorkerStats"]
 
 
 @dataclass(frozen=True)
@@ -52,16 +57,6 @@ class Timings:
     shutdown_timeout: float = defaults.SHUTDOWN_TIMEOUT
     completed_retention: float = defaults.COMPLETED_RETENTION
     failed_retention: float = defaults.FAILED_RETENTION
-
-
-@dataclass
-class WorkerServices(CallbackServices):
-    """What a running handler's ``Job`` may ask of its worker."""
-
-    core: OutcomeCore = field(default=None)  # type: ignore[assignment]
-
-    def prepare_follow_up(self, args: Any, opts: InsertOpts) -> PreparedJob:
-        return self.core.prepare_follow_up(args, opts)
 
 
 class Worker:
@@ -98,49 +93,68 @@ class Worker:
         self._stopped = asyncio.Event()
         self._tasks: list[asyncio.Task[Any]] = []
         self._runner_tasks: list[asyncio.Task[Any]] = []
-        self.running: dict[int, Job] = {}
+        self.running = RunningJobs()
         total = sum(q.concurrency for q in self.queues.values())
         self._threads = ThreadPoolExecutor(
             max_workers=max(4, total), thread_name_prefix="awa-handler"
         )
-        self.pool = AsyncConnectionPool(
-            with_options(self.dsn, options="-c awa.defer_notify=on"),
-            min_size=2,
-            # finalising (2 flushers, each a batch statement and a follow-up transaction),
-            # maintenance, callbacks, hooks' clients
-            max_size=10 + len(self.queues),
-            open=False,
-            kwargs={"autocommit": True},
-            reconnect_timeout=0,  # never give up: the database may be restarting
-            # reconnect_timeout=0 makes the pool drop a failed reconnect at once; a getconn
-            # queued behind it then waits out its whole timeout (30 s by default) before the
-            # caller's retry grows the pool again. A short timeout resumes within seconds.
-            timeout=POOL_WAIT_SECONDS,
+        self.pool = worker_pool(self.dsn, len(self.queues))
+        self.claim_pool = claim_pool(self.dsn, len(self.queues))
+        self.core = OutcomeCore(
+            self.pool, app, self.dispatcher, defer_notify=True, claim_pool=self.claim_pool
         )
-        # Claims and heartbeats need no durable commit: a claim lost in a server crash only
-        # makes the job claimable again, and any completion's durable commit is ordered after
-        # its claim in the WAL. Outcomes use the durable pool.
-        self.claim_pool = AsyncConnectionPool(
-            with_options(self.dsn, options="-c synchronous_commit=off"),
-            min_size=1,
-            max_size=len(self.queues) + 1,
-            open=False,
-            kwargs={"autocommit": True},
-            reconnect_timeout=0,
-            timeout=POOL_WAIT_SECONDS,
-        )
-        self.core = OutcomeCore(self.pool, app, self.dispatcher, defer_notify=True)
-        self.services = WorkerServices(
-            pool=self.pool, core=self.core, callback_base_url=callback_base_url
-        )
+        self._assemble()
+        self.maintenance: Maintenance | None = None
+
+    def _assemble(self) -> None:
+        """Wire the parts: callback services, finalizer, one runner per queue, the listener,
+        the heartbeat."""
+        self.services = CallbackServices(self.core, self.running, self.callback_base_url)
         self.finalizer = Finalizer(self.core, self._finalized)
-        self.runners = {name: QueueRunner(self, spec) for name, spec in self.queues.items()}
+        prepare = functools.partial(prepare_job, self.app)
+        context = RunnerContext(
+            claim=self.core.claim,
+            seconds_until_due=self.core.seconds_until_due,
+            started=self.core.started,
+            execute=lambda row: execute(
+                self.app, row, self.services, self._threads, self.running, prepare=prepare
+            ),
+            submit=self.finalizer.submit,
+            lost=self.running.discard,
+            is_stopping=self._stopping.is_set,
+            recheck_claims=functools.partial(recheck, self.claim_pool),
+            poll_interval=self.timings.poll_interval,
+        )
+        self.runners = {name: QueueRunner(spec, context) for name, spec in self.queues.items()}
         self.listener = Listener(self.dsn, self.runners, self.services)
-        self.maintenance: Any = None
+        self.heartbeat = Heartbeat(
+            self.core.heartbeat,
+            self.running,
+            self.timings.heartbeat_interval,
+            functools.partial(recheck, self.claim_pool),
+        )
 
     @property
     def stopping(self) -> bool:
         return self._stopping.is_set()
+
+    def stats(self) -> WorkerStats:
+        """A snapshot for plugins and supervisors: queues, running jobs, counters."""
+        staged = self.core.counters
+        return WorkerStats(
+            queues={name: spec.concurrency for name, spec in self.queues.items()},
+            running=self.running.by_queue(),
+            staged_inserted=staged.inserted,
+            staged_duplicate=staged.duplicate,
+            staged_discarded=staged.discarded,
+            hook_failures=self.dispatcher.failures,
+            listening=self.listener.connected.is_set(),
+            stopping=self.stopping,
+        )
+
+    async def wait_listening(self) -> None:
+        """Return once the worker listens for new jobs (its LISTEN connection is up)."""
+        await self.listener.connected.wait()
 
     async def run(self) -> None:
         """Run until :meth:`shutdown` is called (or the task is cancelled)."""
@@ -154,13 +168,13 @@ class Worker:
         ]
         self._tasks = [
             loop.create_task(self.listener.run(self._stopping), name="awa-listener"),
-            loop.create_task(self._heartbeat_loop(), name="awa-heartbeat"),
+            loop.create_task(self.heartbeat.run(self._stopping), name="awa-heartbeat"),
         ]
         if self.maintenance_enabled:
             from awa_cli.maintenance import Maintenance
 
             self.maintenance = Maintenance(
-                self.dsn, self.pool, self.core, self.timings, worker=self
+                self.dsn, self.pool, self.core, self.timings, on_rescued=self.running.fence_rows
             )
             self._tasks.append(
                 loop.create_task(self.maintenance.run(self._stopping), name="awa-maintenance")
@@ -193,19 +207,7 @@ class Worker:
         )
         for task in stuck:
             task.cancel()
-        in_flight = [t for r in self.runners.values() for t in r.tasks]
-        if in_flight:
-            log.info(
-                "draining %d in-flight jobs (up to %.0fs)",
-                len(in_flight),
-                timeout,
-                extra={"action": "worker_draining"},
-            )
-            _, pending = await asyncio.wait(in_flight, timeout=timeout)
-            for task in pending:
-                task.cancel()  # the executor turns this into a retryable interrupted attempt
-            if pending:
-                await asyncio.wait(pending, timeout=5)
+        await self._drain(timeout)
         await self.finalizer.stop()
         for task in self._tasks:
             task.cancel()
@@ -216,12 +218,28 @@ class Worker:
         log.info("worker %s stopped", self.id, extra={"action": "worker_stopped"})
         self._stopped.set()
 
-    # -- called by the runners and the finalizer ----------------------------------------
+    async def _drain(self, timeout: float) -> None:
+        in_flight = [t for r in self.runners.values() for t in r.tasks]
+        if not in_flight:
+            return
+        log.info(
+            "draining %d in-flight jobs (up to %.0fs)",
+            len(in_flight),
+            timeout,
+            extra={"action": "worker_draining"},
+        )
+        _, pending = await asyncio.wait(in_flight, timeout=timeout)
+        for task in pending:
+            task.cancel()  # the executor turns this into a retryable interrupted attempt
+        if pending:
+            await asyncio.wait(pending, timeout=5)
+
+    # -- called by the finalizer ---------------------------------------------------------
     def submit(self, result: AttemptResult) -> None:
         self.finalizer.submit(result)
 
     def _finalized(self, result: AttemptResult, done: Finalized) -> None:
-        self.running.pop(result.job.id, None)
+        self.running.discard(result.job.id)
         if done.stale:
             log.info(
                 "stale finalisation of job %s (run_lease %s) ignored",
@@ -230,39 +248,11 @@ class Worker:
                 extra={"action": "finalize_stale", "job_id": result.job.id},
             )
 
-    async def _heartbeat_loop(self) -> None:
-        while not self._stopping.is_set():
-            try:
-                await asyncio.wait_for(
-                    self._stopping.wait(), timeout=self.timings.heartbeat_interval
-                )
-                return
-            except TimeoutError:
-                pass
-            try:
-                await self.heartbeat_once()
-            except Exception as exc:
-                log.warning("heartbeat failed: %s", exc, extra={"action": "heartbeat_failed"})
-                await recheck(self.claim_pool)
-
+    # -- heartbeat (worker/heartbeat.py) --------------------------------------------------
     async def heartbeat_once(self) -> None:
-        """Touch every running job in one statement; flag those no longer ours."""
-        jobs = [j for j in self.running.values() if not j._waiting_in_handler]
-        if not jobs:
-            return
-        async with self.claim_pool.connection() as conn:
-            cur = await conn.execute(
-                _HEARTBEAT, {"ids": [j.id for j in jobs], "leases": [j.run_lease for j in jobs]}
-            )
-            alive = {row[0] for row in await cur.fetchall()}
-        for job in jobs:
-            if job.id not in alive and self.running.get(job.id) is job:
-                job._cancel()
+        """Touch every running job in one statement; fence those no longer ours."""
+        await self.heartbeat.once()
 
-
-_HEARTBEAT = """
-UPDATE awa.jobs AS j SET heartbeat_at = now()
-FROM unnest(%(ids)s::bigint[], %(leases)s::bigint[]) AS v(id, lease)
-WHERE j.id = v.id AND j.run_lease = v.lease AND j.state = 'running'
-RETURNING j.id
-"""
+    def fence_rescued(self, rows: list[JobRow]) -> None:
+        """Fence the attempts of rescued rows still running here (``Maintenance``'s callback)."""
+        self.running.fence_rows(rows)

@@ -18,7 +18,6 @@ import urllib.request
 from collections.abc import Iterator
 from datetime import datetime, UTC
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -29,6 +28,7 @@ import awa_cli as awa
 from awa_cli.events import JobEvent, RescueReason
 from awa_cli.jobs import JobRow, JobState
 from awa_cli.plugins.prometheus import NAME, SLOT_ENV, PrometheusPlugin
+from awa_cli.worker.services import WorkerStats
 from tests.helpers import AwaRunner
 from tests.apps.metrics_app import (
     MetricsFail,
@@ -66,22 +66,42 @@ def row(kind: str = "send_email", queue: str = "email", **changes: Any) -> JobRo
     return JobRow(**values)
 
 
+class FakeWorker:
+    """What the plugin reads of a worker: ``stats()`` (the fields tests change are live)."""
+
+    def __init__(
+        self,
+        running: dict[int, str],
+        staged: tuple[int, int, int],
+        failures: int,
+        queues: tuple[str, ...],
+    ) -> None:
+        self.running, self.staged, self.failures, self.queues = running, staged, failures, queues
+
+    def stats(self) -> WorkerStats:
+        inserted, duplicate, discarded = self.staged
+        by_queue: dict[str, int] = {}
+        for queue in self.running.values():
+            by_queue[queue] = by_queue.get(queue, 0) + 1
+        return WorkerStats(
+            queues={q: 1 for q in self.queues},
+            running=by_queue,
+            staged_inserted=inserted,
+            staged_duplicate=duplicate,
+            staged_discarded=discarded,
+            hook_failures=self.failures,
+            listening=True,
+            stopping=False,
+        )
+
+
 def fake_worker(
     running: dict[int, str] | None = None,
     staged: tuple[int, int, int] = (0, 0, 0),
     failures: int = 0,
     queues: tuple[str, ...] = ("email", "idle"),
 ) -> Any:
-    inserted, duplicate, discarded = staged
-    counters = SimpleNamespace(
-        snapshot=lambda: {"inserted": inserted, "duplicate": duplicate, "discarded": discarded}
-    )
-    return SimpleNamespace(
-        core=SimpleNamespace(counters=counters),
-        dispatcher=SimpleNamespace(failures=failures),
-        queues={q: None for q in queues},
-        running={job_id: SimpleNamespace(queue=q) for job_id, q in (running or {}).items()},
-    )
+    return FakeWorker(dict(running or {}), staged, failures, queues)
 
 
 def all_events(job: JobRow) -> list[Any]:
@@ -193,7 +213,7 @@ async def test_worker_state_is_read_at_scrape_time_and_summed_over_workers() -> 
     assert get("awa_jobs_running", {"queue": "email"}) == 3
     assert get("awa_jobs_running", {"queue": "idle"}) == 0
     one.running.clear()
-    one.dispatcher.failures = 5
+    one.failures = 5
     assert get("awa_jobs_running", {"queue": "email"}) == 1
     assert get("awa_hook_failures_total") == 7
 

@@ -231,12 +231,12 @@ def test_claim_uses_the_claim_index(dsn: str) -> None:
             "FROM generate_series(1, 20000) i"
         )
         conn.execute("ANALYZE awa.jobs")
-        from awa_cli.worker.queues import CLAIM
+        from awa_cli.db.statements import SQL
 
         plan = "\n".join(
             r[0]
             for r in conn.execute(
-                "EXPLAIN " + CLAIM, {"queue": "q7", "limit": 10, "deadline": 0}
+                "EXPLAIN " + SQL["claim_by_queue"], {"queue": "q7", "limit": 10, "deadline": 0}
             ).fetchall()
         )
     assert "jobs_claim_idx" in plan, plan

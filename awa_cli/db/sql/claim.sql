@@ -1,0 +1,64 @@
+-- Claiming: available/scheduled/retryable -> running, the lease +1.
+--
+-- The claim locks up to %(limit)s runnable jobs (SKIP LOCKED, in priority -> run_at -> id
+-- order) and starts their next attempt, in ONE statement. The worker claims by queue; the
+-- test harness (awa_cli.testing) by kind, with the very same transition. The RETURNING list
+-- is JOB_ROW_FIELDS in order (awa_cli/jobs.py; tests/unit/test_sql_home.py keeps them equal).
+-- Its plan is guarded by tests/worker/test_runtime.py::test_claim_uses_the_claim_index.
+
+-- name: claim_by_queue
+-- A worker's claim for one queue.
+WITH next AS (
+    SELECT id FROM awa.jobs
+    WHERE queue = %(queue)s AND state IN ('available', 'scheduled', 'retryable')
+      AND run_at <= now()
+    ORDER BY priority, run_at, id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE awa.jobs AS j SET
+    state = 'running',
+    attempt = j.attempt + 1,
+    run_lease = j.run_lease + 1,
+    attempted_at = now(),
+    heartbeat_at = now(),
+    deadline_at = CASE WHEN coalesce(j.deadline_duration, %(deadline)s) > 0
+                       THEN now() + coalesce(j.deadline_duration, %(deadline)s) * interval '1 second' END
+FROM next
+WHERE j.id = next.id
+RETURNING j.id, j.kind, j.queue, j.args, j.state, j.priority, j.attempt, j.max_attempts,
+          j.run_at, j.run_lease, j.heartbeat_at, j.deadline_at, j.deadline_duration,
+          j.callback_id, j.callback_timeout_at, j.callback_result, j.errors, j.metadata, j.tags,
+          j.unique_key, j.unique_states, j.output, j.ordering_key, j.created_at,
+          j.attempted_at, j.finalized_at;
+
+-- name: claim_by_kind
+-- The test harness's claim: one kind in any queue (or the given one).
+WITH next AS (
+    SELECT id FROM awa.jobs
+    WHERE kind = %(kind)s AND (%(queue)s::text IS NULL OR queue = %(queue)s::text) AND state IN ('available', 'scheduled', 'retryable')
+      AND run_at <= now()
+    ORDER BY priority, run_at, id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE awa.jobs AS j SET
+    state = 'running',
+    attempt = j.attempt + 1,
+    run_lease = j.run_lease + 1,
+    attempted_at = now(),
+    heartbeat_at = now(),
+    deadline_at = CASE WHEN coalesce(j.deadline_duration, %(deadline)s) > 0
+                       THEN now() + coalesce(j.deadline_duration, %(deadline)s) * interval '1 second' END
+FROM next
+WHERE j.id = next.id
+RETURNING j.id, j.kind, j.queue, j.args, j.state, j.priority, j.attempt, j.max_attempts,
+          j.run_at, j.run_lease, j.heartbeat_at, j.deadline_at, j.deadline_duration,
+          j.callback_id, j.callback_timeout_at, j.callback_result, j.errors, j.metadata, j.tags,
+          j.unique_key, j.unique_states, j.output, j.ordering_key, j.created_at,
+          j.attempted_at, j.finalized_at;
+
+-- name: next_due
+-- Seconds until the queue's next scheduled or retryable job falls due (NULL: none).
+SELECT extract(epoch FROM min(run_at) - now()) FROM awa.jobs
+WHERE queue = %(queue)s AND state IN ('scheduled', 'retryable');

@@ -1,0 +1,22 @@
+-- Waking workers. A queue's channel is awa.channel_for(queue) (sql/0001_initial.sql): the
+-- schema's function is the one source of channel names, for the insert trigger, for these
+-- statements and for the listener (queue_channels).
+
+-- name: notify_queue
+SELECT pg_notify(awa.channel_for(%(queue)s), '');
+
+-- name: notify_queues
+-- One NOTIFY per queue that received follow-ups (a worker's sessions defer the trigger's).
+SELECT pg_notify(awa.channel_for(q), '') FROM unnest(%(queues)s::text[]) AS q;
+
+-- name: notify_callback_waiter
+-- Wake a handler waiting inside wait_for_callback (payload: the job id).
+SELECT pg_notify(%(channel)s, %(id)s);
+
+-- name: queue_channels
+-- The listener's channel for each queue, from the schema's own function.
+SELECT q, awa.channel_for(q) FROM unnest(%(queues)s::text[]) AS q;
+
+-- name: listen
+-- A psycopg.sql template: the caller composes the channel as an Identifier.
+LISTEN {};

@@ -1,0 +1,54 @@
+"""Operator actions: cancel and retry (``Client.cancel`` / ``retry``, ``awa job …``)."""
+
+from __future__ import annotations
+
+from awa_cli.db.statements import SQL
+from awa_cli.events import JobEvent
+from awa_cli.jobs import JobRow
+from awa_cli.outcomes.transaction import (
+    CoreState,
+    Cursor,
+    Missing,
+    Transition,
+    notify_queue,
+    transition,
+)
+from awa_cli.errors import InvalidJobState, JobNotFound
+
+
+def missing_or_state(job_id: int, verb: str) -> Missing:
+    """``missing`` for operator actions: JobNotFound, or InvalidJobState naming the state."""
+
+    async def explain(cur: Cursor) -> None:
+        await cur.execute(SQL["job_state"], {"id": job_id})
+        found = await cur.fetchone()
+        if found is None:
+            raise JobNotFound(f"job {job_id} not found")
+        raise InvalidJobState(f"job {job_id} is {found['state']} and cannot be {verb}")
+
+    return explain
+
+
+async def cancel(core: CoreState, job_id: int, reason: str) -> JobRow:
+    """Cancel a pending, running or waiting job; fires Cancelled and runs on_cancelled specs."""
+    row = await transition(
+        core,
+        Transition(
+            "cancel",
+            {"id": job_id},
+            missing_or_state(job_id, "cancelled"),
+            event=lambda row, _: JobEvent.Cancelled(row, row.args, reason),
+        ),
+    )
+    assert row is not None  # missing raised
+    return row
+
+
+async def retry(core: CoreState, job_id: int) -> JobRow:
+    """Make a failed, cancelled, retryable or scheduled job available now; fires nothing."""
+    row = await transition(
+        core,
+        Transition("retry", {"id": job_id}, missing_or_state(job_id, "retried"), then=notify_queue),
+    )
+    assert row is not None  # missing raised
+    return row

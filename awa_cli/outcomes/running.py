@@ -1,0 +1,70 @@
+"""Transitions of a running attempt made by its worker: the heartbeat (and the rows found
+lost by it), callback registration, and the in-handler wait (running <-> waiting_external).
+
+None of these fires an event. Each is guarded by ``(id, run_lease, state)``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, NamedTuple
+from uuid import UUID
+
+from awa_cli.db.statements import SQL
+from awa_cli.outcomes.transaction import CoreState
+
+
+class WaitState(NamedTuple):
+    """What a handler waiting inside ``wait_for_callback`` finds on a wake-up."""
+
+    state: str  # "deleted" when the row is gone
+    callback_id: UUID | None
+    callback_result: Any
+    run_lease: int
+
+
+async def heartbeat(core: CoreState, attempts: Sequence[tuple[int, int]]) -> set[int]:
+    """Touch the running rows of these (id, run_lease) attempts in one statement; the ids
+    still ours (the others were cancelled, rescued or claimed again: fence them)."""
+    async with core.claim_pool.connection() as conn:
+        cur = await conn.execute(
+            SQL["heartbeat"],
+            {"ids": [job_id for job_id, _ in attempts], "leases": [lease for _, lease in attempts]},
+        )
+        return {row[0] for row in await cur.fetchall()}
+
+
+async def register_callback(
+    core: CoreState, job_id: int, run_lease: int, callback_id: UUID, timeout: float
+) -> bool:
+    """Give the running attempt ``callback_id``, timing out in ``timeout`` seconds; False when
+    the attempt is no longer running."""
+    async with core.pool.connection() as conn:
+        cur = await conn.execute(
+            SQL["register_callback"],
+            {"callback_id": callback_id, "timeout": timeout, "id": job_id, "lease": run_lease},
+        )
+        return await cur.fetchone() is not None
+
+
+async def begin_wait(
+    core: CoreState, job_id: int, run_lease: int, callback_id: UUID
+) -> tuple[bool, Any] | None:
+    """running -> waiting_external for a handler waiting in place: ``(resumed, payload)``
+    (resumed: the payload arrived before the wait began), or None when the attempt is lost."""
+    async with core.pool.connection() as conn:
+        cur = await conn.execute(
+            SQL["begin_wait"], {"id": job_id, "lease": run_lease, "callback_id": callback_id}
+        )
+        begun = await cur.fetchone()
+    return None if begun is None else (bool(begun[0]), begun[1])
+
+
+async def wait_state(core: CoreState, job_id: int) -> WaitState:
+    """The waiting job's state, callback and lease."""
+    async with core.pool.connection() as conn:
+        cur = await conn.execute(SQL["poll_wait"], {"id": job_id})
+        row = await cur.fetchone()
+    if row is None:
+        return WaitState("deleted", None, None, -1)
+    return WaitState(str(row[0]), row[1], row[2], int(row[3]))

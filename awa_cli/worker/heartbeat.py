@@ -1,0 +1,53 @@
+"""The heartbeat: every ``heartbeat_interval`` one statement touches all running attempts of
+this worker (``OutcomeCore.heartbeat``); an attempt whose row is no longer ours (cancelled,
+rescued, claimed again) is fenced, so its handler's ``job.is_cancelled()`` turns true."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+
+from awa_cli.worker.services import RunningJobs
+
+log = logging.getLogger("awa.worker")
+
+Beat = Callable[[Sequence[tuple[int, int]]], Awaitable[set[int]]]
+"""Touch these (id, run_lease) attempts; return the ids still ours (``OutcomeCore.heartbeat``)."""
+
+
+class Heartbeat:
+    def __init__(
+        self,
+        beat: Beat,
+        running: RunningJobs,
+        interval: float,
+        recheck: Callable[[], Awaitable[None]],
+    ) -> None:
+        self.beat = beat
+        self.running = running
+        self.interval = interval
+        self.recheck = recheck  # after a failed beat: replace the pool's broken connections
+
+    async def run(self, stopping: asyncio.Event) -> None:
+        while not stopping.is_set():
+            try:
+                await asyncio.wait_for(stopping.wait(), timeout=self.interval)
+                return
+            except TimeoutError:
+                pass
+            try:
+                await self.once()
+            except Exception as exc:
+                log.warning("heartbeat failed: %s", exc, extra={"action": "heartbeat_failed"})
+                await self.recheck()
+
+    async def once(self) -> None:
+        """Touch every running attempt in one statement; fence those no longer ours."""
+        jobs = self.running.beating()
+        if not jobs:
+            return
+        alive = await self.beat([(j.id, j.run_lease) for j in jobs])
+        for job in jobs:
+            if job.id not in alive:
+                self.running.fence(job.id, job.run_lease)
