@@ -815,7 +815,7 @@ def test_check_with_schedules_needs_an_importable_app(tmp_path: Path) -> None:
     )
     result = invoke("--config", str(path), "config", "check")
     assert result.exit_code == 2
-    assert result.stderr.startswith(f"Error: {path}: [app] modules: cannot import 'not_there'")
+    assert result.stderr.startswith(f"Error: {path}: [app] modules: no module named 'not_there'")
 
 
 def test_check_shows_valid_schedules(tmp_path: Path) -> None:
