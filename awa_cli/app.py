@@ -19,7 +19,8 @@ from awa_cli.events import Outcome
 from awa_cli.follow_up_specs import FollowUpRegistrars, FollowUpSpec
 from awa_cli.jobs import PreparedJob
 from awa_cli.jsonvalues import kind_for, rebuild_args
-from awa_cli.periodic import CatchUp, Schedule, ScheduleError, check_name, options_json
+from awa_cli.errors import ScheduleError
+from awa_cli.periodic import CatchUp, Schedule, check_name, options_json
 
 
 @dataclass(frozen=True)

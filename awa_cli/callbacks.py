@@ -32,7 +32,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from awa_cli.errors import AwaError, ValidationError
+from awa_cli.errors import AwaError, SignatureError, UnknownKindRefused, ValidationError
 
 if TYPE_CHECKING:
     from starlette.applications import Starlette
@@ -52,11 +52,6 @@ TOLERANCE_SECONDS = 300
 ACTIONS = ("complete", "fail", "retry", "resume", "heartbeat")
 MAX_BODY_BYTES = 8 * 1024 * 1024
 DEFAULT_HEARTBEAT_TIMEOUT = "1h"  # as `awa callback heartbeat`
-
-
-class SignatureError(AwaError):
-    """A callback request's signature is missing, malformed, outside the time window, or
-    matches none of the keys. The message says which (it never contains a key)."""
 
 
 @dataclass(frozen=True)
@@ -175,12 +170,6 @@ def callback_urls(base_url: str, callback_id: str | uuid.UUID) -> tuple[tuple[st
 
 class _BadBody(Exception):
     """The request body does not fit the action (answered 422)."""
-
-
-class UnknownKindRefused(AwaError):
-    """The client's app does not register the waiting job's kind, so the follow-ups that
-    should commit with the resolution are unknown: refused (409), as ``awa callback`` refuses
-    without ``--bare``. A client made without an app resolves bare and is never refused."""
 
 
 async def check_resolvable(client: AsyncClient, callback_id: str) -> None:

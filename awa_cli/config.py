@@ -20,7 +20,8 @@ from awa_cli.db.dsn import redact
 from awa_cli.durations import format_duration, parse_duration, show_value
 from awa_cli.enqueue import InsertOpts, check_name, prepare
 from awa_cli.errors import ConfigError, ValidationError
-from awa_cli.periodic import Schedule, ScheduleError
+from awa_cli.errors import ScheduleError
+from awa_cli.periodic import Schedule
 
 if TYPE_CHECKING:
     from awa_cli.app import App

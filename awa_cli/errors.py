@@ -113,6 +113,28 @@ class DatabaseUnusable(AwaError):
     """The database cannot be used: unreachable, refusing, missing or not migrated."""
 
 
+class ScheduleError(ValidationError):
+    """A periodic schedule is invalid. ``schedule`` is its name, ``attribute`` the bad one
+    (``cron``, ``timezone``, ``catch_up``, ``name``, ``kind``, ``args`` or an insert option)."""
+
+    def __init__(self, schedule: str, attribute: str, reason: str) -> None:
+        super().__init__(f"periodic {schedule!r} {attribute}", reason)
+        self.schedule = schedule
+        self.attribute = attribute
+        self.reason = reason
+
+
+class SignatureError(AwaError):
+    """A callback request's signature is missing, malformed, outside the time window, or
+    matches none of the keys. The message says which (it never contains a key)."""
+
+
+class UnknownKindRefused(AwaError):
+    """The client's app does not register the waiting job's kind, so the follow-ups that
+    should commit with the resolution are unknown: refused (409), as ``awa callback`` refuses
+    without ``--bare``. A client made without an app resolves bare and is never refused."""
+
+
 class EmbeddedError(AwaError):
     """The embedded PostgreSQL could not be found, initialised, started or stopped."""
 
@@ -130,10 +152,13 @@ __all__ = [
     "JobNotFound",
     "RegistrationError",
     "ResolutionRefused",
+    "ScheduleError",
     "ShutdownInterrupted",
+    "SignatureError",
     "StagingError",
     "TerminalError",
     "UniqueConflict",
     "UnknownJobKind",
+    "UnknownKindRefused",
     "ValidationError",
 ]

@@ -31,8 +31,8 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from cronsim import CronSim, CronSimError
 
-from awa_cli.jobs import InsertOpts, UniqueOpts
-from awa_cli.results import ValidationError
+from awa_cli.enqueue import InsertOpts, UniqueOpts
+from awa_cli.errors import ScheduleError
 
 CatchUp = Literal["latest", "all", "none"]
 CATCH_UP_POLICIES: Final = ("latest", "all", "none")
@@ -70,17 +70,6 @@ DEFAULT_LIMIT: Final = 100
 # Job metadata that marks a periodic job (DESIGN §9).
 META_PERIODIC: Final = "awa.periodic"
 META_FIRE_AT: Final = "awa.fire_at"
-
-
-class ScheduleError(ValidationError):
-    """A schedule is invalid. ``schedule`` is its name, ``attribute`` the bad one (``cron``,
-    ``timezone``, ``catch_up``, ``name``, ``kind``, ``args`` or an insert option)."""
-
-    def __init__(self, schedule: str, attribute: str, reason: str) -> None:
-        super().__init__(f"periodic {schedule!r} {attribute}", reason)
-        self.schedule = schedule
-        self.attribute = attribute
-        self.reason = reason
 
 
 class Clock(Protocol):

@@ -136,6 +136,11 @@ class Client:
         """Jobs matching every filter given, newest first, at most ``limit``."""
         return self._runner.run(self._async.list_jobs(state, kind, queue, limit))
 
+    def queue_stats(self, queue: str | None = None) -> list[dict[str, Any]]:
+        """Per queue holding jobs (or just ``queue``): counts per state, completions per second
+        over the last minute and the oldest available job's age."""
+        return self._runner.run(self._async.queue_stats(queue))
+
     def cancel(self, job_id: int) -> JobRow:
         """Cancel a job that has not finished (Cancelled)."""
         return self._runner.run(self._async.cancel(job_id))
