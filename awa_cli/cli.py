@@ -130,8 +130,9 @@ def cli(
 
 def _register_commands() -> None:
     from awa_cli.commands import callback, config, db, job, migrate, plugins, queue, rescue, worker
+    from awa_cli.commands import doctor
 
-    for module in (callback, config, db, job, migrate, plugins, queue, rescue, worker):
+    for module in (callback, config, db, doctor, job, migrate, plugins, queue, rescue, worker):
         cli.add_command(module.command)
 
 
