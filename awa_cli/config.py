@@ -76,6 +76,12 @@ class MetricsConfig:
     prometheus_port: int | None = None  # None: no Prometheus endpoint
 
 
+@dataclass(frozen=True)
+class TelemetryConfig:
+    otlp_endpoint: str | None = None  # None: the OpenTelemetry plugin is not loaded
+    service_name: str = "awa-worker"
+
+
 def _default_queues() -> dict[str, QueueConfig]:
     return {"default": QueueConfig()}
 
@@ -92,6 +98,7 @@ class Config:
     queues: dict[str, QueueConfig] = field(default_factory=_default_queues)
     maintenance: MaintenanceConfig = field(default_factory=MaintenanceConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
+    telemetry: TelemetryConfig = field(default_factory=TelemetryConfig)
 
     def to_display_dict(self, *, human_durations: bool = False) -> dict[str, Any]:
         """Plain JSON-able data; the URL's password redacted.
@@ -122,6 +129,7 @@ class Config:
             "queues": {name: section(queue, "queues.*") for name, queue in self.queues.items()},
             "maintenance": section(self.maintenance, "maintenance"),
             "metrics": section(self.metrics, "metrics"),
+            "telemetry": section(self.telemetry, "telemetry"),
         }
 
 
@@ -232,6 +240,20 @@ def _text(value: Any, key: str) -> str:
     return value
 
 
+def _http_url(value: Any, key: str) -> str:
+    """An http(s) base URL with a host (the OTLP collector's)."""
+    from urllib.parse import urlsplit
+
+    text = _text(value, key)
+    parts = urlsplit(text)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ConfigError(
+            f'{key}: expected an http(s) URL like "http://127.0.0.1:4318", got {_show(value)}',
+            key=key,
+        )
+    return text.rstrip("/")
+
+
 def _texts(value: Any, key: str) -> tuple[str, ...]:
     if not isinstance(value, list):
         raise ConfigError(f"{key}: expected a list of strings, got {_show(value)}", key=key)
@@ -257,8 +279,9 @@ _SCHEMA: dict[str, dict[str, Parser]] = {
         "failed_retention": _ANY_DURATION,
     },
     "metrics": {"prometheus_port": _integer(1, 65535)},
+    "telemetry": {"otlp_endpoint": _http_url, "service_name": _text},
 }
-_TABLES = ("database", "app", "worker", "queues", "maintenance", "metrics")
+_TABLES = ("database", "app", "worker", "queues", "maintenance", "metrics", "telemetry")
 _BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
 
 
@@ -324,6 +347,7 @@ def _build(data: dict[str, Any], path: Path | None, base_dir: Path) -> Config:
         queues=queues or _default_queues(),
         maintenance=maintenance,
         metrics=MetricsConfig(**_section(tables["metrics"], "metrics", "[metrics]")),
+        telemetry=TelemetryConfig(**_section(tables["telemetry"], "telemetry", "[telemetry]")),
     )
 
 

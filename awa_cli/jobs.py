@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, UTC
 from typing import Any, Self
 
+from awa_cli.metadata import contribute
 from awa_cli.results import ValidationError, seconds
 
 MAX_NAME_LENGTH = 200
@@ -504,7 +505,7 @@ def prepare(
         max_attempts=max_attempts,
         run_at=run_at,
         deadline_duration=deadline,
-        metadata_json=to_json(metadata, "metadata"),
+        metadata_json=to_json(contribute(kind, queue, metadata), "metadata"),
         tags=tags,
         unique_key=key,
         unique_states=states,

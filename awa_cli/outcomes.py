@@ -35,6 +35,7 @@ from awa_cli.db import queries
 from awa_cli.db import transitions as sql
 from awa_cli.events import OUTCOME_OF_EVENT, JobEvent, Outcome, RescueReason, context_of
 from awa_cli.jobs import InsertOpts, JobRow, JobState, PreparedJob, rebuild_args
+from awa_cli.metadata import following
 from awa_cli.results import AwaError, CallbackNotFound, FollowUpError, ValidationError
 
 if TYPE_CHECKING:
@@ -635,6 +636,7 @@ class OutcomeCore:
         if not specs:
             return []
         row = event.job.without_output()
+        prepare = following(row.metadata, self.prepare_follow_up)  # contributors see the trigger
         follow_ups = []
         for spec in specs:
             args = _args_for(spec.trigger_type, event)
@@ -643,7 +645,7 @@ class OutcomeCore:
             except Exception as exc:
                 raise FollowUpError(f"follow-up spec {spec.name} raised: {exc}") from exc
             if request is not None:
-                follow_ups.append(self.prepare_follow_up(request.args, request.opts))
+                follow_ups.append(prepare(request.args, request.opts))
         return follow_ups
 
     async def _run_specs(

@@ -22,6 +22,7 @@ from awa_cli.config import (
     MaintenanceConfig,
     MetricsConfig,
     QueueConfig,
+    TelemetryConfig,
     WorkerConfig,
     format_duration,
     load_config,
@@ -37,6 +38,7 @@ SECTIONS: dict[str, type] = {
     "queues.*": QueueConfig,
     "maintenance": MaintenanceConfig,
     "metrics": MetricsConfig,
+    "telemetry": TelemetryConfig,
 }
 
 
@@ -421,10 +423,28 @@ def test_example_documents_every_key(tmp_path: Path) -> None:
         tables = list(raw["queues"].values()) if section == "queues.*" else [raw[section]]
         for table in tables:
             assert set(table) == {f.name for f in dataclasses.fields(cls)}, section
-    assert set(raw) == {"database", "app", "worker", "queues", "maintenance", "metrics"}
+    assert set(raw) == {
+        "database",
+        "app",
+        "worker",
+        "queues",
+        "maintenance",
+        "metrics",
+        "telemetry",
+    }
     full = load_text(tmp_path, uncommented)
     assert full.database.url is not None
     assert full.metrics.prometheus_port is not None
+    assert full.telemetry.otlp_endpoint == "http://127.0.0.1:4318"
+
+
+@pytest.mark.parametrize(
+    "value", ['"127.0.0.1:4318"', '"ftp://collector"', '"http://"', "4318", '""']
+)
+def test_telemetry_endpoint_must_be_an_http_url(tmp_path: Path, value: str) -> None:
+    with pytest.raises(ConfigError, match=r"\[telemetry\] otlp_endpoint"):
+        load_text(tmp_path, f"[telemetry]\notlp_endpoint = {value}")
+    assert load_text(tmp_path, "").telemetry.otlp_endpoint is None
 
 
 # --- display ---------------------------------------------------------------------------------

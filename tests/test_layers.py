@@ -19,6 +19,7 @@ PURE = {
     "awa_cli.results",
     "awa_cli.events",
     "awa_cli.plugins.marker",
+    "awa_cli.metadata",
 }
 CLI_LAYER_PREFIXES = ("awa_cli.commands", "awa_cli.cli", "awa_cli.terminal", "awa_cli.manpages")
 

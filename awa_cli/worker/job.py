@@ -10,6 +10,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from awa_cli.app import prepare_job
+from awa_cli.metadata import following
 from awa_cli.jobs import CallbackToken, InsertOpts, JobRow, PreparedJob, to_json
 from awa_cli.results import StagingError, ValidationError, seconds
 
@@ -97,7 +98,10 @@ class Job:
         self._output: Any = None
         self._has_output = False
         self._staged = StagedFollowUps(
-            services.prepare_follow_up if services else functools.partial(prepare_job, None)
+            following(
+                row.metadata,
+                services.prepare_follow_up if services else functools.partial(prepare_job, None),
+            )
         )
         self._registered_callback: uuid.UUID | None = None
         self._waiting_in_handler = False
