@@ -32,7 +32,7 @@ Metrics (mirroring the Prometheus plugin): ``awa.jobs`` {kind, queue, outcome},
 process's workers at collection, ``awa.job.staged_follow_ups.committed`` {result},
 ``awa.job.staged_follow_ups.discarded``, ``awa.hook.failures``, ``awa.jobs.running`` {queue}.
 Queue depth (``awa.queue.available``, ``awa.queue.oldest_available_age``) is exported from the
-leader's snapshot when :meth:`OtelPlugin.observe_depth` is fed one.
+leader's snapshot (``awa_queue_depth``), in the leader's process only.
 """
 
 from __future__ import annotations
@@ -50,6 +50,7 @@ from opentelemetry.trace import SpanKind, Status, StatusCode, TracerProvider
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from awa_cli import metadata
+from awa_cli.depth import DepthGauges
 from awa_cli.plugins.marker import hookimpl
 
 NAME = "awa_cli.plugins.otel"
@@ -101,7 +102,7 @@ class OtelPlugin:
         self.meter_provider = meter_provider
         self.tracer = tracer_provider.get_tracer("awa_cli")
         self.workers: list[Any] = []
-        self.depth: dict[str, tuple[int, float | None]] = {}
+        self.depth = DepthGauges()
         self._waiting: OrderedDict[int, int] = OrderedDict()
         self._instruments(meter_provider.get_meter("awa_cli"))
         metadata.register(self.contribute)
@@ -171,9 +172,10 @@ class OtelPlugin:
             if flush is not None:
                 flush()
 
-    def observe_depth(self, snapshot: Iterable[Any]) -> None:
-        """Take the leader's queue-depth snapshot (``awa_cli.depth.QueueDepth`` rows)."""
-        self.depth = {d.queue: (d.available, d.oldest_available_age) for d in snapshot}
+    @hookimpl
+    async def awa_queue_depth(self, snapshot: Iterable[Any]) -> None:
+        """Keep the leader's queue-depth snapshot for the backlog gauges."""
+        self.depth.update(snapshot)
 
     # -- helpers ---------------------------------------------------------------------------
     def _remember_park(self, job_id: int, at: int) -> None:
@@ -268,7 +270,9 @@ class OtelPlugin:
         meter.create_observable_gauge(
             "awa.queue.available",
             callbacks=[
-                lambda _: [Observation(n, {"queue": q}) for q, (n, _) in self.depth.items()]
+                lambda _: [
+                    Observation(d.available, {"queue": d.queue}) for d in self.depth.current()
+                ]
             ],
             description="Available jobs per queue (the leader's last snapshot).",
         )
@@ -277,7 +281,8 @@ class OtelPlugin:
             unit="s",
             callbacks=[
                 lambda _: [
-                    Observation(age or 0.0, {"queue": q}) for q, (_, age) in self.depth.items()
+                    Observation(d.oldest_available_age or 0.0, {"queue": d.queue})
+                    for d in self.depth.current()
                 ]
             ],
             description="Age of the oldest available job per queue (the leader's last snapshot).",
