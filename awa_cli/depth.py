@@ -41,6 +41,15 @@ async def queue_depth(conn: psycopg.AsyncConnection[Any]) -> list[QueueDepth]:
     return [QueueDepth(queue, int(available), age) for queue, available, age in rows]
 
 
+async def report_depth(conn: psycopg.AsyncConnection[Any], plugins: Any) -> list[QueueDepth]:
+    """The leader's step, once per maintenance interval: take the snapshot on ``conn`` and
+    hand it to the plugins' ``awa_queue_depth`` (``plugins``: a PluginHost, or None)."""
+    snapshot = await queue_depth(conn)
+    if plugins is not None:
+        await plugins.queue_depth(snapshot)
+    return snapshot
+
+
 @dataclass
 class DepthGauges:
     """The last snapshot as gauge values, for a metrics plugin. ``stale_after`` seconds

@@ -10,7 +10,7 @@ import pytest
 from prometheus_client import generate_latest
 
 import awa_cli as awa
-from awa_cli.depth import DepthGauges, QueueDepth, queue_depth
+from awa_cli.depth import DepthGauges, QueueDepth, queue_depth, report_depth
 from awa_cli.plugins.manager import build_plugin_host
 from awa_cli.plugins.prometheus import PrometheusPlugin
 
@@ -57,7 +57,9 @@ async def test_plugins_export_the_snapshot_as_gauges(dsn: str) -> None:
     try:
         async with awa.AsyncClient(dsn) as client:
             await client.insert_many([{"n": i} for i in range(4)], kind="mail", queue="email")
-        await host.queue_depth(await snapshot(dsn))
+        async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+            reported = await report_depth(conn, host)  # the leader's step
+        assert [(d.queue, d.available) for d in reported] == [("email", 4)]
         text = generate_latest(prometheus.registry).decode()
         assert 'awa_queue_available_jobs{queue="email"} 4.0' in text
         assert 'awa_queue_oldest_available_age_seconds{queue="email"}' in text

@@ -20,14 +20,21 @@ STATUS_LABEL = {"ok": "ok", "warn": "WARN", "fail": "FAIL"}
     metavar="DURATION",
     default="5m",
     show_default=True,
-    hidden=True,
-    help="Report transactions open longer than this (for tests and impatient operators).",
+    help="Report transactions in awa's database open longer than this.",
 )
 @pass_context
 def command(ctx: CliContext, json_flag: bool, long_transaction: str) -> None:
-    """Check the database and the deployment: schema version, server settings, LISTEN/NOTIFY,
-    the maintenance leader, stuck rescues, the oldest waiting job, table bloat and long
-    transactions. Each check is ok, warn or fail, with a one-line fix.
+    """Check a deployment and say what to fix.
+
+    Checks, in order: database (reachable), schema (migrations current), server (version),
+    synchronous_commit (and fsync), max_connections (against what [worker] processes and the
+    configured queues need), listen_notify (a NOTIFY reaches a listener within 2s; it fails
+    behind a transaction-mode pooler), leader (a worker holds the maintenance lock; a warning
+    when none does), stuck_rescues (jobs overdue for rescue by 3 x heartbeat_staleness),
+    oldest_available (warn after 5m, fail after 1h), table_bloat (dead tuples of awa's
+    tables) and long_transactions (open longer than --long-transaction-threshold while
+    holding back vacuum). Each is ok, warn or fail, with a one-line fix; --json prints
+    {"checks": [{"name", "status", "detail", "fix"}]}.
 
     Exits 0 when no check fails (warnings allowed), 1 when one fails or the database cannot
     be reached.

@@ -9,6 +9,7 @@ polling alone (with a warning) instead of waiting for wake-ups that never come.
 
 from __future__ import annotations
 
+import logging
 import secrets
 import time
 from typing import Any
@@ -19,6 +20,28 @@ from psycopg import sql
 from awa_cli.db.statements import SQL
 
 DEFAULT_TIMEOUT = 2.0
+log = logging.getLogger("awa.worker")
+
+
+async def notifications_work(
+    conn: psycopg.AsyncConnection[Any],
+    *,
+    poll_interval: float,
+    timeout: float = DEFAULT_TIMEOUT,
+    sender: psycopg.AsyncConnection[Any] | None = None,
+) -> bool:
+    """For a worker's listener at start: True when a notification reaches ``conn``; else a
+    warning (``action=notify_unavailable``) that pickups now wait for the poll interval."""
+    elapsed = await notify_round_trip(conn, sender=sender, timeout=timeout)
+    if elapsed is not None:
+        return True
+    log.warning(
+        "LISTEN/NOTIFY does not work on this connection (a transaction-mode pooler?): "
+        "falling back to polling every %gs; run `awa doctor`",
+        poll_interval,
+        extra={"action": "notify_unavailable"},
+    )
+    return False
 
 
 async def notify_round_trip(

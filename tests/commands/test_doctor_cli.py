@@ -17,7 +17,7 @@ from click.testing import CliRunner
 
 import awa_cli as awa
 from awa_cli.cli import cli
-from awa_cli.db.roundtrip import notify_round_trip
+from awa_cli.db.roundtrip import notifications_work, notify_round_trip
 from awa_cli.doctor import DoctorOptions, Status, diagnose, judge_round_trip
 from tests.helpers import running_worker, wait_until
 
@@ -97,6 +97,16 @@ def test_no_leader_is_a_warning_and_the_table_output(dsn: str, config_file: Path
     )
     assert result.exit_code == 0
     assert "leader" in result.stdout and "WARN" in result.stdout
+
+
+def test_a_bad_threshold_is_a_usage_error(config_file: Path) -> None:
+    result = CliRunner().invoke(
+        cli,
+        ["--config", str(config_file), "doctor", "--long-transaction-threshold", "soon"],
+        env=ENV,
+    )
+    assert result.exit_code == 2
+    assert "--long-transaction-threshold" in result.stderr and "Traceback" not in result.output
 
 
 def test_unmigrated_database_fails(fresh_dsn: str, config_file: Path) -> None:
@@ -199,7 +209,9 @@ def test_dead_tuples_with_autovacuum_off_fail(dsn: str, config_file: Path) -> No
 
 
 @pytest.mark.asyncio
-async def test_round_trip_measured_and_lost(dsn: str, fresh_dsn: str) -> None:
+async def test_round_trip_measured_and_lost(
+    dsn: str, fresh_dsn: str, caplog: pytest.LogCaptureFixture
+) -> None:
     async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
         elapsed = await notify_round_trip(conn)  # the same session sends and hears
         assert elapsed is not None and elapsed < 2.0
@@ -208,8 +220,12 @@ async def test_round_trip_measured_and_lost(dsn: str, fresh_dsn: str) -> None:
         # transaction-mode pooler, where LISTEN and NOTIFY end up in unrelated sessions.
         async with await psycopg.AsyncConnection.connect(fresh_dsn, autocommit=True) as other:
             assert await notify_round_trip(conn, sender=other, timeout=0.3) is None
+            assert not await notifications_work(conn, poll_interval=1.5, sender=other, timeout=0.3)
+        [warning] = [r for r in caplog.records if getattr(r, "action", "") == "notify_unavailable"]
+        assert "falling back to polling every 1.5s" in warning.getMessage()
         # The connection is usable afterwards and listens to nothing left over.
         await conn.execute("SELECT 1")
+        assert await notifications_work(conn, poll_interval=1.0) is True
     lost = judge_round_trip(None, 2.0)
     assert lost.status is Status.FAIL and "session-mode pooler" in (lost.fix or "")
     assert judge_round_trip(0.004, 2.0).status is Status.OK
