@@ -358,3 +358,20 @@ def _metric_points(reader: InMemoryMetricReader) -> dict[tuple[str, tuple[str, .
                     value = getattr(point, "value", None)
                     points[(metric.name, labels)] = value if value is not None else point.count
     return points
+
+
+def test_sync_client_and_awa_insert_see_the_callers_span(
+    dsn: str, otel: tuple[OtelPlugin, InMemorySpanExporter, InMemoryMetricReader]
+) -> None:
+    plugin, exporter, _ = otel
+    tracer = plugin.tracer_provider.get_tracer("test")
+    with tracer.start_as_current_span("script") as outer:
+        with awa.Client(dsn) as client:  # runs on its own loop thread: the context goes along
+            client.insert(Receipt(1))
+        with psycopg.connect(dsn) as conn:
+            awa.insert(conn, Receipt(2))
+    spans = spans_named(exporter, "awa.enqueue receipt")
+    assert len(spans) == 2
+    assert {s.parent.span_id for s in spans} == {outer.get_span_context().span_id}
+    for job in jobs(dsn)["receipt"]:
+        assert trace_id_of(job["metadata"][TRACEPARENT]) == outer.get_span_context().trace_id
