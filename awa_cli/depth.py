@@ -52,21 +52,28 @@ async def report_depth(conn: psycopg.AsyncConnection[Any], plugins: Any) -> list
 
 @dataclass
 class DepthGauges:
-    """The last snapshot as gauge values, for a metrics plugin. ``stale_after`` seconds
-    without a new snapshot (leadership moved to another process) and it reports nothing."""
+    """The last snapshot as gauge values, for a metrics plugin. Without a new snapshot for
+    ``stale_after`` seconds (or three of the leader's intervals, if longer) it reports
+    nothing: leadership moved to another process, which reports instead."""
 
     stale_after: float = 60.0
     values: dict[str, QueueDepth] = field(default_factory=dict)
     taken_at: float | None = None
+    interval: float = 0.0  # the gap between the last two snapshots
 
     def update(self, snapshot: Iterable[QueueDepth]) -> None:
         fresh = {d.queue: d for d in snapshot}
         for queue in self.values.keys() - fresh.keys():  # drained since: report zero
             fresh[queue] = QueueDepth(queue, 0, None)
+        now = time.monotonic()
+        if self.taken_at is not None:
+            self.interval = now - self.taken_at
         self.values = dict(sorted(fresh.items()))
-        self.taken_at = time.monotonic()
+        self.taken_at = now
 
     def current(self) -> list[QueueDepth]:
-        if self.taken_at is None or time.monotonic() - self.taken_at > self.stale_after:
+        if self.taken_at is None:
+            return []
+        if time.monotonic() - self.taken_at > max(self.stale_after, 3 * self.interval):
             return []
         return list(self.values.values())

@@ -80,8 +80,8 @@ def awa_queue_depth(snapshot: Sequence[QueueDepth]) -> Awaitable[None] | None:
 
     Fires once per maintenance interval, only in the process holding the leader lock, after
     the snapshot's query finished and never inside a database transaction. ``snapshot`` lists
-    every queue with a backlog (``awa_cli.depth.QueueDepth``: ``queue``, ``available``,
-    ``oldest_available_age`` in seconds), plus queues drained since the last snapshot at
-    zero. May be async; the leader does not wait for slow implementations beyond its
-    interval. Return ignored.
+    every queue with available jobs (``awa_cli.depth.QueueDepth``: ``queue``, ``available``,
+    ``oldest_available_age`` in seconds); a queue missing from it has none (keep a gauge at
+    zero with ``awa_cli.depth.DepthGauges``). May be async; the leader awaits every implementation before its next sweep, so keep
+    it quick (store the values; no I/O). Return ignored.
     """
