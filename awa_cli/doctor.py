@@ -23,6 +23,7 @@ Decisions:
 from __future__ import annotations
 
 import enum
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -107,18 +108,39 @@ async def diagnose(dsn: str, options: DoctorOptions | None = None) -> list[Check
             )
         ]
     async with conn:
+        await conn.execute(SQL["doctor_statement_timeout"])
         checks = [Check("database", Status.OK, "connected")]
         schema, has_jobs = await check_schema(conn)
         checks.append(schema)
         checks.extend(await check_server(conn, options))
-        checks.append(await check_listen_notify(conn, dsn, options.notify_timeout))
-        checks.append(await check_leader(conn))
+        steps: list[tuple[str, Callable[[], Awaitable[Check]]]] = [
+            ("listen_notify", lambda: check_listen_notify(conn, dsn, options.notify_timeout)),
+            ("leader", lambda: check_leader(conn)),
+        ]
         if has_jobs:
-            checks.append(await check_stuck_rescues(conn, options.heartbeat_staleness * 3))
-            checks.append(await check_oldest_available(conn, options))
-        checks.append(await check_table_bloat(conn))
-        checks.append(await check_long_transactions(conn, options.long_transaction_threshold))
+            stale = options.heartbeat_staleness * 3
+            steps.append(("stuck_rescues", lambda: check_stuck_rescues(conn, stale)))
+            steps.append(("oldest_available", lambda: check_oldest_available(conn, options)))
+        steps.append(("table_bloat", lambda: check_table_bloat(conn)))
+        long_tx = options.long_transaction_threshold
+        steps.append(("long_transactions", lambda: check_long_transactions(conn, long_tx)))
+        for name, step in steps:
+            checks.append(await guarded(name, step))
         return checks
+
+
+async def guarded(name: str, step: Callable[[], Awaitable[Check]]) -> Check:
+    """Run one check; one whose own query failed (a timeout, a refused second connection)
+    is a failed check, not a crashed doctor, and the others still report."""
+    try:
+        return await step()
+    except (psycopg.Error, OSError) as exc:
+        return Check(
+            name,
+            Status.FAIL,
+            f"the check itself failed: {_one_line(exc)}",
+            "resolve the error shown, then run `awa doctor` again",
+        )
 
 
 def _one_line(exc: BaseException) -> str:

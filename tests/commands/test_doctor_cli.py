@@ -18,7 +18,7 @@ from click.testing import CliRunner
 import awa_cli as awa
 from awa_cli.cli import cli
 from awa_cli.db.roundtrip import notifications_work, notify_round_trip
-from awa_cli.doctor import DoctorOptions, Status, diagnose, judge_round_trip
+from awa_cli.doctor import Check, DoctorOptions, Status, diagnose, guarded, judge_round_trip
 from tests.helpers import running_worker, wait_until
 
 pytestmark = [pytest.mark.integration]
@@ -236,3 +236,17 @@ async def test_too_few_connections_for_the_configured_workers(dsn: str) -> None:
     checks = {c.name: c for c in await diagnose(dsn, DoctorOptions(processes=64, queues=4))}
     assert checks["max_connections"].status is Status.FAIL
     assert "needs up to 1344" in checks["max_connections"].detail
+
+
+@pytest.mark.asyncio
+async def test_a_check_whose_query_fails_is_a_failed_check(dsn: str) -> None:
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+        await conn.execute("SET statement_timeout = '50ms'")
+
+        async def slow() -> Check:
+            await conn.execute("SELECT pg_sleep(1)")  # cancelled by the server's timeout
+            return Check("slow", Status.OK, "never")
+
+        check = await guarded("slow", slow)
+    assert check.status is Status.FAIL
+    assert "statement timeout" in check.detail and check.fix

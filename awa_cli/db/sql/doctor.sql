@@ -1,3 +1,7 @@
+-- name: doctor_statement_timeout
+-- No check may hang the doctor (a lock queue, an overloaded server): each statement gets 10 s.
+SET statement_timeout = '10s'
+
 -- name: doctor_server
 -- The server's version and the settings `awa doctor` judges, plus the client backends
 -- connected now (this one included).
