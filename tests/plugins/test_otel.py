@@ -375,3 +375,27 @@ def test_sync_client_and_awa_insert_see_the_callers_span(
     assert {s.parent.span_id for s in spans} == {outer.get_span_context().span_id}
     for job in jobs(dsn)["receipt"]:
         assert trace_id_of(job["metadata"][TRACEPARENT]) == outer.get_span_context().trace_id
+
+
+def test_config_check_says_when_the_otel_extra_is_missing(tmp_path: Path) -> None:
+    config = tmp_path / "awa.toml"
+    config.write_text('[telemetry]\notlp_endpoint = "http://127.0.0.1:4318"\n')
+    probe = (
+        "import sys\n"
+        "sys.modules['opentelemetry'] = None  # as if the extra were not installed\n"
+        "from awa_cli.cli import main\n"
+        "sys.argv = ['awa', '--config', sys.argv[1], 'config', 'check']\n"
+        "main()\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", probe, str(config)], cwd=ROOT, capture_output=True, text=True
+    )
+    assert result.returncode == 2
+    assert "[telemetry] otlp_endpoint: needs the otel extra" in result.stderr
+    ok = subprocess.run(
+        [sys.executable, "-m", "awa_cli", "--config", str(config), "config", "check"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert ok.returncode == 0, ok.stderr
