@@ -10,8 +10,8 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from awa_cli.app import prepare_job
-from awa_cli.metadata import following
 from awa_cli.jobs import CallbackToken, InsertOpts, JobRow, PreparedJob, to_json
+from awa_cli.metadata import following
 from awa_cli.results import StagingError, ValidationError, seconds
 
 if TYPE_CHECKING:
