@@ -145,9 +145,21 @@ def cli(
 
 def _register_commands() -> None:
     from awa_cli.commands import callback, config, db, job, migrate, plugins, queue, rescue, worker
-    from awa_cli.commands import serve
+    from awa_cli.commands import doctor, serve
 
-    for module in (callback, config, db, job, migrate, plugins, queue, rescue, serve, worker):
+    for module in (
+        callback,
+        config,
+        db,
+        doctor,
+        job,
+        migrate,
+        plugins,
+        queue,
+        rescue,
+        serve,
+        worker,
+    ):
         cli.add_command(module.command)
 
 

@@ -123,6 +123,12 @@ class ServeConfig:
     callback_base_url: str | None = None  # public URL of the /callbacks mount point
 
 
+@dataclass(frozen=True)
+class TelemetryConfig:
+    otlp_endpoint: str | None = None  # None: the OpenTelemetry plugin is not loaded
+    service_name: str = "awa-worker"
+
+
 def _default_queues() -> dict[str, QueueConfig]:
     return {"default": QueueConfig()}
 
@@ -142,6 +148,7 @@ class Config:
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
     periodic: dict[str, PeriodicConfig] = field(default_factory=dict)
     serve: ServeConfig = field(default_factory=ServeConfig)
+    telemetry: TelemetryConfig = field(default_factory=TelemetryConfig)
 
     def to_display_dict(self, *, human_durations: bool = False) -> dict[str, Any]:
         """Plain JSON-able data; the URL's password redacted.
@@ -183,6 +190,7 @@ class Config:
                     t.name: {"token_env": t.token_env, "role": t.role} for t in self.serve.tokens
                 },
             },
+            "telemetry": section(self.telemetry, "telemetry"),
         }
 
 
@@ -225,6 +233,20 @@ def _boolean(value: Any, key: str) -> bool:
     if not isinstance(value, bool):
         raise ConfigError(f"{key}: expected true or false, got {_show(value)}", key=key)
     return value
+
+
+def _otlp_url(value: Any, key: str) -> str:
+    """An http(s) base URL with a host (the OTLP collector's)."""
+    from urllib.parse import urlsplit
+
+    text = _text(value, key)
+    parts = urlsplit(text)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ConfigError(
+            f'{key}: expected an http(s) URL like "http://127.0.0.1:4318", got {_show(value)}',
+            key=key,
+        )
+    return text.rstrip("/")
 
 
 def _texts(value: Any, key: str) -> tuple[str, ...]:
@@ -356,6 +378,7 @@ _SCHEMA: dict[str, dict[str, Parser]] = {
         "callback_secrets": _env_names,
         "callback_base_url": _http_url,
     },
+    "telemetry": {"otlp_endpoint": _otlp_url, "service_name": _text},
 }
 _TABLES = (
     "database",
@@ -367,6 +390,7 @@ _TABLES = (
     "metrics",
     "periodic",
     "serve",
+    "telemetry",
 )
 _BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
 
@@ -445,6 +469,7 @@ def _build(data: dict[str, Any], path: Path | None, base_dir: Path) -> Config:
             for name, raw in tables["periodic"].items()
         },
         serve=ServeConfig(**_section(tables["serve"], "serve", "[serve]")),
+        telemetry=TelemetryConfig(**_section(tables["telemetry"], "telemetry", "[telemetry]")),
     )
 
 

@@ -19,6 +19,7 @@ from typing import Any, Self
 
 from awa_cli.durations import seconds
 from awa_cli.errors import ValidationError
+from awa_cli.metadata import contribute
 from awa_cli.jobs import JobState, PreparedJob
 from awa_cli.jsonvalues import args_json_of, kind_for, to_json
 
@@ -274,7 +275,7 @@ def prepare(
         max_attempts=max_attempts,
         run_at=run_at,
         deadline_duration=deadline,
-        metadata_json=to_json(metadata, "metadata"),
+        metadata_json=to_json(contribute(kind, queue, metadata), "metadata"),
         tags=tags,
         unique_key=key,
         unique_states=states,

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 import psycopg
 
 from awa_cli.db.statements import SQL
+from awa_cli.depth import QueueDepth, queue_depth
 from awa_cli.events import RescueReason
 from awa_cli.jobs import JobRow
 
@@ -25,6 +26,7 @@ if TYPE_CHECKING:
     from awa_cli.outcomes import OutcomeCore
 
 OnRescued = Callable[[list[JobRow]], None]
+OnDepth = Callable[[list[QueueDepth]], Awaitable[None]]
 """Told of every committed rescue batch (a worker fences the attempts it still runs)."""
 
 
@@ -109,8 +111,10 @@ class Maintenance:
         core: OutcomeCore,
         timings: MaintenanceTimings,
         on_rescued: OnRescued | None = None,
+        on_depth: OnDepth | None = None,
     ) -> None:
         self.dsn = dsn
+        self.on_depth = on_depth
         self.pool = pool
         self.core = core
         self.timings = timings
@@ -154,6 +158,7 @@ class Maintenance:
                 if self.is_leader:
                     await conn.execute(SQL["leader_keepalive"])
                     await self.sweep()
+                    await self._report_depth(conn)
                     await _sleep_unless(stopping, self.timings.rescue_interval)
                 else:
                     await _sleep_unless(stopping, self.timings.leader_election_interval)
@@ -164,6 +169,18 @@ class Maintenance:
                 except psycopg.Error:
                     pass
             self.is_leader = False
+
+    async def _report_depth(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        """Queue depth and the oldest available job's age, once per interval, for the metrics
+        plugins (computed here by the leader, not per scrape)."""
+        if self.on_depth is None:
+            return
+        try:
+            await self.on_depth(await queue_depth(conn))
+        except (psycopg.OperationalError, psycopg.InterfaceError, OSError):
+            raise  # the connection is gone: run() reconnects
+        except psycopg.Error as exc:
+            log.warning("queue depth failed: %s", exc, extra={"action": "depth_failed"})
 
     async def sweep(self) -> None:
         """One sweep as the leader runs it (errors of the database are logged, not raised)."""

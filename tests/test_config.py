@@ -26,6 +26,7 @@ from awa_cli.config import (
     PeriodicConfig,
     QueueConfig,
     ServeConfig,
+    TelemetryConfig,
     WorkerConfig,
     format_duration,
     load_config,
@@ -44,6 +45,7 @@ SECTIONS: dict[str, type] = {
     "metrics": MetricsConfig,
     "periodic.*": PeriodicConfig,
     "serve": ServeConfig,
+    "telemetry": TelemetryConfig,
 }
 
 
@@ -450,11 +452,13 @@ def test_example_documents_every_key(tmp_path: Path) -> None:
         "metrics",
         "periodic",
         "serve",
+        "telemetry",
     }
     full = load_text(tmp_path, uncommented)
     assert full.database.url is not None
     assert full.metrics.prometheus_port is not None
     assert full.periodic["nightly_report"].kind == "generate_report"
+    assert full.telemetry.otlp_endpoint == "http://127.0.0.1:4318"
     assert {t.role for t in full.serve.tokens} == {"viewer", "operator"}
     assert full.serve.callback_base_url == "https://jobs.example.com/callbacks"
     # ... and the schedule fits the example app: its kind and args are registered there.
@@ -464,6 +468,15 @@ def test_example_documents_every_key(tmp_path: Path) -> None:
     app = load_apps(full.app.modules, EXAMPLE.parent)
     register_schedules(app, full)
     assert app.schedules["nightly_report"].args == {"report_id": 7}
+
+
+@pytest.mark.parametrize(
+    "value", ['"127.0.0.1:4318"', '"ftp://collector"', '"http://"', "4318", '""']
+)
+def test_telemetry_endpoint_must_be_an_http_url(tmp_path: Path, value: str) -> None:
+    with pytest.raises(ConfigError, match=r"\[telemetry\] otlp_endpoint"):
+        load_text(tmp_path, f"[telemetry]\notlp_endpoint = {value}")
+    assert load_text(tmp_path, "").telemetry.otlp_endpoint is None
 
 
 # --- display ---------------------------------------------------------------------------------

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import keyword
 import re
+from importlib.util import find_spec
 from typing import Any
 
 import click
@@ -37,6 +38,11 @@ def check(ctx: CliContext, json_flag: bool) -> None:
         _check_import_spec(spec, f"[app] plugins[{index}]", source)
     if config.periodic:
         _check_schedules(ctx, source)
+    if config.telemetry.otlp_endpoint is not None and find_spec("opentelemetry") is None:
+        key = "[telemetry] otlp_endpoint"
+        raise ConfigError(
+            f'{key}: needs the otel extra (pip install "awa-worker[otel]")', key=key, source=source
+        )
 
     url, url_source = _resolved_url(ctx)
     if ctx.wants_json(json_flag):

@@ -90,6 +90,15 @@ class CliContext:
             return PrometheusPlugin(port, self.env, host=host)
 
         extra = [] if port is None else [("awa_cli.plugins.prometheus", prometheus)]
+        telemetry = self.config.telemetry
+        if telemetry.otlp_endpoint is not None:  # otherwise the plugin is never imported
+
+            def otel() -> Any:
+                from awa_cli.plugins.otel import OtelPlugin
+
+                return OtelPlugin(telemetry.otlp_endpoint, service_name=telemetry.service_name)
+
+            extra.append(("awa_cli.plugins.otel", otel))
         return build_plugin_host(
             self.config.app.plugins,
             self.config.base_dir,

@@ -3,12 +3,15 @@ transition's transaction (a held unique key skips the insert, not the commit).""
 
 from __future__ import annotations
 
+import functools
+
 import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import psycopg
 
+from awa_cli.metadata import following
 from awa_cli.app import prepare_job
 from awa_cli.attempts import not_an_object
 from awa_cli.db.params import insert_each_params
@@ -40,6 +43,9 @@ def spec_follow_ups(app: App | None, event: AnyEvent) -> list[PreparedJob]:
     if not specs:
         return []
     row = event.job.without_output()
+    # Contributors (e.g. the OpenTelemetry plugin) see the trigger's metadata while the
+    # follow-ups are prepared, so a follow-up joins its trigger's trace.
+    prepare = following(event.job.metadata, functools.partial(prepare_job, app))
     follow_ups = []
     for spec in specs:
         args = _args_for(spec.trigger_type, event, spec.name)
@@ -50,7 +56,7 @@ def spec_follow_ups(app: App | None, event: AnyEvent) -> list[PreparedJob]:
         except Exception as exc:
             raise FollowUpError(f"follow-up spec {spec.name} raised: {exc}") from exc
         if request is not None:
-            follow_ups.append(prepare_job(app, request.args, request.opts))
+            follow_ups.append(prepare(request.args, request.opts))
     return follow_ups
 
 

@@ -23,12 +23,13 @@ transaction. Return values are ignored.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Sequence
 from typing import TYPE_CHECKING
 
 import pluggy
 
 if TYPE_CHECKING:
+    from awa_cli.depth import QueueDepth
     from awa_cli.events import AnyEvent
     from awa_cli.worker.runtime import Worker
 
@@ -72,4 +73,17 @@ def awa_worker_stopping(worker: Worker) -> Awaitable[None] | None:
     Fires once in each worker process, at the start of ``Worker.shutdown()``, before the
     in-flight jobs are drained; never inside a database transaction. May be async;
     ``shutdown()`` awaits it before draining. Return ignored.
+    """
+
+
+@hookspec
+def awa_queue_depth(snapshot: Sequence[QueueDepth]) -> Awaitable[None] | None:
+    """The maintenance leader took its periodic queue-depth snapshot.
+
+    Fires once per maintenance interval, only in the process holding the leader lock, after
+    the snapshot's query finished and never inside a database transaction. ``snapshot`` lists
+    every queue with available jobs (``awa_cli.depth.QueueDepth``: ``queue``, ``available``,
+    ``oldest_available_age`` in seconds); a queue missing from it has none (keep a gauge at
+    zero with ``awa_cli.depth.DepthGauges``). May be async; the leader awaits every implementation before its next sweep, so keep
+    it quick (store the values; no I/O). Return ignored.
     """

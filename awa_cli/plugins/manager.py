@@ -98,6 +98,10 @@ class PluginHost:
         """Call every ``awa_worker_stopping``; failures are logged, never raised."""
         await self._call_each("awa_worker_stopping", worker=worker)
 
+    async def queue_depth(self, snapshot: Any) -> None:
+        """Call every ``awa_queue_depth`` with the leader's snapshot; failures are logged."""
+        await self._call_each("awa_queue_depth", snapshot=snapshot)
+
     async def _call_each(self, hook_name: str, **kwargs: Any) -> None:
         for name, fn in self.implementations(hook_name):
             try:

@@ -13,6 +13,10 @@ Exported (from a registry of its own, never prometheus_client's global one):
 - ``awa_job_staged_follow_ups_committed_total{result="inserted|duplicate"}`` and
   ``awa_job_staged_follow_ups_discarded_total``: handler-staged follow-ups.
 - ``awa_jobs_running{queue}``: jobs this process is running now.
+- ``awa_queue_available_jobs{queue}`` and ``awa_queue_oldest_available_age_seconds{queue}``:
+  each queue's backlog, from the snapshot the maintenance leader takes once per interval
+  (``awa_queue_depth``), so only the leader's process exports them (take ``max by (queue)``
+  across instances); a process that stopped being leader drops them after a minute.
 
 The last three families are read from the worker at scrape time (``Worker.stats()``), so
 event handling only increments in-memory counters.
@@ -38,6 +42,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from awa_cli.depth import DepthGauges
 from awa_cli.events import RescueReason
 from awa_cli.plugins.marker import hookimpl
 
@@ -113,6 +118,8 @@ class PrometheusPlugin:
         self._server: Any = None
         self.serving_port: int | None = None
         self.registry.register(_WorkerCollector(self))
+        self.depth = DepthGauges()
+        self.registry.register(_DepthCollector(self.depth))
 
     # -- hooks -----------------------------------------------------------------------------
     @hookimpl
@@ -139,6 +146,11 @@ class PrometheusPlugin:
     # The dispatcher may hand this hook the committed event without a private copy of the
     # args: it never reads them.
     awa_job_event.awa_reads_args = False  # type: ignore[attr-defined]
+
+    @hookimpl
+    async def awa_queue_depth(self, snapshot: Any) -> None:
+        """Keep the leader's snapshot for the backlog gauges (read at scrape, no query)."""
+        self.depth.update(snapshot)
 
     @hookimpl
     async def awa_worker_started(self, worker: Any) -> None:
@@ -188,6 +200,37 @@ class _Unclosable:
 
     def server_close(self) -> None:
         pass
+
+
+class _DepthCollector(Collector):
+    """The backlog gauges, from the last snapshot the leader handed over."""
+
+    def __init__(self, depth: DepthGauges) -> None:
+        self.depth = depth
+
+    def describe(self) -> list[Metric]:
+        return list(self._families([]))
+
+    def collect(self) -> Iterator[Metric]:
+        return self._families(self.depth.current())
+
+    @staticmethod
+    def _families(rows: list[Any]) -> Iterator[Metric]:
+        available = GaugeMetricFamily(
+            "awa_queue_available_jobs",
+            "Available jobs per queue (the maintenance leader's last snapshot).",
+            labels=("queue",),
+        )
+        oldest = GaugeMetricFamily(
+            "awa_queue_oldest_available_age_seconds",
+            "Seconds the oldest due available job of each queue has waited (leader's snapshot).",
+            labels=("queue",),
+        )
+        for row in rows:
+            available.add_metric((row.queue,), row.available)
+            oldest.add_metric((row.queue,), row.oldest_available_age or 0.0)
+        yield available
+        yield oldest
 
 
 class _WorkerCollector(Collector):

@@ -8,6 +8,7 @@ import uuid
 from datetime import timedelta
 from typing import Any
 
+from awa_cli.metadata import following
 from awa_cli.app import prepare_job
 from awa_cli.attempts import AttemptRecord
 from awa_cli.jobs import CallbackToken, JobRow, to_json
@@ -72,7 +73,9 @@ class Job:
         self._output: Any = None
         self._has_output = False
         if staging is None:
-            staging = StagedFollowUps(prepare or functools.partial(prepare_job, None))
+            staging = StagedFollowUps(
+                following(row.metadata, prepare or functools.partial(prepare_job, None))
+            )
         self._staged = staging
         self._registered_callback: uuid.UUID | None = None
 

@@ -13,6 +13,7 @@ import psycopg
 from psycopg import sql
 
 from awa_cli.db.channels import CALLBACK_CHANNEL, queue_channels
+from awa_cli.db.roundtrip import notifications_work
 from awa_cli.db.statements import SQL
 
 if TYPE_CHECKING:
@@ -24,7 +25,11 @@ log = logging.getLogger("awa.worker")
 
 class Listener:
     def __init__(
-        self, dsn: str, runners: Mapping[str, QueueRunner], services: CallbackServices
+        self,
+        dsn: str,
+        runners: Mapping[str, QueueRunner],
+        services: CallbackServices,
+        poll_interval: float = 1.0,
     ) -> None:
         self.dsn = dsn
         self.services = services
@@ -32,6 +37,9 @@ class Listener:
         # Filled on connect: each queue's channel comes from the schema (awa.channel_for).
         self.by_channel: dict[str, list[QueueRunner]] = {}
         self.connected = asyncio.Event()
+        self.poll_interval = poll_interval
+        self.checked_notify = False
+        self.notify_works = True
 
     async def run(self, stopping: asyncio.Event) -> None:
         backoff = 0.1
@@ -45,6 +53,13 @@ class Listener:
                         self.by_channel.setdefault(channel, []).append(runner)
                     for channel in [*self.by_channel, CALLBACK_CHANNEL]:
                         await conn.execute(sql.SQL(SQL["listen"]).format(sql.Identifier(channel)))
+                    if not self.checked_notify:
+                        # Behind a transaction-mode pooler LISTEN/NOTIFY does not work: say
+                        # so once (awa doctor says it too); pickups then wait for the poll.
+                        self.notify_works = await notifications_work(
+                            conn, poll_interval=self.poll_interval
+                        )
+                        self.checked_notify = True
                     self.connected.set()
                     backoff = 0.1
                     self._wake_all()  # anything sent while we were away

@@ -126,7 +126,7 @@ class Worker:
             poll_interval=self.timings.poll_interval,
         )
         self.runners = {name: QueueRunner(spec, context) for name, spec in self.queues.items()}
-        self.listener = Listener(self.dsn, self.runners, self.services)
+        self.listener = Listener(self.dsn, self.runners, self.services, self.timings.poll_interval)
         self.heartbeat = Heartbeat(
             self.core.heartbeat,
             self.running,
@@ -174,7 +174,12 @@ class Worker:
             from awa_cli.maintenance import Maintenance
 
             self.maintenance = Maintenance(
-                self.dsn, self.pool, self.core, self.timings, on_rescued=self.running.fence_rows
+                self.dsn,
+                self.pool,
+                self.core,
+                self.timings,
+                on_rescued=self.running.fence_rows,
+                on_depth=self.plugins.queue_depth if self.plugins is not None else None,
             )
             self._tasks.append(
                 loop.create_task(self.maintenance.run(self._stopping), name="awa-maintenance")

@@ -57,10 +57,11 @@ def test_every_hook_is_typed(name: str, fn: Any) -> None:
 
 
 def _runtime_types() -> dict[str, Any]:
+    from awa_cli.depth import QueueDepth
     from awa_cli.events import AnyEvent
     from awa_cli.worker.runtime import Worker
 
-    return {"AnyEvent": AnyEvent, "Worker": Worker}
+    return {"AnyEvent": AnyEvent, "Worker": Worker, "QueueDepth": QueueDepth}
 
 
 def test_the_module_says_how_async_implementations_run() -> None:

@@ -25,6 +25,7 @@ from prometheus_client import REGISTRY, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 import awa_cli as awa
+from awa_cli.depth import QueueDepth
 from awa_cli.events import JobEvent, RescueReason
 from awa_cli.jobs import JobRow, JobState
 from awa_cli.plugins.prometheus import NAME, SLOT_ENV, PrometheusPlugin
@@ -41,7 +42,7 @@ from tests.apps.metrics_app import (
 ROOT = Path(__file__).resolve().parents[2]
 DASHBOARD = ROOT / "dashboards" / "awa-grafana.json"
 NOW = datetime(2025, 1, 1, tzinfo=UTC)
-HOOKS = ["awa_job_event", "awa_worker_started", "awa_worker_stopping"]
+HOOKS = ["awa_job_event", "awa_worker_started", "awa_worker_stopping", "awa_queue_depth"]
 
 
 def row(kind: str = "send_email", queue: str = "email", **changes: Any) -> JobRow:
@@ -352,6 +353,7 @@ async def test_the_dashboard_queries_only_exported_metrics_and_has_the_staged_pa
     await plugin.awa_worker_started(fake_worker({1: "email"}))
     for event in all_events(row()):
         await plugin.awa_job_event(event)
+    await plugin.awa_queue_depth([QueueDepth("email", 3, 12.5)])
     exported = {s.name for family in plugin.registry.collect() for s in family.samples}
 
     def queries(node: Any) -> Iterator[str]:
@@ -373,6 +375,8 @@ async def test_the_dashboard_queries_only_exported_metrics_and_has_the_staged_pa
         "awa_jobs_running",
         "awa_job_rescues_total",
         "awa_hook_failures_total",
+        "awa_queue_available_jobs",
+        "awa_queue_oldest_available_age_seconds",
     ):
         assert family in used
     [staged] = [p for p in dashboard["panels"] if p["title"] == "Staged Follow-ups"]

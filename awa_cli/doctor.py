@@ -1,0 +1,373 @@
+"""`awa doctor`'s checks: what is wrong with a deployment, each with a one-line fix (DESIGN §14).
+
+:func:`diagnose` connects to the database and runs every check in order; each returns a
+:class:`Check` whose ``status`` is ``ok``, ``warn`` or ``fail``. A failed check means awa is
+not working as it should (the schema is missing, notifications never arrive, jobs sit
+unrescued, vacuum is held back); a warning means it works but something will hurt (no
+leader right now, a backlog, bloat). The CLI renders them; nothing here prints.
+
+Decisions:
+
+- ``leader``: no session holding the maintenance lock is a *warning*, since a database with
+  no worker running right now is not broken by itself; jobs that a leader should have rescued
+  and did not (``stuck_rescues``) are the *failure*.
+- ``max_connections``: what the configured workers need is computed from the worker's pool
+  sizes (:func:`connections_per_worker`), times ``[worker] processes``.
+- ``table_bloat``: a warning from 1,000 dead tuples and 20 % of the live ones, a failure
+  from 10,000 dead tuples outnumbering the live ones (claims then wade through garbage).
+- ``long_transactions``: a transaction in awa's database open longer than the threshold
+  (default 5 minutes) that holds back vacuum's horizon fails; one that holds no snapshot
+  warns.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+from psycopg.rows import dict_row
+
+from awa_cli.db.dsn import redact
+from awa_cli.db.migrations import available
+from awa_cli.db.roundtrip import notify_round_trip
+from awa_cli.db.statements import SQL
+from awa_cli.maintenance import LEADER_LOCK_KEY
+
+CONNECT_TIMEOUT = 5
+MIN_SERVER_VERSION = 140000
+
+DEAD_WARN, DEAD_WARN_RATIO = 1_000, 0.2
+DEAD_FAIL = 10_000
+
+
+class Status(enum.StrEnum):
+    OK = "ok"
+    WARN = "warn"
+    FAIL = "fail"
+
+
+@dataclass(frozen=True)
+class Check:
+    """One check's verdict; ``fix`` is one line saying what to do (None when ok)."""
+
+    name: str
+    status: Status
+    detail: str
+    fix: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "status": str(self.status),
+            "detail": self.detail,
+            "fix": self.fix,
+        }
+
+
+@dataclass(frozen=True)
+class DoctorOptions:
+    """What the checks compare against; the CLI fills it from the config."""
+
+    heartbeat_staleness: float = 15.0
+    processes: int = 1
+    queues: int = 1
+    long_transaction_threshold: float = 300.0
+    oldest_available_warn: float = 300.0
+    oldest_available_fail: float = 3600.0
+    notify_timeout: float = 2.0
+
+
+def connections_per_worker(queues: int) -> int:
+    """Connections one worker process opens at most: its pool (10 + one per queue), the claim
+    pool (one per queue + 1), the listener and the maintenance lock (mirrors worker/runtime)."""
+    return (10 + queues) + (queues + 1) + 1 + 1
+
+
+def failed(checks: list[Check]) -> bool:
+    return any(c.status is Status.FAIL for c in checks)
+
+
+async def diagnose(dsn: str, options: DoctorOptions | None = None) -> list[Check]:
+    """Run every check against ``dsn``; an unreachable database is one failed check."""
+    options = options or DoctorOptions()
+    try:
+        conn = await psycopg.AsyncConnection.connect(
+            dsn, autocommit=True, connect_timeout=CONNECT_TIMEOUT, row_factory=dict_row
+        )
+    except (psycopg.Error, OSError) as exc:
+        return [
+            Check(
+                "database",
+                Status.FAIL,
+                f"cannot connect: {_one_line(exc)}",
+                "check --database-url / $AWA_DATABASE_URL / [database] url and that PostgreSQL is up",
+            )
+        ]
+    async with conn:
+        await conn.execute(SQL["doctor_statement_timeout"])
+        checks = [Check("database", Status.OK, "connected")]
+        schema, has_jobs = await check_schema(conn)
+        checks.append(schema)
+        checks.extend(await check_server(conn, options))
+        steps: list[tuple[str, Callable[[], Awaitable[Check]]]] = [
+            ("listen_notify", lambda: check_listen_notify(conn, dsn, options.notify_timeout)),
+            ("leader", lambda: check_leader(conn)),
+        ]
+        if has_jobs:
+            stale = options.heartbeat_staleness * 3
+            steps.append(("stuck_rescues", lambda: check_stuck_rescues(conn, stale)))
+            steps.append(("oldest_available", lambda: check_oldest_available(conn, options)))
+        steps.append(("table_bloat", lambda: check_table_bloat(conn)))
+        long_tx = options.long_transaction_threshold
+        steps.append(("long_transactions", lambda: check_long_transactions(conn, long_tx)))
+        for name, step in steps:
+            checks.append(await guarded(name, step))
+        return checks
+
+
+async def guarded(name: str, step: Callable[[], Awaitable[Check]]) -> Check:
+    """Run one check; one whose own query failed (a timeout, a refused second connection)
+    is a failed check, not a crashed doctor, and the others still report."""
+    try:
+        return await step()
+    except (psycopg.Error, OSError) as exc:
+        return Check(
+            name,
+            Status.FAIL,
+            f"the check itself failed: {_one_line(exc)}",
+            "resolve the error shown, then run `awa doctor` again",
+        )
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return redact(text.splitlines()[0] if text else type(exc).__name__)
+
+
+async def _rows(conn: psycopg.AsyncConnection[Any], name: str, **params: Any) -> list[Any]:
+    return await (await conn.execute(SQL[name], params)).fetchall()
+
+
+async def check_schema(conn: psycopg.AsyncConnection[Any]) -> tuple[Check, bool]:
+    """The applied migrations against those this awa ships; and whether awa.jobs exists."""
+    [found] = await _rows(conn, "doctor_schema_versions")
+    shipped = [m.version for m in available()]
+    latest = shipped[-1]
+    if not found["has_ledger"]:
+        return Check(
+            "schema", Status.FAIL, "awa's schema is not installed", "run `awa migrate`"
+        ), bool(found["has_jobs"])
+    applied = [r["version"] for r in await _rows(conn, "doctor_applied_migrations")]
+    missing = [v for v in shipped if v not in applied]
+    unknown = [v for v in applied if v not in shipped]
+    current = max(applied, default=0)
+    if missing:
+        names = ", ".join(f"{v:04d}" for v in missing)
+        check = Check(
+            "schema",
+            Status.FAIL,
+            f"version {current:04d}, this awa ships {latest:04d}: pending {names}",
+            "run `awa migrate`",
+        )
+    elif unknown:
+        check = Check(
+            "schema",
+            Status.WARN,
+            f"version {current:04d} is newer than this awa knows ({latest:04d})",
+            "upgrade awa-worker on this host to the version that migrated the database",
+        )
+    else:
+        check = Check("schema", Status.OK, f"version {current:04d} (current)")
+    return check, bool(found["has_jobs"])
+
+
+async def check_server(conn: psycopg.AsyncConnection[Any], options: DoctorOptions) -> list[Check]:
+    """Server version, durability settings, and connections against what the workers need."""
+    [s] = await _rows(conn, "doctor_server")
+    checks = []
+    if s["version_num"] < MIN_SERVER_VERSION:
+        checks.append(
+            Check(
+                "server",
+                Status.WARN,
+                f"PostgreSQL {s['version']} is past its end of life",
+                "upgrade PostgreSQL to a supported major version (14 or later)",
+            )
+        )
+    else:
+        checks.append(Check("server", Status.OK, f"PostgreSQL {s['version']}"))
+    durable = s["synchronous_commit"] != "off" and s["fsync"] == "on"
+    checks.append(
+        Check(
+            "synchronous_commit",
+            Status.OK if durable else Status.WARN,
+            f"synchronous_commit = {s['synchronous_commit']}, fsync = {s['fsync']}",
+            None
+            if durable
+            else "a crash can lose committed jobs and outcomes: set synchronous_commit = on and fsync = on",
+        )
+    )
+    checks.append(_connections_check(s, options))
+    return checks
+
+
+def _connections_check(s: dict[str, Any], options: DoctorOptions) -> Check:
+    usable = s["max_connections"] - s["reserved_connections"]
+    needed = options.processes * connections_per_worker(options.queues)
+    detail = (
+        f"max_connections = {s['max_connections']} ({usable} usable), "
+        f"{s['connections_in_use']} in use; one awa worker host needs up to {needed}"
+    )
+    fix = (
+        f"raise max_connections above {needed + s['reserved_connections']}, "
+        "lower [worker] processes, or put a session-mode pooler in front"
+    )
+    if needed > usable:
+        return Check("max_connections", Status.FAIL, detail, fix)
+    if needed + s["connections_in_use"] > usable:
+        return Check("max_connections", Status.WARN, detail, fix)
+    return Check("max_connections", Status.OK, detail)
+
+
+async def check_listen_notify(
+    conn: psycopg.AsyncConnection[Any], dsn: str, timeout: float
+) -> Check:
+    """A notification sent from a second connection must reach this one within ``timeout``."""
+    async with await psycopg.AsyncConnection.connect(
+        dsn, autocommit=True, connect_timeout=CONNECT_TIMEOUT
+    ) as sender:
+        elapsed = await notify_round_trip(conn, sender=sender, timeout=timeout)
+    return judge_round_trip(elapsed, timeout)
+
+
+def judge_round_trip(elapsed: float | None, timeout: float) -> Check:
+    """The ``listen_notify`` verdict for a round trip that took ``elapsed`` s (None: lost)."""
+    if elapsed is None:
+        return Check(
+            "listen_notify",
+            Status.FAIL,
+            f"a NOTIFY did not reach its listener within {timeout:g}s "
+            "(a transaction-mode pooler drops them); workers fall back to polling",
+            "point awa at PostgreSQL directly or at a session-mode pooler",
+        )
+    return Check("listen_notify", Status.OK, f"round trip in {elapsed * 1000:.1f} ms")
+
+
+async def check_leader(conn: psycopg.AsyncConnection[Any]) -> Check:
+    """Some session holds the maintenance leader's advisory lock."""
+    rows = await _rows(conn, "doctor_leader", key=LEADER_LOCK_KEY)
+    if not rows:
+        return Check(
+            "leader",
+            Status.WARN,
+            "no maintenance leader: no worker is running on this database",
+            "start `awa worker` (or run `awa rescue run` from a timer); rescue and retention wait for one",
+        )
+    leader = rows[0]
+    where = leader["client_addr"] or "local socket"
+    return Check(
+        "leader",
+        Status.OK,
+        f"held by pid {leader['pid']} ({leader['application_name'] or '?'}, {where})",
+    )
+
+
+async def check_stuck_rescues(conn: psycopg.AsyncConnection[Any], threshold: float) -> Check:
+    """Jobs a working leader would have rescued: overdue by 3 × heartbeat_staleness."""
+    [r] = await _rows(conn, "doctor_stuck_rescues", threshold=threshold)
+    total = r["overdue"]
+    if not total:
+        return Check("stuck_rescues", Status.OK, "no job overdue for rescue")
+    return Check(
+        "stuck_rescues",
+        Status.FAIL,
+        f"{total} job(s) overdue for rescue by more than {threshold:g}s "
+        f"({r['stale_heartbeats']} stale heartbeats, {r['past_deadline']} past deadline, "
+        f"{r['expired_callbacks']} expired callbacks; oldest {r['oldest_age']:.0f}s)",
+        "no leader is sweeping: start `awa worker`, or run `awa rescue run` now",
+    )
+
+
+async def check_oldest_available(
+    conn: psycopg.AsyncConnection[Any], options: DoctorOptions
+) -> Check:
+    """How long the longest-waiting due job has waited to be claimed."""
+    rows = await _rows(conn, "doctor_oldest_available")
+    if not rows:
+        return Check("oldest_available", Status.OK, "no job waiting to be claimed")
+    job = rows[0]
+    age = job["age"]
+    detail = f"job {job['id']} in queue {job['queue']!r} has waited {_age(age)}"
+    fix = f"add workers or concurrency for queue {job['queue']!r}, or check that a worker serves it"
+    if age > options.oldest_available_fail:
+        return Check("oldest_available", Status.FAIL, detail, fix)
+    if age > options.oldest_available_warn:
+        return Check("oldest_available", Status.WARN, detail, fix)
+    return Check("oldest_available", Status.OK, detail)
+
+
+async def check_table_bloat(conn: psycopg.AsyncConnection[Any]) -> Check:
+    """Dead tuples of awa's tables against their live ones (the worst table decides)."""
+    rows = await _rows(conn, "doctor_table_stats")
+    if not rows:
+        return Check("table_bloat", Status.OK, "no awa tables")
+    worst = Status.OK
+    notes = []
+    for t in rows:
+        dead, live = t["dead"], t["live"]
+        status = Status.OK
+        if dead >= DEAD_FAIL and dead > live:
+            status = Status.FAIL
+        elif dead >= DEAD_WARN and dead >= DEAD_WARN_RATIO * live:
+            status = Status.WARN
+        if status is not Status.OK or t["autovacuum_off"]:
+            vacuumed = (
+                t["last_vacuum"].isoformat(timespec="seconds") if t["last_vacuum"] else "never"
+            )
+            off = ", autovacuum off" if t["autovacuum_off"] else ""
+            notes.append(
+                f"awa.{t['table_name']}: {dead} dead / {live} live, vacuumed {vacuumed}{off}"
+            )
+            worst = max(worst, status, Status.WARN if t["autovacuum_off"] else Status.OK, key=_rank)
+    if worst is Status.OK:
+        top = rows[0]
+        return Check(
+            "table_bloat", Status.OK, f"most dead tuples: awa.{top['table_name']} {top['dead']}"
+        )
+    return Check(
+        "table_bloat",
+        worst,
+        "; ".join(notes),
+        "VACUUM (ANALYZE) the table, keep autovacuum on for awa's tables, end long transactions",
+    )
+
+
+def _rank(status: Status) -> int:
+    return (Status.OK, Status.WARN, Status.FAIL).index(status)
+
+
+async def check_long_transactions(conn: psycopg.AsyncConnection[Any], threshold: float) -> Check:
+    """Transactions open longer than ``threshold`` in awa's database (they stall vacuum)."""
+    rows = await _rows(conn, "doctor_long_transactions", threshold=threshold)
+    if not rows:
+        return Check("long_transactions", Status.OK, f"none open longer than {_age(threshold)}")
+    holding = [r for r in rows if r["holds_horizon"]]
+    oldest = rows[0]
+    detail = (
+        f"{len(rows)} transaction(s) open longer than {_age(threshold)}, {len(holding)} holding "
+        f"back vacuum; oldest pid {oldest['pid']} ({oldest['state']}, "
+        f"{oldest['application_name'] or '?'}) for {_age(oldest['age'])}"
+    )
+    fix = f"end it (SELECT pg_terminate_backend({oldest['pid']})) or fix the client that leaves it open"
+    return Check("long_transactions", Status.FAIL if holding else Status.WARN, detail, fix)
+
+
+def _age(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.1f}s"
+    if seconds < 7200:
+        return f"{seconds / 60:.1f}m"
+    return f"{seconds / 3600:.1f}h"

@@ -1,0 +1,84 @@
+"""Metadata contributors: entries added to every job's metadata at enqueue (pure).
+
+A contributor is ``fn(kind, queue, metadata, trigger) -> Mapping | None``, called once for
+each validated insert (a bulk insert calls it once per kind and shares the result) with the
+job's kind, queue and its metadata so far, and ``trigger``: the metadata of the job whose
+outcome enqueues this one (a follow-up), or None. What it returns is merged in, without
+overriding a key the caller set. The OpenTelemetry plugin registers one to store
+``awa.traceparent``; nothing is registered by default, so enqueue pays one list check.
+
+The outcome core and the worker mark the follow-ups they prepare with :func:`following`.
+A contributor that raises is logged and skipped: tracing never stops an enqueue.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import logging
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
+
+log = logging.getLogger("awa.metadata")
+
+Contributor = Callable[
+    [str, str, Mapping[str, Any], Mapping[str, Any] | None], Mapping[str, Any] | None
+]
+R = TypeVar("R")
+
+_CONTRIBUTORS: list[Contributor] = []
+_TRIGGER: contextvars.ContextVar[Mapping[str, Any] | None] = contextvars.ContextVar(
+    "awa_follow_up_trigger", default=None
+)
+
+
+def register(contributor: Contributor) -> None:
+    """Add ``contributor`` (once; registering it again is a no-op)."""
+    if contributor not in _CONTRIBUTORS:
+        _CONTRIBUTORS.append(contributor)
+
+
+def unregister(contributor: Contributor) -> None:
+    if contributor in _CONTRIBUTORS:
+        _CONTRIBUTORS.remove(contributor)
+
+
+def registered() -> tuple[Contributor, ...]:
+    return tuple(_CONTRIBUTORS)
+
+
+def contribute(kind: str, queue: str, metadata: dict[str, Any]) -> dict[str, Any]:
+    """``metadata`` with every contributor's entries added (the same object when none is
+    registered; a new dict otherwise)."""
+    if not _CONTRIBUTORS:
+        return metadata
+    trigger = _TRIGGER.get()
+    merged = dict(metadata)
+    for contributor in list(_CONTRIBUTORS):
+        try:
+            extra = contributor(kind, queue, merged, trigger)
+        except Exception as exc:
+            log.warning(
+                "metadata contributor %r failed: %s: %s",
+                contributor,
+                type(exc).__name__,
+                exc,
+                extra={"action": "metadata_contributor_failed"},
+            )
+            continue
+        for key, value in (extra or {}).items():
+            merged.setdefault(key, value)
+    return merged
+
+
+def following(trigger: Mapping[str, Any] | None, prepare: Callable[..., R]) -> Callable[..., R]:
+    """``prepare`` (a function validating a follow-up) run with ``trigger`` — the metadata
+    of the job that causes the follow-up — visible to the contributors."""
+
+    def prepare_follow_up(*args: Any, **kwargs: Any) -> R:
+        token = _TRIGGER.set(trigger)
+        try:
+            return prepare(*args, **kwargs)
+        finally:
+            _TRIGGER.reset(token)
+
+    return prepare_follow_up
