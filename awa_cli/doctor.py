@@ -361,7 +361,7 @@ async def check_long_transactions(conn: psycopg.AsyncConnection[Any], threshold:
         f"back vacuum; oldest pid {oldest['pid']} ({oldest['state']}, "
         f"{oldest['application_name'] or '?'}) for {_age(oldest['age'])}"
     )
-    fix = f"end it (SELECT pg_terminate_backend({oldest['pid']})) or fix the client that leaves it open"
+    fix = f"end backend {oldest['pid']} with pg_terminate_backend, or fix the client that leaves it open"
     return Check("long_transactions", Status.FAIL if holding else Status.WARN, detail, fix)
 
 

@@ -148,7 +148,7 @@ def test_long_transaction_holding_back_vacuum_fails(dsn: str, config_file: Path)
         found = check()
         assert found["code"] == 1
         assert "holding back vacuum" in found["detail"]
-        assert f"pg_terminate_backend({other.info.backend_pid})" in found["fix"]
+        assert f"end backend {other.info.backend_pid} with pg_terminate_backend" in found["fix"]
         other.rollback()
     _, report = doctor(config_file, dsn, "--long-transaction-threshold", "200ms")
     assert by_name(report)["long_transactions"]["status"] == "ok"
