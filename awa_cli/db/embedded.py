@@ -22,14 +22,12 @@ import fcntl
 import hashlib
 import importlib.util
 import os
-import pwd
 import shlex
 import shutil
 import stat
 import subprocess
-import sys
 import tempfile
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,12 +38,18 @@ import psycopg
 from psycopg import sql
 
 from awa_cli.db.statements import SQL
+from awa_cli.db.server_user import (
+    ServerUser,
+    ensure_readable_tree,
+    ensure_traversable,
+    notice,
+    server_user,
+)
 from awa_cli.errors import EmbeddedError
 
 SUPERUSER = "postgres"
 DATABASE = "awa"
 PORT = 5432
-SERVER_USER = "awa"
 # sun_path is 108 bytes including the NUL; keep a margin.
 _MAX_SOCKET_PATH = 100
 _START_TIMEOUT = 60
@@ -112,105 +116,6 @@ def _major_version(bin_dir: Path) -> str | None:
         if word[:1].isdigit():
             return word.split(".")[0]
     return None
-
-
-# --------------------------------------------------------------------------- the server user
-
-
-@dataclass(frozen=True)
-class _User:
-    name: str
-    uid: int
-    gid: int
-
-
-def _notice(text: str) -> None:
-    """Tell the person at the terminal what was done to their system (stderr, one line)."""
-    sys.stderr.write(text + "\n")
-    sys.stderr.flush()
-
-
-def _server_user(notice: Callable[[str], None] | None = None) -> _User | None:
-    """The user the server runs as when we are root, else None (run as ourselves).
-
-    With ``notice``, says so (and whether the system user was created just now).
-    """
-    if os.geteuid() != 0:
-        return None
-    created = ""
-    try:
-        entry = pwd.getpwnam(SERVER_USER)
-    except KeyError:
-        entry = None
-        useradd = shutil.which("useradd")
-        if useradd:
-            subprocess.run(
-                [
-                    useradd,
-                    "--system",
-                    "--no-create-home",
-                    "--shell",
-                    "/usr/sbin/nologin",
-                    SERVER_USER,
-                ],
-                capture_output=True,
-                check=False,
-            )
-            try:  # a concurrent awa process may have won the race: look again either way
-                entry = pwd.getpwnam(SERVER_USER)
-                created = " (created)"
-            except KeyError:
-                entry = None
-        if entry is None:
-            entry = pwd.getpwnam("nobody")
-            created = f" (user {SERVER_USER!r} could not be created)"
-    assert entry is not None  # getpwnam raises rather than returning None
-    if notice is not None:
-        notice(f"running as root: the server runs as system user {entry.pw_name!r}{created}")
-    return _User(entry.pw_name, entry.pw_uid, entry.pw_gid)
-
-
-def _can_traverse(path: Path, user: _User) -> bool:
-    st = path.stat()
-    if st.st_uid == user.uid:
-        return bool(st.st_mode & stat.S_IXUSR)
-    if st.st_gid == user.gid:
-        return bool(st.st_mode & stat.S_IXGRP)
-    return bool(st.st_mode & stat.S_IXOTH)
-
-
-def _ensure_traversable(
-    path: Path, user: _User, notice: Callable[[str], None] | None = None
-) -> None:
-    """Let ``user`` reach ``path``: add o+x to each ancestor it cannot traverse (and, with
-    ``notice``, say so for each: a home directory made traversable is worth knowing)."""
-    for parent in reversed(path.resolve().parents):
-        if not _can_traverse(parent, user):
-            parent.chmod(parent.stat().st_mode | stat.S_IXOTH)
-            if notice is not None:
-                notice(f"added o+x to {parent} (so that user {user.name!r} can reach {path})")
-
-
-def _ensure_readable_tree(root: Path) -> None:
-    """o+rX on an install tree (pgserver's binaries and libraries) if it lacks it."""
-    probe = root / "bin" / "postgres"
-    if (
-        probe.exists()
-        and probe.stat().st_mode & stat.S_IXOTH
-        and root.stat().st_mode & stat.S_IXOTH
-    ):
-        return
-    for dirpath, _dirnames, filenames in os.walk(root):
-        d = Path(dirpath)
-        d.chmod(d.stat().st_mode | stat.S_IROTH | stat.S_IXOTH)
-        for name in filenames:
-            f = d / name
-            if f.is_symlink():
-                continue
-            mode = f.stat().st_mode | stat.S_IROTH
-            if mode & stat.S_IXUSR:
-                mode |= stat.S_IXOTH
-            f.chmod(mode)
 
 
 # --------------------------------------------------------------------------- the server
@@ -296,7 +201,7 @@ class EmbeddedPostgres:
         """Start the server if needed (initialising the data dir on first use); the DSN."""
         with self._locked():
             if self._running_pid() is None:
-                user = _server_user(notice=_notice)
+                user = server_user(notice=notice)
                 bin_dir = self._bin_dir()
                 if user is not None:
                     self._prepare_for(user, bin_dir)
@@ -313,7 +218,7 @@ class EmbeddedPostgres:
         with self._locked():
             if self._running_pid() is None:
                 return False
-            user = _server_user()
+            user = server_user()
             bin_dir = self._bin_dir()
             result = self._run(
                 [
@@ -369,15 +274,15 @@ class EmbeddedPostgres:
             f"but only other versions are installed ({', '.join(map(str, candidates))})"
         )
 
-    def _prepare_for(self, user: _User, bin_dir: Path) -> None:
+    def _prepare_for(self, user: ServerUser, bin_dir: Path) -> None:
         """As root: let the server user reach the binaries and own its directories."""
         install = bin_dir.parent
         pgserver_bin = _pgserver_bin()
         if pgserver_bin is not None and bin_dir == pgserver_bin:
-            _ensure_traversable(install, user, _notice)
-            _ensure_readable_tree(install)
+            ensure_traversable(install, user, notice)
+            ensure_readable_tree(install)
         self.data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-        _ensure_traversable(self.data_dir, user, _notice)
+        ensure_traversable(self.data_dir, user, notice)
         st = self.data_dir.stat()
         if st.st_uid != user.uid:
             for dirpath, _dirnames, filenames in os.walk(self.data_dir):
@@ -385,7 +290,7 @@ class EmbeddedPostgres:
                 for name in filenames:
                     os.chown(os.path.join(dirpath, name), user.uid, user.gid, follow_symlinks=False)
 
-    def _initdb(self, bin_dir: Path, user: _User | None) -> None:
+    def _initdb(self, bin_dir: Path, user: ServerUser | None) -> None:
         self.data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         leftovers = [p for p in self.data_dir.iterdir() if p.name != "log"]
         if leftovers:
@@ -435,7 +340,7 @@ class EmbeddedPostgres:
             conf.write("\n".join(lines) + "\n")
         self.data_dir.chmod(0o700)
 
-    def _ensure_socket_dir(self, user: _User | None) -> None:
+    def _ensure_socket_dir(self, user: ServerUser | None) -> None:
         owner = user.uid if user is not None else os.geteuid()
         if self.socket_dir != self.data_dir:
             try:
@@ -455,7 +360,7 @@ class EmbeddedPostgres:
             if self.log_path.exists():
                 os.chown(self.log_path, user.uid, user.gid)
 
-    def _pg_ctl_start(self, bin_dir: Path, user: _User | None) -> None:
+    def _pg_ctl_start(self, bin_dir: Path, user: ServerUser | None) -> None:
         # The socket settings are given again on the command line so a moved socket dir
         # (e.g. /tmp wiped by a reboot) is always the one computed from the data dir.
         options = f"-c listen_addresses='' -k {shlex.quote(str(self.socket_dir))} -p {self.port}"
@@ -492,7 +397,7 @@ class EmbeddedPostgres:
             if not exists:
                 conn.execute(sql.SQL(SQL["create_database"]).format(sql.Identifier(name)))
 
-    def _run(self, cmd: list[str], user: _User | None) -> subprocess.CompletedProcess[str]:
+    def _run(self, cmd: list[str], user: ServerUser | None) -> subprocess.CompletedProcess[str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith("PG")}
         env["LC_ALL"] = "C"
         kwargs: dict[str, Any] = {}
