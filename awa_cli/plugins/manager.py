@@ -165,6 +165,51 @@ def _positional(fn: Callable[..., Any], arg: str) -> Callable[[Any], Any]:
     return call
 
 
+def _tell(
+    report: Callable[[str], None] | None, message: str, level: int, action: str, name: str
+) -> None:
+    """One problem, once: to ``report`` when the caller collects them, else the log."""
+    if report is not None:
+        report(f"warning: {message}")
+    else:
+        log.log(level, message, extra={"action": action, "plugin": name})
+
+
+def _register(
+    host: PluginHost,
+    report: Callable[[str], None] | None,
+    name: str,
+    origin: str,
+    load: Callable[[], Any],
+) -> None:
+    """Load one plugin and register it; a failure or a misspelt hook is reported once."""
+    pm = host.pm
+    try:
+        plugin = load()
+        if pm.is_registered(plugin):
+            log.info(
+                "plugin %s (%s) is already loaded as %s",
+                name,
+                origin,
+                pm.get_name(plugin),
+                extra={"action": "plugin_duplicate", "plugin": name},
+            )
+            return
+        pm.register(plugin, name=name)
+    except Exception as exc:
+        text = f"{type(exc).__name__}: {exc}"  # one line, whatever the exception says
+        error = " ".join(part.strip() for part in text.splitlines() if part.strip())
+        host.failed.append(FailedPlugin(name, origin, error))
+        message = f"plugin {name!r} ({origin}) failed to load: {error}"
+        _tell(report, message, logging.ERROR, "plugin_load_failed", name)
+        return
+    host.loaded.append(LoadedPlugin(name, origin, _hook_names(pm, plugin)))
+    for problem in _hook_name_problems(pm, plugin):
+        message = f"plugin {name!r} ({origin}): {problem}"
+        host.warnings.append(message)
+        _tell(report, message, logging.WARNING, "plugin_unknown_hook", name)
+
+
 def build_plugin_host(
     config_plugins: Iterable[str] = (),
     base_dir: Path | None = None,
@@ -184,39 +229,7 @@ def build_plugin_host(
     pm = pluggy.PluginManager("awa_cli")
     pm.add_hookspecs(hookspecs)
     host = PluginHost(pm)
-
-    def tell(message: str, level: int, action: str, name: str) -> None:
-        if report is not None:
-            report(f"warning: {message}")
-        else:
-            log.log(level, message, extra={"action": action, "plugin": name})
-
-    def register(name: str, origin: str, load: Callable[[], Any]) -> None:
-        try:
-            plugin = load()
-            if pm.is_registered(plugin):
-                log.info(
-                    "plugin %s (%s) is already loaded as %s",
-                    name,
-                    origin,
-                    pm.get_name(plugin),
-                    extra={"action": "plugin_duplicate", "plugin": name},
-                )
-                return
-            pm.register(plugin, name=name)
-        except Exception as exc:
-            text = f"{type(exc).__name__}: {exc}"  # one line, whatever the exception says
-            error = " ".join(part.strip() for part in text.splitlines() if part.strip())
-            host.failed.append(FailedPlugin(name, origin, error))
-            message = f"plugin {name!r} ({origin}) failed to load: {error}"
-            tell(message, logging.ERROR, "plugin_load_failed", name)
-            return
-        host.loaded.append(LoadedPlugin(name, origin, _hook_names(pm, plugin)))
-        for problem in _hook_name_problems(pm, plugin):
-            message = f"plugin {name!r} ({origin}): {problem}"
-            host.warnings.append(message)
-            tell(message, logging.WARNING, "plugin_unknown_hook", name)
-
+    register = functools.partial(_register, host, report)
     for module_name in BUILTIN_PLUGINS:
         register(module_name, "builtin", functools.partial(importlib.import_module, module_name))
     for name, load in extra_builtins:
