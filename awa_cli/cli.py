@@ -145,11 +145,12 @@ def cli(
 
 def _register_commands() -> None:
     from awa_cli.commands import callback, config, db, job, migrate, plugins, queue, rescue, worker
-    from awa_cli.commands import doctor, serve
+    from awa_cli.commands import cron, doctor, serve
 
     for module in (
         callback,
         config,
+        cron,
         db,
         doctor,
         job,
