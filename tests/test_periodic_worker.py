@@ -4,6 +4,7 @@ unique options), the leader's wake-up, and what is logged."""
 
 from __future__ import annotations
 
+import itertools
 import logging
 from dataclasses import dataclass
 from datetime import timedelta
@@ -86,7 +87,7 @@ async def test_fires_every_second_within_a_second_as_ordinary_jobs(dsn: str) -> 
     fire_times = [r[1] for r in fired]
     assert len(set(fire_times)) == len(fire_times)  # one job per fire time
     # consecutive seconds: nothing skipped between the first and the last fire
-    assert all(b - a == timedelta(seconds=1) for a, b in zip(fire_times, fire_times[1:]))
+    assert all(b - a == timedelta(seconds=1) for a, b in itertools.pairwise(fire_times))
     # within 1 s of the fire time although the rescue interval is 5 s (the leader woke at it);
     # the first fire after the schedule was stored may wait for the leader's first sweep
     lateness = sorted((created - run_at).total_seconds() for _, run_at, created, _ in fired[1:])
