@@ -4,6 +4,7 @@ each catch-up policy after downtime (back-dated rather than slept through)."""
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
 import signal
@@ -136,7 +137,7 @@ def test_exactly_once_with_three_workers_and_the_leader_killed(
     times = fire_times(dsn, "every_second")
     # No gap: a fire time missed while no leader ran is younger than the grace (60 s), so it
     # is on time and fires late rather than never, whatever the catch-up policy.
-    gaps = [b - a for a, b in zip(times, times[1:], strict=False) if b - a != timedelta(seconds=1)]
+    gaps = [b - a for a, b in itertools.pairwise(times) if b - a != timedelta(seconds=1)]
     assert gaps == [], times
     assert times[0] < killed_at < times[-1]
     # ordinary jobs, run by the workers (the last ones may have fired while the last worker
