@@ -208,10 +208,12 @@ class Maintenance:
 
     async def sweep_periodic(self) -> None:
         """Fire the due periodic schedules (errors of the database are logged, not raised);
-        remember when the next one is due, a moment after its fire time."""
+        remember when the next one is due, a moment after its fire time. Old recorded fires
+        are pruned first, at most every PERIODIC_PRUNE_INTERVAL."""
         loop = asyncio.get_running_loop()
         self._periodic_due_at = None
         try:
+            await self._prune_periodic_fires()
             swept = await self.core.fire_periodic()
         except (psycopg.OperationalError, psycopg.InterfaceError, OSError) as exc:
             log.warning("periodic sweep failed: %s", exc, extra={"action": "sweep_failed"})
@@ -238,7 +240,6 @@ class Maintenance:
         """One sweep as the leader runs it (errors of the database are logged, not raised):
         rescue and retention, then the periodic schedules."""
         try:
-            await self._prune_periodic_fires()
             await sweep_once(
                 self.core,
                 heartbeat_staleness=self.timings.heartbeat_staleness,
@@ -255,7 +256,7 @@ class Maintenance:
         await self.sweep_periodic()
 
     async def _prune_periodic_fires(self) -> None:
-        """Forget old recorded fires with retention, at most every PERIODIC_PRUNE_INTERVAL."""
+        """Forget recorded fires a day behind their schedule's last fire (never due again)."""
         now = asyncio.get_running_loop().time()
         if now < self._periodic_pruned_at + defaults.PERIODIC_PRUNE_INTERVAL:
             return

@@ -193,3 +193,24 @@ async def test_a_new_schedule_wakes_the_leader_at_once(dsn: str) -> None:
             fired = len(periodic_jobs(dsn, "late"))
             await client.resume_periodic("late")
             await wait_until(lambda: len(periodic_jobs(dsn, "late")) >= fired + 2, timeout=10)
+
+
+@pytest.mark.asyncio
+async def test_the_leader_prunes_old_fires(dsn: str) -> None:
+    hourly = Schedule("hourly", "@hourly", "tick", {}, options={"queue": "default"})
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+        await calls.upsert(conn, [hourly])
+        await conn.execute(
+            "UPDATE awa.periodic_jobs SET last_fire_at = date_trunc('hour', now()),"
+            " next_fire_at = date_trunc('hour', now()) + interval '1 hour'"
+        )
+        await conn.execute(
+            "INSERT INTO awa.periodic_fires (name, fire_at)"
+            " SELECT 'hourly', date_trunc('hour', now()) - h * interval '1 hour'"
+            " FROM generate_series(0, 47) h"
+        )
+    async with running_worker(tick_app(), dsn, **FAST):
+        await wait_until(
+            lambda: rows(dsn, "SELECT count(*) FROM awa.periodic_fires") == [(25,)], timeout=10
+        )
+    assert periodic_jobs(dsn, "hourly") == []  # nothing fired: the next fire is an hour away
