@@ -28,6 +28,7 @@ MAINTENANCE = (
     "[maintenance]\nheartbeat_interval = 0.5\nheartbeat_staleness = 3\n"
     'rescue_interval = "0.5s"\nleader_election_interval = "0.5s"\n'
 )
+EVERY_SECOND = '[periodic.every_second]\ncron = "* * * * * *"\nkind = "tick"\n'
 
 
 def config(tmp_path: Path, schedules: str, name: str = "awa.toml") -> Path:
@@ -146,10 +147,63 @@ def test_exactly_once_with_three_workers_and_the_leader_killed(
     assert completed >= total - 3
 
 
+# After a periodic job's row is inserted, its transaction waits on advisory lock GATE while a
+# test holds it: the leader is held between its insert and its commit (rescue is not).
+GATE = 4242
+GATE_SQL = f"""
+CREATE FUNCTION public.periodic_gate() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF NEW.metadata ? 'awa.periodic' THEN PERFORM pg_advisory_xact_lock_shared({GATE}); END IF;
+    RETURN NEW;
+END $$;
+CREATE TRIGGER periodic_gate AFTER INSERT ON awa.jobs
+    FOR EACH ROW EXECUTE FUNCTION public.periodic_gate();
+"""
+
+
+def test_a_leader_killed_between_the_insert_and_the_commit_leaves_nothing(
+    tmp_path: Path, dsn: str, fleet: list[WorkerProcess]
+) -> None:
+    """Hold the leader inside its sweep transaction (the fire recorded, the job inserted, the
+    commit not yet sent), kill -9 it there, then let go: the fire is neither lost nor doubled."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(GATE_SQL)  # type: ignore[arg-type]
+    path = config(tmp_path, EVERY_SECOND)
+    fleet += [WorkerProcess(tmp_path, dsn, path, f"w{i}") for i in range(2)]
+    wait_for(lambda: len(fire_times(dsn, "every_second")) >= 2, what="the first fires")
+    [leader] = wait_for(lambda: [w for w in fleet if w.leads], what="a leader")
+    held = "SELECT pid FROM pg_stat_activity WHERE wait_event = 'advisory'"
+    with psycopg.connect(dsn, autocommit=True) as holder:
+        holder.execute("SELECT pg_advisory_lock(%s)", (GATE,))
+        [(backend,)] = wait_for(lambda: query(dsn, held), what="the leader held before commit")
+        leader.kill()
+        [survivor] = [w for w in fleet if w is not leader]
+        wait_for(lambda: survivor.leads, what="the survivor leading")
+        killed_at = datetime.now(UTC)
+        holder.execute("SELECT pg_advisory_unlock(%s)", (GATE,))
+    wait_for(
+        lambda: not query(dsn, "SELECT 1 FROM pg_stat_activity WHERE pid = %s", backend),
+        what="the killed leader's transaction gone",
+    )
+    wait_for(
+        lambda: sum(t > killed_at for t in fire_times(dsn, "every_second")) >= 2,
+        what="fires after the kill",
+    )
+    assert survivor.stop() == 0, survivor.log()
+    [(total, distinct, fires)] = query(
+        dsn,
+        "SELECT count(*), count(DISTINCT (metadata->>'awa.periodic', run_at)),"
+        " (SELECT count(*) FROM awa.periodic_fires) FROM awa.jobs",
+    )
+    assert total == distinct == fires
+    times = fire_times(dsn, "every_second")
+    assert [b - a for a, b in itertools.pairwise(times) if b - a != timedelta(seconds=1)] == []
+
+
 def test_pause_survives_a_restart_and_a_redeploy(
     tmp_path: Path, dsn: str, fleet: list[WorkerProcess]
 ) -> None:
-    schedule = '[periodic.every_second]\ncron = "* * * * * *"\nkind = "tick"\n'
+    schedule = EVERY_SECOND
     fleet.append(WorkerProcess(tmp_path, dsn, config(tmp_path, schedule), "first"))
     wait_for(lambda: fire_times(dsn, "every_second"), what="the first fire")
     with awa.Client(dsn) as client:
