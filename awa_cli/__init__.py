@@ -19,6 +19,7 @@ from awa_cli.events import JobEvent, RescueReason
 from awa_cli.enqueue import DEFAULT_UNIQUE_STATES, EnqueueRequest, InsertOpts, UniqueOpts
 from awa_cli.jobs import CallbackToken, JobRow, JobState
 from awa_cli.jsonvalues import kind_for
+from awa_cli.periodic import PeriodicJob
 from awa_cli.plugins.marker import hookimpl
 from awa_cli.errors import (
     AppNotFound,
@@ -34,6 +35,7 @@ from awa_cli.errors import (
     FollowUpError,
     InvalidJobState,
     JobNotFound,
+    PeriodicNotFound,
     RegistrationError,
     ResolutionRefused,
     ShutdownInterrupted,
@@ -74,6 +76,8 @@ __all__ = [
     "JobResult",
     "JobRow",
     "JobState",
+    "PeriodicJob",
+    "PeriodicNotFound",
     "RegistrationError",
     "RescueReason",
     "ResolutionRefused",

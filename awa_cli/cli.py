@@ -19,12 +19,12 @@ EXIT_NOT_FOUND = 4
 
 
 def exit_code_for(exc: BaseException) -> int:
-    from awa_cli.errors import AppNotFound
+    from awa_cli.errors import AppNotFound, PeriodicNotFound
     from awa_cli.config import ConfigError
 
     if isinstance(exc, (ValidationError, ConfigError, AppNotFound)):
         return EXIT_USAGE
-    if isinstance(exc, (JobNotFound, CallbackNotFound)):
+    if isinstance(exc, (JobNotFound, CallbackNotFound, PeriodicNotFound)):
         return EXIT_NOT_FOUND
     return EXIT_FAILED
 
@@ -145,11 +145,12 @@ def cli(
 
 def _register_commands() -> None:
     from awa_cli.commands import callback, config, db, job, migrate, plugins, queue, rescue, worker
-    from awa_cli.commands import doctor, serve
+    from awa_cli.commands import cron, doctor, serve
 
     for module in (
         callback,
         config,
+        cron,
         db,
         doctor,
         job,

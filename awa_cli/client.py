@@ -29,6 +29,7 @@ from awa_cli.enqueue import InsertOpts, UniqueOpts, prepare_many
 from awa_cli.jobs import JobRow, JobState, PreparedJob
 from awa_cli.jsonvalues import to_json
 from awa_cli.outcomes import OutcomeCore
+from awa_cli.periodic import PeriodicJob
 from awa_cli.results import JobNotFound, UniqueConflict, ValidationError, seconds
 
 if TYPE_CHECKING:
@@ -454,6 +455,33 @@ class AsyncClient(InspectReads):
             )
             return ResolveResult("failed", row)
         return ResolveResult("ignored", await self.core.waiting_job(callback_id, run_lease))
+
+    # -- periodic jobs (DESIGN §9) ---------------------------------------------------------
+    # ``actor`` (e.g. ``cli:alice``): record the action in awa.audit_log, in its transaction.
+    async def list_periodic(self) -> list[PeriodicJob]:
+        """Every stored schedule by name, with its fire state and its last job's state."""
+        await self.ensure_open()
+        return await self.core.list_periodic()
+
+    async def pause_periodic(self, name: str, *, actor: str | None = None) -> PeriodicJob:
+        """Stop firing ``name`` (survives restarts and redeploys); PeriodicNotFound if none."""
+        await self.ensure_open()
+        return await self.core.pause_periodic(name, actor)
+
+    async def resume_periodic(self, name: str, *, actor: str | None = None) -> PeriodicJob:
+        """Fire ``name`` again from its next fire time (the ones while paused are skipped)."""
+        await self.ensure_open()
+        return await self.core.resume_periodic(name, actor)
+
+    async def trigger_periodic(self, name: str, *, actor: str | None = None) -> JobRow:
+        """Enqueue ``name``'s job now (``awa.fire_at`` = now); the schedule is unchanged."""
+        await self.ensure_open()
+        return await self.core.trigger_periodic(name, actor)
+
+    async def delete_periodic(self, name: str, *, actor: str | None = None) -> PeriodicJob:
+        """Drop ``name`` (a worker whose app still defines it re-creates it at its start)."""
+        await self.ensure_open()
+        return await self.core.delete_periodic(name, actor)
 
 
 def __getattr__(name: str) -> Any:

@@ -37,3 +37,6 @@ QUEUE_CONCURRENCY = 10
 
 DEAD_LETTER_RETENTION = 2592000.0
 """Seconds a dead letter is kept before the sweep prunes it (30 days)."""
+
+PERIODIC_PRUNE_INTERVAL = 600.0
+"""Seconds between the leader's pruning of old recorded periodic fires."""

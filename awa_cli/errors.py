@@ -5,7 +5,8 @@ define these classes re-import them from here, so their old import paths keep wo
 ``awa_cli`` exports every one (a test checks that none is missing).
 
 The CLI maps them to exit codes in one funnel (``awa_cli/cli.py``): :class:`ConfigError` and
-:class:`ValidationError` exit 2, :class:`JobNotFound` and :class:`CallbackNotFound` exit 4,
+:class:`ValidationError` exit 2, :class:`JobNotFound`, :class:`CallbackNotFound` and
+:class:`PeriodicNotFound` exit 4,
 the rest exit 1.
 """
 
@@ -60,6 +61,10 @@ class UniqueConflict(AwaError):
 
 class JobNotFound(AwaError, LookupError):
     """No job has this id (``get_job``, ``cancel``, ``retry`` of a missing id)."""
+
+
+class PeriodicNotFound(AwaError, LookupError):
+    """No periodic schedule of that name (``awa cron``: exit 4)."""
 
 
 class CallbackNotFound(AwaError, LookupError):
@@ -150,6 +155,7 @@ __all__ = [
     "FollowUpError",
     "InvalidJobState",
     "JobNotFound",
+    "PeriodicNotFound",
     "RegistrationError",
     "ResolutionRefused",
     "ScheduleError",

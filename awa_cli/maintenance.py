@@ -1,4 +1,6 @@
-"""Maintenance: leader election, rescue sweeps, rescue follow-ups and retention.
+"""Maintenance: leader election, rescue sweeps, rescue follow-ups, retention and firing the
+periodic schedules (``awa_cli/outcomes/periodic.py``; between its sweeps the leader sleeps
+until the next fire time or a NOTIFY on ``awa_periodic``).
 
 Every worker runs a :class:`Maintenance` loop; only the one holding the PostgreSQL advisory
 lock (on a dedicated connection, so it dies with the process or the connection) sweeps.
@@ -14,7 +16,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 import psycopg
+from psycopg import sql
 
+from awa_cli import defaults
+from awa_cli.db.channels import PERIODIC_CHANNEL
 from awa_cli.db.statements import SQL
 from awa_cli.depth import QueueDepth, queue_depth
 from awa_cli.events import RescueReason
@@ -50,6 +55,10 @@ class MaintenanceTimings(Protocol):
 log = logging.getLogger("awa.maintenance")
 
 LEADER_LOCK_KEY = 0x6177615F6C6472  # "awa_ldr"
+# The leader sweeps the periodic schedules this long after the next fire time (so that the
+# database's clock has surely reached it), and no more often than every PERIODIC_MIN_GAP.
+PERIODIC_LATENESS = 0.005
+PERIODIC_MIN_GAP = 0.05
 
 
 @dataclass
@@ -120,6 +129,8 @@ class Maintenance:
         self.timings = timings
         self.on_rescued = on_rescued
         self.is_leader = False
+        self._periodic_due_at: float | None = None  # loop time the next schedule is due
+        self._periodic_pruned_at = float("-inf")
         if timings.heartbeat_staleness < 3 * timings.heartbeat_interval:
             log.warning(
                 "heartbeat_staleness (%ss) is below 3x heartbeat_interval (%ss): live jobs may be rescued",
@@ -155,11 +166,13 @@ class Maintenance:
                     self.is_leader = bool(row and row[0])
                     if self.is_leader:
                         log.info("became maintenance leader", extra={"action": "leader_elected"})
+                        listen = sql.SQL(SQL["listen"]).format(sql.Identifier(PERIODIC_CHANNEL))
+                        await conn.execute(listen)
                 if self.is_leader:
                     await conn.execute(SQL["leader_keepalive"])
                     await self.sweep()
                     await self._report_depth(conn)
-                    await _sleep_unless(stopping, self.timings.rescue_interval)
+                    await self._periodic_until_next_sweep(conn, stopping)
                 else:
                     await _sleep_unless(stopping, self.timings.leader_election_interval)
         finally:
@@ -169,6 +182,47 @@ class Maintenance:
                 except psycopg.Error:
                     pass
             self.is_leader = False
+
+    async def _periodic_until_next_sweep(
+        self, conn: psycopg.AsyncConnection[Any], stopping: asyncio.Event
+    ) -> None:
+        """Wait out the rescue interval, firing periodic schedules as they fall due: wake at
+        the earliest ``next_fire_at`` (as the last periodic sweep said) or when a worker's
+        upsert or a resume NOTIFYs ``awa_periodic``; nothing touches the database between."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.timings.rescue_interval
+        while not stopping.is_set() and (left := deadline - loop.time()) > 0:
+            due_at = self._periodic_due_at
+            wait = left if due_at is None else min(left, max(due_at - loop.time(), 0.0))
+            notified = False
+            if wait > 0:
+                async for _ in conn.notifies(timeout=wait, stop_after=1):
+                    notified = True
+            if notified or (due_at is not None and loop.time() >= due_at):
+                await self.sweep_periodic()
+                if not notified and self._periodic_due_at is not None:
+                    # still due (a row another sweep holds, a catch-up cut short): not a hot loop
+                    self._periodic_due_at = max(
+                        self._periodic_due_at, loop.time() + PERIODIC_MIN_GAP
+                    )
+
+    async def sweep_periodic(self) -> None:
+        """Fire the due periodic schedules (errors of the database are logged, not raised);
+        remember when the next one is due, a moment after its fire time. Old recorded fires
+        are pruned first, at most every PERIODIC_PRUNE_INTERVAL."""
+        loop = asyncio.get_running_loop()
+        self._periodic_due_at = None
+        try:
+            await self._prune_periodic_fires()
+            swept = await self.core.fire_periodic()
+        except (psycopg.OperationalError, psycopg.InterfaceError, OSError) as exc:
+            log.warning("periodic sweep failed: %s", exc, extra={"action": "sweep_failed"})
+            return
+        except psycopg.Error as exc:
+            log.error("periodic sweep failed: %s", exc, extra={"action": "periodic_failed"})
+            return
+        if swept.due_in is not None:
+            self._periodic_due_at = loop.time() + max(swept.due_in, 0.0) + PERIODIC_LATENESS
 
     async def _report_depth(self, conn: psycopg.AsyncConnection[Any]) -> None:
         """Queue depth and the oldest available job's age, once per interval, for the metrics
@@ -183,7 +237,8 @@ class Maintenance:
             log.warning("queue depth failed: %s", exc, extra={"action": "depth_failed"})
 
     async def sweep(self) -> None:
-        """One sweep as the leader runs it (errors of the database are logged, not raised)."""
+        """One sweep as the leader runs it (errors of the database are logged, not raised):
+        rescue and retention, then the periodic schedules."""
         try:
             await sweep_once(
                 self.core,
@@ -198,6 +253,15 @@ class Maintenance:
                 await self.pool.check()  # drop connections the server closed while idle
             except Exception:
                 pass
+        await self.sweep_periodic()
+
+    async def _prune_periodic_fires(self) -> None:
+        """Forget recorded fires a day behind their schedule's last fire (never due again)."""
+        now = asyncio.get_running_loop().time()
+        if now < self._periodic_pruned_at + defaults.PERIODIC_PRUNE_INTERVAL:
+            return
+        self._periodic_pruned_at = now
+        await self.core.prune_periodic_fires()
 
 
 async def _sleep_unless(stopping: asyncio.Event, seconds: float) -> None:

@@ -102,7 +102,7 @@ EXIT_STATUS = [
         "2",
         "Usage, config or validation error: bad JSON, a malformed callback id, a value out of range.",
     ),
-    ("4", "The job or callback was not found."),
+    ("4", "The job, callback or periodic job was not found."),
 ]
 
 ENVIRONMENT = [

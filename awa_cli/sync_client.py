@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from awa_cli.dispatch import Dispatcher, EventHook
     from awa_cli.jobs import JobRow, JobState
     from awa_cli.outcomes import OutcomeCore
+    from awa_cli.periodic import PeriodicJob
 
 T = TypeVar("T")
 
@@ -188,6 +189,27 @@ class Client:
         return self._runner.run(
             self._async.resolve_callback(callback_id, payload, default_action, run_lease)
         )
+
+    # -- periodic jobs (DESIGN §9; ``actor`` records the action in awa.audit_log) ----------
+    def list_periodic(self) -> list[PeriodicJob]:
+        """Every stored schedule by name, with its fire state and its last job's state."""
+        return self._runner.run(self._async.list_periodic())
+
+    def pause_periodic(self, name: str, *, actor: str | None = None) -> PeriodicJob:
+        """Stop firing ``name`` (survives restarts and redeploys); PeriodicNotFound if none."""
+        return self._runner.run(self._async.pause_periodic(name, actor=actor))
+
+    def resume_periodic(self, name: str, *, actor: str | None = None) -> PeriodicJob:
+        """Fire ``name`` again from its next fire time (the ones while paused are skipped)."""
+        return self._runner.run(self._async.resume_periodic(name, actor=actor))
+
+    def trigger_periodic(self, name: str, *, actor: str | None = None) -> JobRow:
+        """Enqueue ``name``'s job now (``awa.fire_at`` = now); the schedule is unchanged."""
+        return self._runner.run(self._async.trigger_periodic(name, actor=actor))
+
+    def delete_periodic(self, name: str, *, actor: str | None = None) -> PeriodicJob:
+        """Drop ``name`` (a worker whose app still defines it re-creates it at its start)."""
+        return self._runner.run(self._async.delete_periodic(name, actor=actor))
 
 
 __all__ = ["Client"]

@@ -1,5 +1,6 @@
 """The cost of the periodic scheduler's sweep (DESIGN §9): 1,000 schedules, one transaction per
-sweep as the maintenance leader runs it (``awa_cli.db.periodic.sweep``), timed from the client.
+sweep as the maintenance leader runs it (``awa_cli.db.periodic.sweep`` and the next-due probe
+of ``OutcomeCore.fire_periodic``), timed from the client.
 
 ``periodic_sweep_idle``: nothing is due (the leader's cost when it wakes for nothing; normally
 it sleeps until the next fire time instead). ``periodic_sweep_100_due``: 100 of the 1,000 are
@@ -60,8 +61,9 @@ async def _sweeps(dsn: str, sweeps: int, due: int) -> list[float]:
                     (f"bench.{first:04d}", due),
                 )
             start = time.perf_counter()
-            async with conn.transaction():
+            async with conn.transaction():  # what OutcomeCore.fire_periodic runs
                 result = await calls.sweep(conn, limit=1)
+                await calls.next_due_in(conn)
             timings.append(time.perf_counter() - start)
             assert result.inserted == due, (result.inserted, due)
     return timings

@@ -17,6 +17,9 @@ from awa_cli.db.statements import SQL
 CALLBACK_CHANNEL = "awa_callbacks"
 """Handlers waiting inside ``wait_for_callback`` are woken on this channel (payload: job id)."""
 
+PERIODIC_CHANNEL = "awa_periodic"
+"""The maintenance leader LISTENs here: a worker's upsert or a resume made a schedule due."""
+
 
 async def queue_channels(
     conn: psycopg.AsyncConnection[Any], queues: Iterable[str]

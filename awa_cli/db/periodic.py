@@ -1,7 +1,9 @@
 """The periodic statements of ``db/sql/periodic.sql``: their parameters, and thin async calls.
 
 The leader's sweep (DESIGN §9) runs, in one transaction: ``periodic_due`` → for each row
-:func:`awa_cli.periodic.due_fires` → ``periodic_fire`` with :func:`fire_params` →
+:func:`awa_cli.periodic.due_fires` → ``periodic_fire`` with :func:`fire_params` (the
+dedup) → ``insert_each`` for the jobs of the new fires (:func:`fire_job`; the statement every
+follow-up goes through, so a periodic job is an ordinary job) →
 ``periodic_advance`` with :func:`sweep_advance_params` (:func:`awa_cli.periodic.plan_sweep`
 makes the plan of the whole sweep); :func:`sweep` does exactly that on a connection.
 
@@ -11,7 +13,7 @@ transaction frame) does, so that a sweep is one transaction and its NOTIFYs foll
 
 from __future__ import annotations
 
-import json
+import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -20,8 +22,10 @@ from typing import Any
 from psycopg import AsyncConnection
 from psycopg.rows import dict_row
 
+from awa_cli.db.channels import PERIODIC_CHANNEL
 from awa_cli.db.statements import SQL
-from awa_cli.jobs import prepare
+from awa_cli.db.params import insert_each_params
+from awa_cli.jobs import PreparedJob, prepare
 from awa_cli.periodic import (
     DEFAULT_GRACE,
     DEFAULT_LIMIT,
@@ -48,30 +52,25 @@ def upsert_params(
 
 
 def fire_params(fires: Sequence[tuple[Schedule, datetime]]) -> dict[str, Any]:
-    """``periodic_fire`` for (schedule, fire time) pairs: each job validated as an insert is
-    (``run_at`` = the fire time, the ``awa.periodic``/``awa.fire_at`` metadata). A unique key
-    with ``by_period`` buckets the fire time, not the moment of the sweep."""
-    jobs = [
-        prepare(schedule.args, schedule.insert_opts(fire_at), now=fire_at.timestamp())
-        for schedule, fire_at in fires
-    ]
+    """``periodic_fire`` for (schedule, fire time) pairs: the fire times to record."""
     return {
         "names": [schedule.name for schedule, _ in fires],
         "fire_ats": [fire_at for _, fire_at in fires],
-        "kinds": [j.kind for j in jobs],
-        "queues": [j.queue for j in jobs],
-        "args": [j.args_json for j in jobs],
-        "priorities": [j.priority for j in jobs],
-        "max_attempts": [j.max_attempts for j in jobs],
-        "deadline_durations": [j.deadline_duration for j in jobs],
-        "metadata": [j.metadata_json for j in jobs],
-        "tags": [json.dumps(j.tags) for j in jobs],
-        "unique_keys": [j.unique_key for j in jobs],
-        "unique_states": [
-            None if j.unique_states is None else json.dumps(j.unique_states) for j in jobs
-        ],
-        "ordering_keys": [j.ordering_key for j in jobs],
     }
+
+
+def fire_job(schedule: Schedule, fire_at: datetime) -> PreparedJob:
+    """The job of one fire time, validated as every insert is (``run_at`` = the fire time,
+    the ``awa.periodic``/``awa.fire_at`` metadata). A unique key with ``by_period`` buckets
+    the fire time, not the moment of the sweep."""
+    return prepare(schedule.args, schedule.insert_opts(fire_at), now=fire_at.timestamp())
+
+
+def trigger_job(schedule: Schedule, now: datetime) -> PreparedJob:
+    """The job ``awa cron trigger`` enqueues: the schedule's job with ``awa.fire_at`` = now,
+    to run at once (the database's now, whatever this host's clock says)."""
+    opts = dataclasses.replace(schedule.insert_opts(now), run_at=None)
+    return prepare(schedule.args, opts, now=now.timestamp())
 
 
 def advance_params(
@@ -91,7 +90,7 @@ def sweep_advance_params(plan: SweepPlan, fired: Iterable[Mapping[str, Any]]) ->
     """``periodic_advance`` after ``periodic_fire`` returned ``fired`` for ``plan.fires``: each
     schedule's last job is the one inserted for its last fire time (none: the stored id stays,
     as when that fire was already taken or its unique key held)."""
-    job_of = {(r["name"], r["fire_at"]): r["job_id"] for r in fired}
+    job_of = {(r["name"], r["fire_at"]): r["job_id"] for r in fired if r["job_id"] is not None}
     return advance_params(
         [
             (name, last, following, None if last is None else job_of.get((name, last)))
@@ -155,24 +154,46 @@ async def sweep(
     due = [DueRow(r["name"], r["definition"], r["active_since"], r["last_fire_at"]) for r in rows]
     plan = plan_sweep(due, rows[0]["now"], limit=limit, grace=grace)
     fired: list[dict[str, Any]] = []
-    queues: frozenset[str] = frozenset()
+    queues: set[str] = set()
     if plan.fires:
-        params = fire_params(plan.fires)
-        fired = await _rows(conn, "periodic_fire", params)
-        queues = frozenset(
-            queue
-            for queue, row in zip(params["queues"], fired, strict=True)
-            if row["job_id"] is not None
-        )
+        fired = await _rows(conn, "periodic_fire", fire_params(plan.fires))
+        new = [(row, fire_job(s, t)) for row, (s, t) in zip(fired, plan.fires, strict=True)]
+        new = [(row, job) for row, job in new if row["new_fire"]]
+        for row in fired:
+            row["job_id"] = None
+        if new:
+            ids = await insert_jobs(conn, [job for _, job in new])
+            for (row, job), job_id in zip(new, ids, strict=True):
+                row["job_id"] = job_id
+                if job_id is not None:
+                    queues.add(job.queue)
     await _rows(conn, "periodic_advance", sweep_advance_params(plan, fired))
-    return SweepResult(len(rows), tuple(fired), queues, plan.invalid)
+    return SweepResult(len(rows), tuple(fired), frozenset(queues), plan.invalid)
+
+
+async def insert_jobs(conn: AsyncConnection[Any], jobs: Sequence[PreparedJob]) -> list[int | None]:
+    """Insert the jobs of new fires with ``insert_each``, the statement follow-ups go through:
+    each one's id, or None where its own unique key is held (the fire still counts as done)."""
+    async with conn.cursor() as cur:
+        await cur.execute(SQL["insert_each"], insert_each_params(jobs))
+        return [None if r[0] is None else int(r[0]) for r in await cur.fetchall()]
 
 
 async def next_due(conn: AsyncConnection[Any]) -> datetime | None:
     """The earliest next_fire_at of the unpaused schedules (None: nothing will fire)."""
+    return (await next_due_in(conn))[0]
+
+
+async def next_due_in(conn: AsyncConnection[Any]) -> tuple[datetime | None, float | None]:
+    """The earliest next_fire_at of the unpaused schedules and the seconds until it by the
+    database's clock (negative: overdue; both None: nothing will fire)."""
     rows = await _rows(conn, "periodic_next_due")
-    value: datetime | None = rows[0]["next_fire_at"]
-    return value
+    return rows[0]["next_fire_at"], rows[0]["seconds"]
+
+
+async def wake_leader(conn: AsyncConnection[Any]) -> None:
+    """NOTIFY the maintenance leader that a schedule is due at once (sent on commit)."""
+    await _rows(conn, "periodic_wake", {"channel": PERIODIC_CHANNEL})
 
 
 async def list_all(conn: AsyncConnection[Any]) -> list[PeriodicJob]:

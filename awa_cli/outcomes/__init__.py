@@ -20,6 +20,8 @@ Where each transition lives:
 * ``callbacks.py`` — callback resolution (complete, fail, retry, resume, heartbeat, lookup);
 * ``rescue.py`` — the rescue sweeps, rescued jobs' follow-ups, retention;
 * ``admin.py`` — operator cancel and retry;
+* ``periodic.py`` — firing the due periodic schedules (the leader's sweep), a worker's
+  registration of its schedules, and pause, resume, trigger and delete;
 * ``follow_ups.py`` — the specs' follow-ups and their one-statement insert.
 
 The pure decision of what an attempt's result is lives below, in :mod:`awa_cli.attempts`.
@@ -27,13 +29,13 @@ Every statement is a named block of ``awa_cli/db/sql/*.sql``.
 
 Transitions still to come get a module (or a block in one) of their own: dead-lettering and
 bulk operator actions beside ``admin.py``, pause-aware and limit-aware claims as further
-statements behind ``claims.py``, periodic firing as ``periodic.py``; each is one more thin
+statements behind ``claims.py``; each is one more thin
 method here, run in the frame of ``transaction.py``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 from uuid import UUID
 
@@ -52,11 +54,13 @@ from awa_cli.attempts import (
 )
 from awa_cli.events import JobEvent, RescueReason
 from awa_cli.jobs import JobRow
-from awa_cli.outcomes import admin, attempts, callbacks, claims, rescue, running
+from awa_cli.periodic import PeriodicJob, Schedule
+from awa_cli.outcomes import admin, attempts, callbacks, claims, periodic, rescue, running
 from awa_cli.errors import InvalidJobState
 from awa_cli.outcomes.attempts import FinalizeGroup
 from awa_cli.outcomes.callbacks import ResolveAction, parse_callback_id
 from awa_cli.outcomes.follow_ups import insert_follow_ups
+from awa_cli.outcomes.periodic import PeriodicSweep, Registered
 from awa_cli.outcomes.rescue import RESCUE_ERRORS
 from awa_cli.outcomes.running import WaitState
 from awa_cli.outcomes.transaction import CoreState, StagedCounters
@@ -69,6 +73,8 @@ __all__ = [
     "Finalized",
     "InvalidJobState",
     "OutcomeCore",
+    "PeriodicSweep",
+    "Registered",
     "StagedCounters",
     "WaitState",
     "backoff_seconds",
@@ -221,3 +227,43 @@ class OutcomeCore(CoreState):
     ) -> int:
         """Delete terminal jobs past their retention, in a bounded batch."""
         return await rescue.prune(self, completed_retention, failed_retention, limit)
+
+    # -- periodic jobs (outcomes/periodic.py) ----------------------------------------------
+    async def fire_periodic(self) -> PeriodicSweep:
+        """Fire every due schedule in one transaction (exactly one job per fire time), then
+        wake the queues that got jobs; says when the next schedule is due."""
+        return await periodic.sweep(self)
+
+    async def periodic_due_in(self) -> float | None:
+        """Seconds until the next unpaused schedule is due (None: none will fire)."""
+        return await periodic.next_due_in(self)
+
+    async def prune_periodic_fires(self) -> int:
+        """Forget recorded fires well behind their schedule's last fire."""
+        return await periodic.prune_fires(self)
+
+    async def register_schedules(self, schedules: Iterable[Schedule]) -> Registered:
+        """Upsert a worker's schedules (the definitions; paused flag and fire state kept)."""
+        return await periodic.register(self, schedules)
+
+    async def list_periodic(self) -> list[PeriodicJob]:
+        return await periodic.list_all(self)
+
+    async def get_periodic(self, name: str) -> PeriodicJob:
+        """One schedule, or PeriodicNotFound."""
+        return await periodic.get(self, name)
+
+    async def pause_periodic(self, name: str, actor: str | None = None) -> PeriodicJob:
+        return await periodic.set_paused(self, name, True, actor)
+
+    async def resume_periodic(self, name: str, actor: str | None = None) -> PeriodicJob:
+        """Resume: fire times while paused are skipped; the next one fires on time."""
+        return await periodic.set_paused(self, name, False, actor)
+
+    async def trigger_periodic(self, name: str, actor: str | None = None) -> JobRow:
+        """Enqueue the schedule's job now; the schedule is unchanged."""
+        return await periodic.trigger(self, name, actor)
+
+    async def delete_periodic(self, name: str, actor: str | None = None) -> PeriodicJob:
+        """Drop the schedule and its recorded fires; the row as it was."""
+        return await periodic.delete(self, name, actor)

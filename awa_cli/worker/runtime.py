@@ -23,6 +23,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import psycopg
+
 from awa_cli import defaults
 from awa_cli.app import prepare_job
 from awa_cli.db.dsn import redact, with_options
@@ -90,6 +92,7 @@ class Worker:
         self.maintenance_enabled = maintenance
         self.id = f"{socket.gethostname()}:{os.getpid()}"
         self._stopping = asyncio.Event()
+        self.schedules_registered = asyncio.Event()  # set once the app's schedules are stored
         self._stopped = asyncio.Event()
         self._tasks: list[asyncio.Task[Any]] = []
         self._runner_tasks: list[asyncio.Task[Any]] = []
@@ -169,6 +172,7 @@ class Worker:
         self._tasks = [
             loop.create_task(self.listener.run(self._stopping), name="awa-listener"),
             loop.create_task(self.heartbeat.run(self._stopping), name="awa-heartbeat"),
+            loop.create_task(self._register_schedules(), name="awa-schedules"),
         ]
         if self.maintenance_enabled:
             from awa_cli.maintenance import Maintenance
@@ -194,6 +198,37 @@ class Worker:
         if self.plugins is not None:
             await self.plugins.worker_started(self)
         await self._stopped.wait()
+
+    async def _register_schedules(self) -> None:
+        """Upsert the app's periodic schedules once (retried while the database is away);
+        warn once about stored schedules this app does not define: they keep firing."""
+        while not self._stopping.is_set():
+            try:
+                registered = await self.core.register_schedules(self.app.schedules.values())
+                break
+            except (psycopg.Error, OSError) as exc:
+                log.error(
+                    "registering the periodic schedules failed, retrying: %s",
+                    exc,
+                    extra={"action": "periodic_register_failed"},
+                )
+                try:
+                    await asyncio.wait_for(
+                        self._stopping.wait(), self.timings.leader_election_interval
+                    )
+                except TimeoutError:
+                    pass
+        else:
+            return
+        for name in registered.not_defined:
+            log.warning(
+                "periodic job %s is stored but not defined by this app: it keeps firing until "
+                "`awa cron delete %s`",
+                name,
+                name,
+                extra={"action": "periodic_not_defined", "schedule": name},
+            )
+        self.schedules_registered.set()
 
     async def shutdown(self, timeout: float | None = None) -> None:
         """Stop claiming, let in-flight handlers finish up to ``timeout``, flush, close."""

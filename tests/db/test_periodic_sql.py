@@ -11,7 +11,14 @@ import psycopg
 import pytest
 from psycopg.rows import dict_row
 
-from awa_cli.db.periodic import advance_params, fire_params, sweep_advance_params, upsert_params
+from awa_cli.db.params import insert_each_params
+from awa_cli.db.periodic import (
+    advance_params,
+    fire_job,
+    fire_params,
+    sweep_advance_params,
+    upsert_params,
+)
 from awa_cli.db.statements import SQL
 from awa_cli.periodic import DueRow, PeriodicJob, Schedule, due_fires, plan_sweep
 
@@ -35,6 +42,20 @@ def run(
     with db.cursor(row_factory=dict_row) as cur:
         cur.execute(SQL[name], params or {})
         return cur.fetchall() if cur.description else []
+
+
+def fire(db: psycopg.Connection, fires: list[tuple[Schedule, datetime]]) -> list[dict[str, Any]]:
+    """What the sweep does with its fire times: record them (periodic_fire), then insert the
+    jobs of the new ones with insert_each; each row gets its job_id (None: no job)."""
+    rows = run(db, "periodic_fire", fire_params(fires))
+    new = [(r, fire_job(s, t)) for r, (s, t) in zip(rows, fires, strict=True) if r["new_fire"]]
+    for r in rows:
+        r["job_id"] = None
+    if new:
+        ids = run(db, "insert_each", insert_each_params([job for _, job in new]))
+        for (r, _), inserted in zip(new, ids, strict=True):
+            r["job_id"] = inserted["id"]
+    return rows
 
 
 def row(db: psycopg.Connection, name: str) -> dict[str, Any]:
@@ -160,7 +181,8 @@ def test_due_locks_skip_and_respect_pause(dsn: str, db: psycopg.Connection) -> N
     )
     assert run(db, "periodic_due", {"now": None, "limit": 100}) == []
     next_due = run(db, "periodic_next_due")
-    assert next_due == [{"next_fire_at": datetime(2999, 1, 1, tzinfo=UTC)}]  # hourly is paused
+    assert next_due[0]["next_fire_at"] == datetime(2999, 1, 1, tzinfo=UTC)  # hourly is paused
+    assert next_due[0]["seconds"] > 3e10  # from now, by the database's clock
 
 
 def test_a_sweep_fires_once_per_fire_time(db: psycopg.Connection) -> None:
@@ -180,7 +202,7 @@ def test_a_sweep_fires_once_per_fire_time(db: psycopg.Connection) -> None:
         ("hourly", datetime(2026, 5, 5, 11, tzinfo=UTC)),  # the most recent missed hour
         ("hourly", datetime(2026, 5, 5, 12, tzinfo=UTC)),  # on time
     ]
-    result = run(db, "periodic_fire", fire_params(fires))
+    result = fire(db, fires)
     assert [r["new_fire"] for r in result] == [True, True]
     ids = {r["fire_at"]: r["job_id"] for r in result}
     run(
@@ -215,7 +237,7 @@ def test_a_sweep_fires_once_per_fire_time(db: psycopg.Connection) -> None:
     assert shown.to_json()["options"] == {"queue": "default"}
 
     # The same fire times again (a second leader, a replayed sweep): recorded, no job.
-    again = run(db, "periodic_fire", fire_params(fires + fires[:1]))
+    again = fire(db, fires + fires[:1])
     assert [(r["new_fire"], r["job_id"]) for r in again] == [(False, None)] * 3
     db.commit()
     assert db.execute("SELECT count(*) FROM awa.jobs").fetchone() == (2,)
@@ -227,7 +249,7 @@ def test_a_sweep_fires_once_per_fire_time(db: psycopg.Connection) -> None:
 def test_a_fire_in_one_call_twice_is_one_job(db: psycopg.Connection) -> None:
     run(db, "periodic_upsert", upsert_params([HOURLY]))
     t = datetime(2026, 5, 5, 12, tzinfo=UTC)
-    result = run(db, "periodic_fire", fire_params([(HOURLY, t), (HOURLY, t)]))
+    result = fire(db, [(HOURLY, t), (HOURLY, t)])
     assert [r["new_fire"] for r in result] == [True, False]
     assert result[0]["job_id"] is not None and result[1]["job_id"] is None
     assert db.execute("SELECT count(*) FROM awa.jobs").fetchone() == (1,)
@@ -241,14 +263,14 @@ def test_a_killed_leader_leaves_nothing_and_concurrent_leaders_fire_once(
     t = datetime(2026, 5, 5, 12, tzinfo=UTC)
     # A leader that dies between the insert and the commit: its connection goes, so does all.
     dead = psycopg.connect(dsn)
-    dead.execute(SQL["periodic_fire"], fire_params([(HOURLY, t)]))
+    assert fire(dead, [(HOURLY, t)])[0]["job_id"] is not None
     dead.close()
     assert db.execute("SELECT count(*) FROM awa.periodic_fires").fetchone() == (0,)
     assert db.execute("SELECT count(*) FROM awa.jobs").fetchone() == (0,)
     # Two leaders firing the same time at once: the second waits on the first's fire row and
     # then finds it taken.
     first = psycopg.connect(dsn)
-    first.execute(SQL["periodic_fire"], fire_params([(HOURLY, t)]))
+    fire(first, [(HOURLY, t)])
     results: list[Any] = []
 
     def second() -> None:
@@ -273,10 +295,8 @@ def test_a_held_unique_key_counts_the_fire_done(db: psycopg.Connection) -> None:
         "u", "* * * * *", "k", options={"queue": "default", "unique_opts": {"by_args": True}}
     )
     run(db, "periodic_upsert", upsert_params([unique]))
-    first = run(db, "periodic_fire", fire_params([(unique, datetime(2026, 5, 5, 12, tzinfo=UTC))]))
-    second = run(
-        db, "periodic_fire", fire_params([(unique, datetime(2026, 5, 5, 12, 1, tzinfo=UTC))])
-    )
+    first = fire(db, [(unique, datetime(2026, 5, 5, 12, tzinfo=UTC))])
+    second = fire(db, [(unique, datetime(2026, 5, 5, 12, 1, tzinfo=UTC))])
     assert first[0]["job_id"] is not None
     assert (second[0]["new_fire"], second[0]["job_id"]) == (True, None)  # key held by the first
     assert db.execute("SELECT count(*) FROM awa.jobs").fetchone() == (1,)
@@ -294,7 +314,7 @@ def test_pause_resume_delete_and_unknown_names(db: psycopg.Connection) -> None:
     assert run(db, "periodic_pause", {"name": "nightly"}) == [{"name": "nightly", "paused": True}]
     paused = PeriodicJob.from_record(row(db, "nightly"))
     assert paused.paused and paused.next_fire_at is None
-    assert run(db, "periodic_next_due") == [{"next_fire_at": None}]
+    assert run(db, "periodic_next_due") == [{"next_fire_at": None, "seconds": None}]
     assert run(db, "periodic_resume", {"name": "nightly"}) == [{"name": "nightly", "paused": False}]
     resumed = row(db, "nightly")
     assert resumed["active_since"] > resumed["created_at"]
@@ -305,7 +325,7 @@ def test_pause_resume_delete_and_unknown_names(db: psycopg.Connection) -> None:
     assert row(db, "nightly")["active_since"] == resumed["active_since"]
     for statement in ("periodic_pause", "periodic_resume", "periodic_delete", "periodic_get"):
         assert run(db, statement, {"name": "nope"}) == []
-    run(db, "periodic_fire", fire_params([(NIGHTLY, datetime(2026, 5, 5, 1, tzinfo=UTC))]))
+    fire(db, [(NIGHTLY, datetime(2026, 5, 5, 1, tzinfo=UTC))])
     assert run(db, "periodic_delete", {"name": "nightly"}) == [{"name": "nightly"}]
     assert db.execute("SELECT count(*) FROM awa.periodic_fires").fetchone() == (0,)
     assert run(db, "periodic_list") == []
@@ -315,7 +335,7 @@ def test_prune_keeps_recent_fires(db: psycopg.Connection) -> None:
     run(db, "periodic_upsert", upsert_params([HOURLY]))
     base = datetime(2026, 5, 5, tzinfo=UTC)
     fires = [(HOURLY, base + timedelta(hours=h)) for h in range(48)]
-    run(db, "periodic_fire", fire_params(fires))
+    fire(db, fires)
     run(db, "periodic_advance", advance_params([("hourly", fires[-1][1], None, None)]))
     with db.cursor() as cur:
         cur.execute(SQL["periodic_prune_fires"], {"keep": timedelta(hours=24)})
@@ -348,7 +368,7 @@ def sweep(db: psycopg.Connection, now: datetime | None = None) -> tuple[int, int
         return 0, 0
     due = [DueRow(r["name"], r["definition"], r["active_since"], r["last_fire_at"]) for r in rows]
     plan = plan_sweep(due, rows[0]["now"])
-    fired = run(db, "periodic_fire", fire_params(plan.fires)) if plan.fires else []
+    fired = fire(db, plan.fires) if plan.fires else []
     run(db, "periodic_advance", sweep_advance_params(plan, fired))
     db.commit()
     return len(fired), sum(r["job_id"] is not None for r in fired)

@@ -1,8 +1,10 @@
 -- Periodic jobs (DESIGN §9; the tables are sql/0002_periodic.sql). How the leader uses them,
 -- in ONE transaction per sweep:
 --   periodic_due (rows locked) -> awa_cli.periodic.due_fires per row -> periodic_fire (all the
---   sweep's fire times) -> periodic_advance (all the swept rows) -> commit.
--- Then it sleeps until periodic_next_due (or until woken).
+--   sweep's fire times) -> insert_each (the jobs of the new ones) -> periodic_advance (all the
+--   swept rows) -> commit -> NOTIFY the queues that got jobs.
+-- Then it sleeps until periodic_next_due, or until a worker's upsert or a resume wakes it
+-- (periodic_wake).
 
 -- name: periodic_upsert
 -- A worker's schedules at its start, all in one statement. The definition is replaced; the
@@ -52,55 +54,28 @@ LIMIT %(limit)s
 FOR UPDATE SKIP LOCKED
 
 -- name: periodic_fire
--- Enqueue many fire times in one statement: for each (name, fire_at) the fire is recorded in
--- awa.periodic_fires and, only if it was not recorded before, its job is inserted (an ordinary
--- job, run_at = the fire time). The job's id is drawn first so each input row learns it. One
--- result row per input row, in input order: new_fire (false: this fire time already has its
--- job, nothing was inserted) and job_id (NULL when the fire was not new, or when the job's own
--- unique key is held by another job: the fire counts as done, as a duplicate follow-up does).
--- tags and unique_states are JSON arrays (one array per row), unique_states NULL for none.
+-- Record many fire times in one statement, the sweep's dedup: each (name, fire_at) goes into
+-- awa.periodic_fires unless it is there already. One result row per input row, in input
+-- order; new_fire false: this fire time already has its job (another leader, a replayed
+-- sweep, or the same time twice in one call, where only the first can be new). The jobs of
+-- the new fires are then inserted in the same transaction by insert_each (inserts.sql), the
+-- statement every follow-up goes through: a periodic job is an ordinary job.
 WITH u AS (
     SELECT *
-    FROM unnest(%(names)s::text[], %(fire_ats)s::timestamptz[], %(kinds)s::text[],
-                %(queues)s::text[], %(args)s::jsonb[], %(priorities)s::int[],
-                %(max_attempts)s::int[], %(deadline_durations)s::float8[], %(metadata)s::jsonb[],
-                %(tags)s::jsonb[], %(unique_keys)s::bytea[], %(unique_states)s::jsonb[],
-                %(ordering_keys)s::text[])
-         WITH ORDINALITY AS u(name, fire_at, kind, queue, args, priority, max_attempts,
-                              deadline_duration, metadata, tags, unique_key, unique_states,
-                              ordering_key, ord)
+    FROM unnest(%(names)s::text[], %(fire_ats)s::timestamptz[])
+         WITH ORDINALITY AS u(name, fire_at, ord)
 ), t AS MATERIALIZED (
-    -- nth > 1: the same fire time twice in one call; only the first can be new
-    SELECT nextval(pg_get_serial_sequence('awa.jobs', 'id')) AS id, u.*,
-           row_number() OVER (PARTITION BY u.name, u.fire_at ORDER BY u.ord) AS nth
+    SELECT u.*, row_number() OVER (PARTITION BY u.name, u.fire_at ORDER BY u.ord) AS nth
     FROM u
 ), fire AS (
     INSERT INTO awa.periodic_fires (name, fire_at)
-    SELECT t.name, t.fire_at FROM t ORDER BY t.ord
+    SELECT t.name, t.fire_at FROM t WHERE t.nth = 1 ORDER BY t.ord
     ON CONFLICT (name, fire_at) DO NOTHING
     RETURNING name, fire_at
-), job AS (
-    INSERT INTO awa.jobs AS j (id, kind, queue, args, state, priority, max_attempts, run_at,
-                               deadline_duration, metadata, tags, unique_key, unique_states,
-                               ordering_key)
-    OVERRIDING SYSTEM VALUE
-    SELECT t.id, t.kind, t.queue, t.args,
-           CASE WHEN t.fire_at > now() THEN 'scheduled' ELSE 'available' END::awa.job_state,
-           t.priority, t.max_attempts, t.fire_at, t.deadline_duration, t.metadata,
-           ARRAY(SELECT jsonb_array_elements_text(t.tags)), t.unique_key,
-           CASE WHEN t.unique_states IS NOT NULL
-                THEN ARRAY(SELECT jsonb_array_elements_text(t.unique_states))::awa.job_state[] END,
-           t.ordering_key
-    FROM t JOIN fire ON fire.name = t.name AND fire.fire_at = t.fire_at AND t.nth = 1
-    ORDER BY t.ord
-    ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL AND state = ANY (unique_states)
-    DO NOTHING
-    RETURNING j.id
 )
-SELECT t.name, t.fire_at, fire.name IS NOT NULL AS new_fire, job.id AS job_id
+SELECT t.name, t.fire_at, fire.name IS NOT NULL AS new_fire
 FROM t
 LEFT JOIN fire ON fire.name = t.name AND fire.fire_at = t.fire_at AND t.nth = 1
-LEFT JOIN job ON job.id = t.id
 ORDER BY t.ord
 
 -- name: periodic_advance
@@ -119,8 +94,12 @@ RETURNING p.name, p.last_fire_at, p.next_fire_at, p.last_job_id
 
 -- name: periodic_next_due
 -- When the leader must sweep next: the earliest next_fire_at of the unpaused schedules (NULL:
--- none will fire). One index probe on periodic_jobs_next_fire_idx.
-SELECT min(next_fire_at) AS next_fire_at FROM awa.periodic_jobs WHERE NOT paused
+-- none will fire), and how many seconds from now (the database's clock) that is, so that the
+-- leader sleeps by its own monotonic clock whatever its wall clock says. One index probe on
+-- periodic_jobs_next_fire_idx.
+SELECT min(next_fire_at) AS next_fire_at,
+       extract(epoch FROM min(next_fire_at) - clock_timestamp())::float8 AS seconds
+FROM awa.periodic_jobs WHERE NOT paused
 
 -- name: periodic_list
 -- `awa cron list` / Client.list_periodic: every schedule with the state of its last job (NULL
@@ -170,3 +149,9 @@ DELETE FROM awa.periodic_jobs WHERE name = %(name)s RETURNING name
 DELETE FROM awa.periodic_fires f
 USING awa.periodic_jobs p
 WHERE f.name = p.name AND f.fire_at < p.last_fire_at - %(keep)s::interval
+
+-- name: periodic_wake
+-- Wake the maintenance leader (it LISTENs on this channel): a worker's upsert wrote schedules
+-- or a schedule was resumed, so one is due at once. Sent in the writer's transaction, so it
+-- arrives with the commit.
+SELECT pg_notify(%(channel)s, '')
