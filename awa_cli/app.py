@@ -159,14 +159,22 @@ class App(FollowUpRegistrars):
         return bool(self._indexed()[1].get((kind, outcome)))
 
     # -- composition ---------------------------------------------------------------------
+    def registrations(
+        self,
+    ) -> tuple[tuple[tuple[str | type, Hook], ...], tuple[tuple[str | type, FollowUpSpec], ...]]:
+        """Every (kind or args type, hook) and (trigger, follow-up spec) pair, in
+        registration order: what :meth:`merge` copies."""
+        return tuple(self._hooks), tuple(self._specs)
+
     def merge(self, other: App) -> App:
         """Add another app's registrations to this one (a kind registered twice is an error)."""
         for task in other.tasks.values():
             self._add_task(task)
-        self._hooks.extend(other._hooks)
-        self._specs.extend(other._specs)
+        hooks, specs = other.registrations()
+        self._hooks.extend(hooks)
+        self._specs.extend(specs)
         self._index = None
-        for schedule in other._schedules.values():
+        for schedule in other.schedules.values():
             self._add_schedule(schedule)
         return self
 
