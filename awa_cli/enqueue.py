@@ -65,8 +65,10 @@ class UniqueOpts:
         if self.by_period is None:
             return None
         period = seconds(self.by_period, "unique_opts.by_period")
-        if period <= 0:
-            raise ValidationError("unique_opts.by_period", "must be greater than zero")
+        if period < MIN_UNIQUE_PERIOD:
+            # A bucket is floor(epoch seconds / period): below a millisecond the bucket is
+            # meaningless (every insert its own) and near 0 it overflows.
+            raise ValidationError("unique_opts.by_period", "must be at least 0.001 seconds")
         return period
 
     def state_set(self) -> frozenset[JobState]:
@@ -201,6 +203,9 @@ def _check_tags(value: Any) -> list[str]:
         if "\x00" in tag:
             raise ValidationError("tags", "contains a NUL character")
     return tags
+
+
+MIN_UNIQUE_PERIOD = 0.001  # seconds: the smallest unique_opts.by_period
 
 
 def _check_metadata(value: Any) -> dict[str, Any]:

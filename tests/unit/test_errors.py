@@ -70,3 +70,17 @@ def test_old_import_paths_still_work() -> None:
         errors.StagingError,
         errors.ValidationError,
     )
+
+
+def test_a_tiny_unique_period_is_refused_not_overflowed() -> None:
+    # Found by hypothesis (tests/reliability/test_bad_input.py): by_period=5e-324 made the
+    # time bucket overflow (OverflowError) instead of a ValidationError naming the field.
+    import pytest
+
+    from awa_cli.enqueue import UniqueOpts
+    from awa_cli.errors import ValidationError
+
+    for period in (5e-324, 0.0009, 0, -1):
+        with pytest.raises(ValidationError, match=r"unique_opts\.by_period"):
+            UniqueOpts(by_period=period).period_seconds()
+    assert UniqueOpts(by_period=0.001).period_seconds() == 0.001
