@@ -37,3 +37,7 @@ QUEUE_CONCURRENCY = 10
 
 DEAD_LETTER_RETENTION = 2592000.0
 """Seconds a dead letter is kept before the sweep prunes it (30 days)."""
+
+WORKER_STALENESS = 30.0
+"""Seconds after its last heartbeat that a worker's ``awa.workers`` row counts as gone: the
+dashboard stops showing it and the maintenance leader deletes it."""

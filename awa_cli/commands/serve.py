@@ -139,7 +139,13 @@ def command(
     check_host(host, has_tokens=bool(tokens), read_only=read_only, callbacks_only=callbacks_only)
     app = ctx.app if ctx.config.app.modules else None
     client = AsyncClient(ctx.dsn(), app, plugin_hooks=ctx.plugins.event_hooks())
-    settings = ServeSettings(tokens, keys, read_only=read_only, callbacks_only=callbacks_only)
+    settings = ServeSettings(
+        tokens,
+        keys,
+        read_only=read_only,
+        callbacks_only=callbacks_only,
+        callback_base_url=serve.callback_base_url,
+    )
     flags = "".join(
         f" {flag}"
         for flag, on in (("--read-only", read_only), ("--callbacks-only", callbacks_only))
