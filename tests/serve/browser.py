@@ -178,7 +178,10 @@ def seed(dsn: str) -> Seeded:
     with psycopg.connect(dsn) as conn:
         available = [
             awa.insert(
-                conn, {"to": f"user{n}@example.com"}, kind="send_email", queue="email",
+                conn,
+                {"to": f"user{n}@example.com"},
+                kind="send_email",
+                queue="email",
                 tags=["vip"] if n == 2 else [],
             ).id
             for n in range(5)
@@ -188,7 +191,7 @@ def seed(dsn: str) -> Seeded:
         ]
         conn.execute(
             "UPDATE awa.jobs SET state = 'failed', attempt = 1, finalized_at = now(),"
-            " errors = '[{\"error\": \"ReportError: no data\", \"attempt\": 1}]'::jsonb"
+            ' errors = \'[{"error": "ReportError: no data", "attempt": 1}]\'::jsonb'
             " WHERE id = ANY(%s)",
             (failed,),
         )
@@ -214,7 +217,7 @@ def seed(dsn: str) -> Seeded:
         conn.execute(
             "INSERT INTO awa.workers (id, host, pid, queues, kinds, running, version)"
             " VALUES (%s, 'build-host', 4242, '{\"email\": 10}',"
-            " '[{\"kind\": \"send_email\", \"queue\": \"email\", \"doc\": \"Send one email.\"}]',"
+            ' \'[{"kind": "send_email", "queue": "email", "doc": "Send one email."}]\','
             " 3, '1.0')",
             (worker_id,),
         )
