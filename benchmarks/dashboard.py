@@ -69,6 +69,9 @@ ROUTES = [
     "/jobs?tag=vip",
     "/jobs?state=failed&kind=kind_3&queue=q3",
     "/jobs?before={middle}",
+    "/workers",
+    "/kinds",
+    "/audit",
 ]
 
 
@@ -156,6 +159,7 @@ def plans(dsn: str, middle: int) -> None:
                 {"percent": percent},
             ),
             ("inspect_throughput", sql.SQL(SQL["inspect_throughput"]), {}),
+            ("kinds_with_available", sql.SQL(SQL["kinds_with_available"]), {}),
         ]
         for filters in (
             {},
