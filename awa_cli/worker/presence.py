@@ -96,11 +96,15 @@ class Presence:
             self.registered = True
 
     async def run(self, stopping: asyncio.Event) -> None:
+        failing = False  # warn once per outage, not every beat (e.g. migration 0005 missing)
         while not stopping.is_set():
             try:
                 await self.beat()
+                failing = False
             except (psycopg.Error, OSError) as exc:
-                log.warning("worker presence: %s", exc, extra={"action": "presence_failed"})
+                if not failing:
+                    log.warning("worker presence: %s", exc, extra={"action": "presence_failed"})
+                failing = True
             try:
                 await asyncio.wait_for(stopping.wait(), self.interval)
             except TimeoutError:
