@@ -207,7 +207,7 @@ def seed(dsn: str) -> Seeded:
             "INSERT INTO awa.jobs (kind, queue, state, attempt, attempted_at, finalized_at)"
             " SELECT 'send_email', 'email', CASE WHEN g % 17 = 0 THEN 'failed' ELSE 'completed'"
             " END::awa.job_state, 1, now() - t, now() - t FROM generate_series(1, 390) g,"
-            " LATERAL (SELECT (3500 * (g / 390.0) ^ 1.6 + 40 * sin(g)) * interval '1 second'"
+            " LATERAL (SELECT (3200 * (g / 390.0) ^ 1.6 + 40 * abs(sin(g))) * interval '1 second'"
             " AS t) times"
         )
         completed = conn.execute(
