@@ -44,7 +44,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("awa.callbacks")
 
-AuditFn = Callable[[str, str, str, str], None]  # (actor, action, target, result)
+AuditFn = Callable[[str, str, str, str], Awaitable[None]]  # (actor, action, target, result)
 
 TIMESTAMP_HEADER = "Awa-Timestamp"
 SIGNATURE_HEADER = "Awa-Signature"
@@ -306,9 +306,9 @@ class _Endpoint:
             row = await _resolve(self.client, callback_id, action, raw)
         except Exception as exc:  # every failure is answered with its documented status
             response = self._failed(exc, callback_id, action)
-            self._audit(callback_id, action, f"error: {response.status_code}")
+            await self._audit(callback_id, action, f"error: {response.status_code}")
             return response
-        self._audit(callback_id, action, "ok")
+        await self._audit(callback_id, action, "ok")
         log.info(
             "action=callback_resolved callback=%s verb=%s job=%d key_index=%d",
             callback_id,
@@ -318,9 +318,9 @@ class _Endpoint:
         )
         return JSONResponse(row.to_json())
 
-    def _audit(self, callback_id: str, action: str, result: str) -> None:
+    async def _audit(self, callback_id: str, action: str, result: str) -> None:
         if self.audit is not None:
-            self.audit("callback", f"callback.{action}", f"callback:{callback_id}", result)
+            await self.audit("callback", f"callback.{action}", f"callback:{callback_id}", result)
 
     @staticmethod
     def _failed(exc: Exception, callback_id: str, action: str) -> Response:
@@ -367,7 +367,7 @@ def asgi_app(
     so follow-up specs commit with the resolution and hooks fire; ``keys`` are the signing
     secrets, newest first (none: every request answers 404). The client is opened on first
     use and stays the caller's to close. ``audit(actor, action, target, result)``, if given,
-    is called for every signed request (``awa serve`` passes its audit seam).
+    is awaited for every signed request (``awa serve`` passes its audit seam).
     """
     from starlette.applications import Starlette
     from starlette.exceptions import HTTPException

@@ -30,6 +30,7 @@ from awa_cli.jobs import JobRow, JobState, PreparedJob
 from awa_cli.jsonvalues import to_json
 from awa_cli.outcomes import OutcomeCore
 from awa_cli.periodic import PeriodicJob
+from awa_cli.reads import InspectReads, JobCount
 from awa_cli.results import JobNotFound, UniqueConflict, ValidationError, seconds
 
 if TYPE_CHECKING:
@@ -124,99 +125,6 @@ async def _copy_jobs(
             await copy.write(encode(chunk))
             count += len(chunk)
     return count
-
-
-# -- reads for the dashboard and admin API (awa serve) ---------------------------------------
-# Kept apart from the contract methods above: awa_cli/serve/ reads only through these and the
-# public methods, so it holds no SQL (STYLE.md "The web surface").
-
-
-@dataclass(frozen=True)
-class JobCount:
-    """How many jobs one queue holds in one state; ``oldest_available_seconds`` is the age of
-    its oldest job that could run now (available states only, else None)."""
-
-    queue: str
-    state: str
-    count: int
-    oldest_available_seconds: float | None
-
-
-class InspectReads:
-    """Read-only queries of ``awa.jobs`` for ``awa serve``, mixed into :class:`AsyncClient`."""
-
-    async def ensure_open(self) -> AsyncConnectionPool:  # provided by AsyncClient
-        raise NotImplementedError
-
-    dsn: str  # provided by AsyncClient
-
-    async def pending_migrations(self) -> list[str]:
-        """Migrations this awa ships that the database has not applied (``["0002_periodic"]``);
-        empty when the schema is current. Raises ``psycopg.OperationalError`` when the
-        database cannot be reached."""
-        from awa_cli.db import migrations
-
-        def pending() -> list[str]:
-            with psycopg.connect(self.dsn, autocommit=True, connect_timeout=5) as conn:
-                return [
-                    f"{s.version:04d}_{s.name}"
-                    for s in migrations.status(conn)
-                    if s.applied_at is None
-                ]
-
-        return await asyncio.to_thread(pending)
-
-    async def job_counts(self) -> list[JobCount]:
-        """Jobs per (queue, state), ordered by queue then state."""
-        pool = await self.ensure_open()
-        async with pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
-            await cur.execute(SQL["inspect_job_counts"])
-            rows = await cur.fetchall()
-        return [
-            JobCount(
-                r["queue"],
-                r["state"],
-                int(r["count"]),
-                None
-                if r["oldest_available_seconds"] is None
-                else float(r["oldest_available_seconds"]),
-            )
-            for r in rows
-        ]
-
-    async def list_jobs_page(
-        self,
-        *,
-        state: JobState | str | None = None,
-        kind: str | None = None,
-        queue: str | None = None,
-        before_id: int | None = None,
-        limit: int = 50,
-    ) -> list[JobRow]:
-        """Jobs newest first with ``id < before_id`` (keyset pagination: pass the last id of a
-        page to get the next one)."""
-        if state is not None:
-            try:
-                state = JobState(state)
-            except ValueError:
-                raise ValidationError("state", f"unknown job state {state!r}") from None
-        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 1000:
-            raise ValidationError("limit", "must be an integer from 1 to 1000")
-        if before_id is not None and (
-            isinstance(before_id, bool) or not isinstance(before_id, int)
-        ):
-            raise ValidationError("before_id", "must be an integer")
-        params = {
-            "state": None if state is None else str(state),
-            "kind": kind,
-            "queue": queue,
-            "before_id": before_id,
-            "limit": limit,
-        }
-        pool = await self.ensure_open()
-        async with pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
-            await cur.execute(SQL["inspect_jobs_page"], params)
-            return [JobRow.from_record(r) for r in await cur.fetchall()]
 
 
 class AsyncClient(InspectReads):
@@ -498,6 +406,7 @@ __all__ = [
     "AsyncClient",
     "Client",
     "DefaultAction",
+    "JobCount",
     "ResolveResult",
     "insert",
     "insert_async",

@@ -40,3 +40,7 @@ DEAD_LETTER_RETENTION = 2592000.0
 
 PERIODIC_PRUNE_INTERVAL = 600.0
 """Seconds between the leader's pruning of old recorded periodic fires."""
+
+WORKER_STALENESS = 30.0
+"""Seconds after its last heartbeat that a worker's ``awa.workers`` row counts as gone: the
+dashboard stops showing it and the maintenance leader deletes it."""

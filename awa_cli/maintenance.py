@@ -172,6 +172,7 @@ class Maintenance:
                     await conn.execute(SQL["leader_keepalive"])
                     await self.sweep()
                     await self._report_depth(conn)
+                    await self._prune_workers(conn)
                     await self._periodic_until_next_sweep(conn, stopping)
                 else:
                     await _sleep_unless(stopping, self.timings.leader_election_interval)
@@ -235,6 +236,15 @@ class Maintenance:
             raise  # the connection is gone: run() reconnects
         except psycopg.Error as exc:
             log.warning("queue depth failed: %s", exc, extra={"action": "depth_failed"})
+
+    async def _prune_workers(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        """Delete the ``awa.workers`` rows of processes that stopped heartbeating."""
+        try:
+            await conn.execute(SQL["worker_prune"], {"stale": defaults.WORKER_STALENESS})
+        except (psycopg.OperationalError, psycopg.InterfaceError, OSError):
+            raise  # the connection is gone: run() reconnects
+        except psycopg.Error as exc:  # e.g. migration 0005 not applied yet
+            log.warning("worker prune failed: %s", exc, extra={"action": "prune_failed"})
 
     async def sweep(self) -> None:
         """One sweep as the leader runs it (errors of the database are logged, not raised):

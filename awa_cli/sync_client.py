@@ -17,6 +17,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from awa_cli.client import AsyncClient, DefaultAction, ResolveResult
+from awa_cli.sync_reads import SyncInspectReads
 
 if TYPE_CHECKING:
     from awa_cli.app import App
@@ -47,8 +48,10 @@ class _LoopThread:
         self.loop.close()
 
 
-class Client:
+class Client(SyncInspectReads):
     """The synchronous client: the same operations as :class:`AsyncClient`."""
+
+    _runner: _LoopThread
 
     def __init__(
         self,

@@ -107,17 +107,23 @@ def command(
     taken here or a callback received here runs the app's follow-up specs in the same
     transaction and fires its hooks, as `awa callback` does.
 
-    Pages: / (counts per queue and state), /jobs (filter by state, kind and queue; find by id;
-    newest first, paginated by id), /jobs/ID (args, metadata, errors, output, callback; cancel,
-    retry, resolve the callback). JSON: GET /api/stats, /api/jobs?state=&kind=&queue=&limit=&before=,
-    /api/jobs/ID; POST /api/jobs/ID/cancel and /api/jobs/ID/retry. Health: /healthz (the process
-    is up) and /readyz (the database answers and the schema is current).
+    Pages: / (counts per queue and state, the oldest available job, the last hour's throughput),
+    /jobs (filter by state, kind, queue and tag; find by id; newest first, paginated by id),
+    /jobs/ID (args, metadata, errors, output, the callback and its URLs; cancel, retry, resolve
+    the callback), /workers (live worker processes), /kinds (kinds live workers run; kinds with
+    ready jobs and no live worker flagged), /audit (the audit log). JSON: GET /api/stats,
+    /api/jobs?state=&kind=&queue=&tag=&limit=&before=, /api/jobs/ID, /api/workers, /api/kinds,
+    /api/audit?actor=&action=&target=&since=&limit=; POST /api/jobs/ID/cancel and
+    /api/jobs/ID/retry. Health: /healthz (the process is up) and /readyz (the database answers
+    and the schema is current).
 
     Auth: with no [serve] tokens, awa serve listens on loopback only (another --host is refused
     unless --read-only or --callbacks-only) and the local browser may act. With tokens, every
     request but the health checks and /callbacks/* needs `Authorization: Bearer TOKEN` or the
     session cookie of the /login form; role viewer reads, operator also acts. Form posts carry
-    a CSRF token; --read-only refuses every action with 403. Every action is audited.
+    a CSRF token; --read-only refuses every action with 403. Every action, and every post the
+    guard refuses, is recorded in awa.audit_log (actor serve:TOKEN-NAME, result ok, refused or
+    failed) and shown at /audit.
 
     HTTP callbacks: POST /callbacks/ID/complete|fail|retry|resume|heartbeat, signed with one of
     the keys named by [serve] callback_secrets (headers Awa-Timestamp and Awa-Signature, see
@@ -139,7 +145,13 @@ def command(
     check_host(host, has_tokens=bool(tokens), read_only=read_only, callbacks_only=callbacks_only)
     app = ctx.app if ctx.config.app.modules else None
     client = AsyncClient(ctx.dsn(), app, plugin_hooks=ctx.plugins.event_hooks())
-    settings = ServeSettings(tokens, keys, read_only=read_only, callbacks_only=callbacks_only)
+    settings = ServeSettings(
+        tokens,
+        keys,
+        read_only=read_only,
+        callbacks_only=callbacks_only,
+        callback_base_url=serve.callback_base_url,
+    )
     flags = "".join(
         f" {flag}"
         for flag, on in (("--read-only", read_only), ("--callbacks-only", callbacks_only))

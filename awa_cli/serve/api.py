@@ -36,11 +36,15 @@ def _optional_int(request: Request, name: str, default: int | None) -> int | Non
 
 async def stats(request: Request) -> Response:
     """``{"total", "totals": {state: n}, "oldest_available_age_seconds", "queues": [{"queue",
-    "counts": {state: n}, "oldest_available_age_seconds"}]}``."""
+    "counts": {state: n}, "oldest_available_age_seconds"}], "estimated": [state...],
+    "throughput": [{"minute", "completed", "failed"}]}`` (estimated: states counted from a
+    sample of a large table; throughput: the last hour, minutes with none left out)."""
     from starlette.responses import JSONResponse
 
+    client = client_of(request)
     try:
-        table = overview_table(await client_of(request).job_counts())
+        table = overview_table(await client.job_counts())
+        throughput = await client.throughput()
     except Exception as exc:
         return _failed(exc)
     return JSONResponse(
@@ -57,6 +61,15 @@ async def stats(request: Request) -> Response:
                 for q in table["queues"]
             ],
             "states": STATES,
+            "estimated": table["estimated"],
+            "throughput": [
+                {
+                    "minute": p["minute"].isoformat(),
+                    "completed": p["completed"],
+                    "failed": p["failed"],
+                }
+                for p in throughput
+            ],
         }
     )
 
@@ -75,6 +88,7 @@ async def list_jobs(request: Request) -> Response:
             state=q.get("state") or None,
             kind=q.get("kind") or None,
             queue=q.get("queue") or None,
+            tag=q.get("tag") or None,
             before_id=_optional_int(request, "before", None),
             limit=limit + 1,
         )

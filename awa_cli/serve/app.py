@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from awa_cli.callbacks import asgi_app
-from awa_cli.serve.audit import audit
+from awa_cli.serve.audit import auditor
 from awa_cli.serve.auth import Guard, Policy, Token
 from awa_cli.serve.common import STATIC, error_line, json_error, template_env
 
@@ -37,6 +37,7 @@ class ServeSettings:
     callback_keys: Sequence[bytes] = ()
     read_only: bool = False
     callbacks_only: bool = False
+    callback_base_url: str | None = None  # shown on the job page (default: this server's)
     close_client: bool = field(default=True)  # close the client when the server stops
 
 
@@ -84,16 +85,16 @@ def build_app(client: AsyncClient, settings: ServeSettings) -> Starlette:
     from starlette.routing import BaseRoute, Mount, Route
     from starlette.staticfiles import StaticFiles
 
-    from awa_cli.serve import api, pages
+    from awa_cli.serve import api, fleet, pages
 
     policy = Policy(list(settings.tokens), read_only=settings.read_only)
     routes: list[BaseRoute] = [
         Route("/healthz", healthz, methods=["GET"]),
         Route("/readyz", readyz, methods=["GET"]),
-        Mount("/callbacks", asgi_app(client, list(settings.callback_keys), audit=audit)),
+        Mount("/callbacks", asgi_app(client, list(settings.callback_keys), audit=auditor(client))),
     ]
     if not settings.callbacks_only:
-        routes += pages.routes() + api.routes()
+        routes += pages.routes() + api.routes() + fleet.routes()
         routes.append(Mount("/static", StaticFiles(directory=str(STATIC)), name="static"))
 
     @contextlib.asynccontextmanager
@@ -104,7 +105,7 @@ def build_app(client: AsyncClient, settings: ServeSettings) -> Starlette:
 
     app = Starlette(
         routes=routes,
-        middleware=[Middleware(Guard, policy=policy)],
+        middleware=[Middleware(Guard, policy=policy, audit=auditor(client))],
         exception_handlers={HTTPException: _not_found},
         lifespan=lifespan,
     )

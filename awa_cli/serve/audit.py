@@ -1,21 +1,47 @@
-"""The audit seam: every action taken through ``awa serve`` is reported here, once.
+"""The audit seam: every action taken through ``awa serve`` is recorded here, once.
 
-For now it writes one structured log line (logger ``awa.audit``, ``action=audit``). When the
-``awa.audit_log`` table arrives (migration 0003) this is the one function to point at it
-(DESIGN §12 and §15.4: at, actor, action, target, result), through a client method.
+Each entry goes to ``awa.audit_log`` (DESIGN §12 and §15.4: at, actor, action, target, result,
+detail) through :meth:`AsyncClient.record_audit`, the table the CLI's admin commands write
+too, and to one structured log line (logger ``awa.audit``). ``result`` is ``ok``, ``refused``
+(the request was turned away: no role, read-only, not found, wrong state, bad input) or
+``failed`` (the action broke: database, a follow-up spec); the reason is in ``detail``.
+Writing the entry is best-effort: a database that cannot take it is logged, and the answer
+to the caller is unchanged.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from awa_cli.client import AsyncClient
 
 log = logging.getLogger("awa.audit")
 
+Audit = Callable[[str, str, str, str], Awaitable[None]]
+"""``(actor, action, target, result)``: what the callback routes and the guard are given."""
 
-def audit(actor: str, action: str, target: str, result: str) -> None:
+
+def result_of(status: int) -> str:
+    """The audit result of an answered request: ``ok``, ``refused`` (4xx) or ``failed``."""
+    if status < 400:
+        return "ok"
+    return "refused" if status < 500 else "failed"
+
+
+async def audit(
+    client: AsyncClient,
+    actor: str,
+    action: str,
+    target: str,
+    result: str,
+    detail: dict[str, Any] | None = None,
+) -> None:
     """Record that ``actor`` (``serve:<token name>``, ``serve:anonymous``, ``callback``) did
     ``action`` (``job.cancel``, ``job.retry``, ``callback.complete``, ``login``...) to ``target``
-    (``job:42``, ``callback:<id>``) with ``result`` (``ok`` or ``error: <one line>``)."""
+    (``job:42``, ``callback:<id>``) with ``result`` (``ok``, ``refused`` or ``failed``)."""
     log.info(
         "action=audit actor=%s verb=%s target=%s result=%s",
         actor,
@@ -24,3 +50,25 @@ def audit(actor: str, action: str, target: str, result: str) -> None:
         result,
         extra={"action": "audit", "actor": actor, "verb": action, "target": target},
     )
+    try:
+        await client.record_audit(actor, action, target, result, detail)
+    except Exception as exc:
+        log.warning(
+            "audit entry not written: %s", type(exc).__name__, extra={"action": "audit_failed"}
+        )
+
+
+def auditor(client: AsyncClient) -> Audit:
+    """:func:`audit` bound to ``client``, for the callback routes (result text
+    ``ok`` or ``error: <status>``) and the guard."""
+
+    async def record(actor: str, action: str, target: str, result: str) -> None:
+        detail: dict[str, Any] = {}
+        if result.startswith("error: "):
+            reason = result.removeprefix("error: ")
+            status = int(reason) if reason.isdigit() else 500
+            detail = {"status": status} if reason.isdigit() else {"error": reason}
+            result = result_of(status)
+        await audit(client, actor, action, target, result, detail)
+
+    return record

@@ -210,9 +210,15 @@ def form_fields(body: bytes) -> dict[str, str]:
 class Guard:
     """The ASGI middleware that authenticates, authorises and checks CSRF for every request."""
 
-    def __init__(self, app: ASGIApp, policy: Policy) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        policy: Policy,
+        audit: Callable[[str, str, str, str], Awaitable[None]] | None = None,
+    ) -> None:
         self.app = app
         self.policy = policy
+        self.audit = audit  # (actor, action, target, result): a refused action is recorded
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "websocket":  # none are served; one added later must be guarded
@@ -236,6 +242,9 @@ class Guard:
         if scope["method"] in MUTATING_METHODS:
             refusal = self._refusal(principal, path)
             if refusal is not None:
+                if self.audit is not None:
+                    actor = principal.actor if principal is not None else "serve:unknown"
+                    await self.audit(actor, "request", f"{scope['method']} {path}", "error: 403")
                 await _respond(send, refusal[0], {"error": refusal[1]})
                 return
             if principal is None or principal.via != "bearer":

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from awa_cli.serve.audit import audit
+from awa_cli.serve.audit import audit, result_of
 from awa_cli.serve.auth import CSRF_KEY, PRINCIPAL_KEY, Principal, form_fields
 
 if TYPE_CHECKING:
@@ -36,7 +36,13 @@ class NavItem:
     label: str
 
 
-NAV = [NavItem("/", "Overview"), NavItem("/jobs", "Jobs")]
+NAV = [
+    NavItem("/", "Overview"),
+    NavItem("/jobs", "Jobs"),
+    NavItem("/workers", "Workers"),
+    NavItem("/kinds", "Kinds"),
+    NavItem("/audit", "Audit"),
+]
 
 
 def client_of(request: Request) -> AsyncClient:
@@ -92,12 +98,15 @@ def error_line(exc: BaseException) -> str:
 async def act(request: Request, action: str, target: str, call: Callable[[], Awaitable[T]]) -> T:
     """Run one action through the client and audit it, whatever its result."""
     actor = principal_of(request).actor
+    client = client_of(request)
     try:
         result = await call()
     except Exception as exc:
-        audit(actor, action, target, f"error: {error_line(exc)}")
+        status = status_for(exc)
+        detail = {"status": status, "error": error_line(exc)}
+        await audit(client, actor, action, target, result_of(status), detail)
         raise
-    audit(actor, action, target, "ok")
+    await audit(client, actor, action, target, "ok")
     return result
 
 

@@ -22,21 +22,26 @@ if TYPE_CHECKING:
     from starlette.routing import BaseRoute
 
     from awa_cli.client import JobCount
+    from awa_cli.jobs import JobRow
 
 STATES = [s.value for s in JobState]
 PAGE_SIZE = 50
 
 
 def overview_table(counts: list[JobCount]) -> dict[str, Any]:
-    """Counts per queue and state, totals per state, and each queue's oldest available age."""
+    """Counts per queue and state, totals per state, each queue's oldest available age, and
+    the states whose counts are estimates (terminal states of a large table)."""
     queues: dict[str, dict[str, Any]] = {}
     totals = dict.fromkeys(STATES, 0)
+    estimated: set[str] = set()
     for c in counts:
         entry = queues.setdefault(
             c.queue, {"queue": c.queue, "counts": dict.fromkeys(STATES, 0), "oldest": None}
         )
         entry["counts"][c.state] = c.count
         totals[c.state] += c.count
+        if c.estimated:
+            estimated.add(c.state)
         if c.oldest_available_seconds is not None:
             entry["oldest"] = c.oldest_available_seconds
     oldest = [q["oldest"] for q in queues.values() if q["oldest"] is not None]
@@ -44,21 +49,26 @@ def overview_table(counts: list[JobCount]) -> dict[str, Any]:
         "queues": list(queues.values()),
         "totals": totals,
         "total": sum(totals.values()),
+        "estimated": sorted(estimated),
         "oldest_available_seconds": max(oldest) if oldest else None,
     }
 
 
 async def overview(request: Request) -> Response:
+    from awa_cli.serve.chart import throughput_chart
+
+    client = client_of(request)
     try:
-        stats = overview_table(await client_of(request).job_counts())
+        stats = overview_table(await client.job_counts())
+        chart = throughput_chart(await client.throughput())
     except Exception as exc:
         return error_page(request, exc)
-    return render(request, "overview.html", stats=stats, states=STATES)
+    return render(request, "overview.html", stats=stats, states=STATES, chart=chart)
 
 
 def _filters(request: Request) -> dict[str, str | None]:
     q = request.query_params
-    return {name: (q.get(name) or "").strip() or None for name in ("state", "kind", "queue")}
+    return {name: (q.get(name) or "").strip() or None for name in ("state", "kind", "queue", "tag")}
 
 
 def _int_param(request: Request, name: str) -> int | None:
@@ -104,7 +114,20 @@ async def job(request: Request) -> Response:
     except Exception as exc:
         return error_page(request, exc)
     done = request.query_params.get("done")
-    return render(request, "job.html", job=row, done=done if done else None)
+    return render(
+        request, "job.html", job=row, done=done if done else None, urls=_callback_urls(request, row)
+    )
+
+
+def _callback_urls(request: Request, row: JobRow) -> list[tuple[str, str]]:
+    """Where an external system posts to resolve this job's callback (the configured
+    ``callback_base_url``, else this server's ``/callbacks``)."""
+    from awa_cli.callbacks import callback_urls
+
+    if row.callback_id is None:
+        return []
+    base = request.app.state.settings.callback_base_url or f"{request.base_url}callbacks"
+    return list(callback_urls(base, row.callback_id))
 
 
 def _back_to_job(job_id: int, done: str) -> Response:
@@ -207,9 +230,9 @@ async def login(request: Request) -> Response:
     form = await form_of(request)
     token = policy.match_token(form.get("token", "").strip())
     if token is None:
-        audit("serve:unknown", "login", "session", "error: wrong token")
+        await audit(client_of(request), "serve:unknown", "login", "session", "refused")
         return await login_page(request, status=401, failed=True)
-    audit(f"serve:{token.name}", "login", "session", "ok")
+    await audit(client_of(request), f"serve:{token.name}", "login", "session", "ok")
     response = RedirectResponse(_safe_next(form.get("next")), status_code=303)
     secure = request.url.scheme == "https"
     response.headers.append("set-cookie", session_cookie_header(policy, token, secure))

@@ -36,6 +36,7 @@ from awa_cli.worker.executor import execute
 from awa_cli.worker.finalizer import Finalizer
 from awa_cli.worker.heartbeat import Heartbeat
 from awa_cli.worker.listener import Listener
+from awa_cli.worker.presence import Presence
 from awa_cli.worker.queues import QueueRunner, QueueSpec
 from awa_cli.worker.services import RunnerContext, RunningJobs, WorkerStats
 
@@ -136,6 +137,13 @@ class Worker:
             self.timings.heartbeat_interval,
             functools.partial(recheck, self.claim_pool),
         )
+        self.presence = Presence(
+            self.pool,
+            self.app,
+            {name: spec.concurrency for name, spec in self.queues.items()},
+            lambda: len(self.running),
+            self.timings.heartbeat_interval,
+        )
 
     @property
     def stopping(self) -> bool:
@@ -173,6 +181,7 @@ class Worker:
             loop.create_task(self.listener.run(self._stopping), name="awa-listener"),
             loop.create_task(self.heartbeat.run(self._stopping), name="awa-heartbeat"),
             loop.create_task(self._register_schedules(), name="awa-schedules"),
+            loop.create_task(self.presence.run(self._stopping), name="awa-presence"),
         ]
         if self.maintenance_enabled:
             from awa_cli.maintenance import Maintenance
@@ -252,6 +261,7 @@ class Worker:
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.presence.leave()
         await self.pool.close()
         await self.claim_pool.close()
         self._threads.shutdown(wait=False, cancel_futures=True)

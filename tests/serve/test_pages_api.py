@@ -132,8 +132,18 @@ def test_job_page_and_api_actions(dsn: str, caplog: pytest.LogCaptureFixture) ->
     assert job_row(dsn, job.id).state == "available"
     lines = [r.getMessage() for r in caplog.records if r.name == "awa.audit"]
     assert f"action=audit actor=serve:otto verb=job.cancel target=job:{job.id} result=ok" in lines
-    assert any("verb=job.cancel" in line and "result=error: job" in line for line in lines)
-    assert f"action=audit actor=serve:otto verb=job.retry target=job:{job.id} result=ok" in lines
+    with psycopg.connect(dsn) as conn:
+        entries = conn.execute(
+            "SELECT actor, action, target, result, detail FROM awa.audit_log ORDER BY id"
+        ).fetchall()
+    target = f"job:{job.id}"
+    assert entries[0] == ("serve:otto", "job.cancel", target, "ok", {})
+    actor, action, where, result, detail = entries[1]
+    assert (actor, action, where, result) == ("serve:otto", "job.cancel", target, "refused")
+    assert detail["status"] == 409 and "cannot be cancelled" in detail["error"]
+    assert entries[2][:4] == ("serve:otto", "login", "session", "ok")
+    assert entries[3] == ("serve:otto", "job.retry", target, "ok", {})
+    assert len(entries) == 4
 
 
 def test_resolve_a_callback_from_the_job_page(dsn: str) -> None:

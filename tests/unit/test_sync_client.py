@@ -19,11 +19,14 @@ SYNC_ONLY = {"__enter__", "__exit__", "call"}
 
 
 def _public(cls: type) -> dict[str, Callable[..., Any]]:
-    return {
-        name: member
-        for name, member in vars(cls).items()
-        if callable(member) and (not name.startswith("_") or name == "__init__")
-    }
+    """Public methods of ``cls`` and the mixins it is built from (awa_cli.reads.InspectReads,
+    awa_cli.sync_reads.SyncInspectReads), nearest definition first."""
+    found: dict[str, Callable[..., Any]] = {}
+    for klass in cls.__mro__[:-1]:  # not object
+        for name, member in vars(klass).items():
+            if callable(member) and (not name.startswith("_") or name == "__init__"):
+                found.setdefault(name, member)
+    return found
 
 
 def test_every_public_async_method_has_a_sync_twin() -> None:

@@ -1,0 +1,191 @@
+"""The dashboard in a real headless Chromium against a real ``awa serve`` process.
+
+Every page renders what the database holds; filtering works; an operator signs in through
+the form and cancels and retries a job; a viewer sees no button and a forged post is refused
+(403) and audited; the browser never asks another host for anything; 375 px and 1,440 px
+wide pages do not scroll sideways; the overview refreshes itself.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import psycopg
+import pytest
+
+import awa_cli as awa
+from tests.helpers import job_row
+from tests.serve.browser import (
+    OPERATOR_TOKEN,
+    VIEWER_TOKEN,
+    awa_serve,
+    chromium,
+    counts,
+    log_in,
+    new_page,
+    no_horizontal_scroll,
+    seed,
+)
+
+pytestmark = [pytest.mark.integration]
+
+PAGES = ["/", "/jobs", "/workers", "/kinds", "/audit"]
+
+
+def ids_where(dsn: str, condition: str) -> list[int]:
+    with psycopg.connect(dsn) as conn:
+        query = f"SELECT id FROM awa.jobs WHERE {condition} ORDER BY id DESC LIMIT 50"
+        return [r[0] for r in conn.execute(query)]  # type: ignore[call-overload]
+
+
+def _ids_on(page: object) -> list[int]:
+    cells = page.locator("tbody td:first-child a").all_inner_texts()  # type: ignore[attr-defined]
+    return [int(text) for text in cells]
+
+
+def test_every_page_shows_the_database_and_filters_work(dsn: str, tmp_path: Path) -> None:
+    data = seed(dsn)
+    expected = counts(dsn)
+    with awa_serve(dsn, tmp_path) as served, chromium() as browser:
+        page = new_page(browser, served)
+        log_in(page, served, VIEWER_TOKEN)
+        # Overview: the cards and the per-queue table are the database's counts.
+        assert page.inner_text("#total") == str(sum(expected.values()))
+        for state in ("available", "failed", "waiting_external"):
+            assert page.inner_text(f"[data-state={state}]") == str(expected[state])
+        reports = page.locator("tbody tr", has=page.locator("a", has_text="reports"))
+        assert "2" in reports.inner_text()
+        assert page.locator("figure.chart rect.bar-completed").count() >= 40
+        title = page.locator("figure.chart svg title").first.text_content() or ""
+        assert f"{data.completed} completed" in title
+        # Jobs: newest first; filtering by the form's state select.
+        page.click("nav a[href='/jobs']")
+        assert _ids_on(page) == ids_where(dsn, "true")
+        page.select_option("select[name=state]", "failed")
+        page.click("form.filters button:has-text('Filter')")
+        page.wait_for_url("**/jobs?state=failed**")
+        assert _ids_on(page) == ids_where(dsn, "state = 'failed'")
+        assert set(data.failed) <= set(_ids_on(page))
+        page.goto(f"{served.url}/jobs")
+        page.fill("input[name=tag]", "vip")
+        page.click("form.filters button:has-text('Filter')")
+        page.wait_for_url("**tag=vip**")
+        assert _ids_on(page) == data.vip
+        page.goto(f"{served.url}/jobs?kind=charge")
+        assert _ids_on(page) == [data.waiting]
+        page.fill("input[name=id]", str(data.available[0]))
+        page.click("button:has-text('Find')")
+        page.wait_for_url(f"**/jobs/{data.available[0]}")
+        assert "user0@example.com" in page.inner_text("main")
+        # The job page of a job waiting on its callback shows the URLs to resolve it.
+        page.goto(f"{served.url}/jobs/{data.waiting}")
+        callback_id = str(job_row(dsn, data.waiting).callback_id)
+        urls = page.inner_text("dl.urls")
+        for action in ("complete", "fail", "retry", "resume", "heartbeat"):
+            assert f"{served.url}/callbacks/{callback_id}/{action}" in urls
+        # Workers and kinds: the live worker, and the kind nobody runs flagged.
+        page.click("nav a[href='/workers']")
+        row = page.locator("tbody tr").first.inner_text()
+        assert "build-host" in row and "4242" in row and "email=10" in row
+        page.click("nav a[href='/kinds']")
+        report = page.locator("tbody tr", has=page.locator("a", has_text="report")).first
+        assert "no live worker" in report.inner_text()
+        email = page.locator("tbody tr", has=page.locator("a", has_text="send_email")).first
+        assert "Send one email." in email.inner_text()
+        assert "no live worker" not in email.inner_text()
+        # Audit: the sign-in is there.
+        page.click("nav a[href='/audit']")
+        assert "serve:vera" in page.locator("tbody tr").first.inner_text()
+    assert served.requests and served.foreign() == []
+
+
+def test_an_operator_signs_in_and_cancels_then_retries(dsn: str, tmp_path: Path) -> None:
+    data = seed(dsn)
+    job_id = data.available[1]
+    with awa_serve(dsn, tmp_path) as served, chromium() as browser:
+        page = new_page(browser, served)
+        log_in(page, served, OPERATOR_TOKEN, f"/jobs/{job_id}")
+        page.click("button:has-text('Cancel')")
+        page.wait_for_url(f"**/jobs/{job_id}?done=cancelled")
+        assert job_row(dsn, job_id).state == awa.JobState.CANCELLED
+        assert "cancelled" in page.inner_text("h1")
+        page.click("button:has-text('Retry now')")
+        page.wait_for_url(f"**/jobs/{job_id}?done=retried")
+        assert job_row(dsn, job_id).state == awa.JobState.AVAILABLE
+        page.goto(f"{served.url}/audit?actor=serve:otto&action=job.cancel")
+        rows = page.locator("tbody tr").all_inner_texts()
+        assert len(rows) == 1 and f"job:{job_id}" in rows[0] and "ok" in rows[0]
+    with psycopg.connect(dsn) as conn:
+        entries = conn.execute(
+            "SELECT actor, action, target, result FROM awa.audit_log ORDER BY id"
+        ).fetchall()
+    assert entries == [
+        ("serve:otto", "login", "session", "ok"),
+        ("serve:otto", "job.cancel", f"job:{job_id}", "ok"),
+        ("serve:otto", "job.retry", f"job:{job_id}", "ok"),
+    ]
+    assert served.foreign() == []
+
+
+def test_a_viewer_has_no_buttons_and_a_forged_post_is_refused(dsn: str, tmp_path: Path) -> None:
+    data = seed(dsn)
+    job_id = data.available[0]
+    with awa_serve(dsn, tmp_path) as served, chromium() as browser:
+        page = new_page(browser, served)
+        log_in(page, served, VIEWER_TOKEN, f"/jobs/{job_id}")
+        assert page.locator("button:has-text('Cancel')").count() == 0
+        assert page.locator("form[action$='/cancel']").count() == 0
+        status = page.evaluate(
+            """async (id) => {
+                const csrf = document.querySelector("meta[name=csrf-token]").content;
+                const r = await fetch(`/jobs/${id}/cancel`, {method: "POST",
+                    headers: {"Content-Type": "application/x-www-form-urlencoded"},
+                    body: "csrf=" + encodeURIComponent(csrf)});
+                return r.status;
+            }""",
+            job_id,
+        )
+        assert status == 403
+    assert job_row(dsn, job_id).state == awa.JobState.AVAILABLE
+    with psycopg.connect(dsn) as conn:
+        refused = conn.execute(
+            "SELECT actor, target, result FROM awa.audit_log WHERE action = 'request'"
+        ).fetchall()
+    assert refused == [("serve:vera", f"POST /jobs/{job_id}/cancel", "refused")]
+    assert served.foreign() == []
+
+
+@pytest.mark.parametrize("width", [375, 1440])
+def test_no_page_scrolls_sideways(dsn: str, tmp_path: Path, width: int) -> None:
+    data = seed(dsn)
+    with awa_serve(dsn, tmp_path) as served, chromium() as browser:
+        page = new_page(browser, served, width=width, height=800)
+        log_in(page, served, OPERATOR_TOKEN)
+        for path in [*PAGES, f"/jobs/{data.waiting}", f"/jobs/{data.failed[0]}"]:
+            page.goto(f"{served.url}{path}")
+            assert page.locator("main h1").count() == 1, path
+            assert no_horizontal_scroll(page), f"{path} scrolls sideways at {width} px"
+        shots = os.environ.get("SCREENSHOTS_DIR")
+        if shots:  # python -m tests.serve.screenshots sets it (README images)
+            suffix = "" if width == 1440 else "-mobile"
+            for name, path in (("overview", "/"), ("job", f"/jobs/{data.waiting}")):
+                page.goto(f"{served.url}{path}")
+                page.screenshot(path=str(Path(shots) / f"{name}{suffix}.png"), full_page=True)
+    assert served.foreign() == []
+
+
+def test_the_overview_refreshes_itself(dsn: str, tmp_path: Path) -> None:
+    seed(dsn)
+    with awa_serve(dsn, tmp_path) as served, chromium() as browser:
+        page = new_page(browser, served)
+        log_in(page, served, VIEWER_TOKEN)
+        before = int(page.inner_text("#total"))
+        with psycopg.connect(dsn) as conn:
+            awa.insert(conn, {"to": "late@example.com"}, kind="send_email", queue="email")
+        page.wait_for_function(
+            "(n) => document.querySelector('#total').textContent.trim() === String(n)",
+            arg=before + 1,
+            timeout=15_000,
+        )
+    assert served.foreign() == []
