@@ -45,6 +45,8 @@ class MaintenanceTimings(Protocol):
     def completed_retention(self) -> float: ...
     @property
     def failed_retention(self) -> float: ...
+    @property
+    def dead_letter_retention(self) -> float: ...
 
 
 log = logging.getLogger("awa.maintenance")
@@ -58,6 +60,7 @@ class SweepReport:
     follow_ups_done: int = 0
     follow_ups_failed: int = 0
     pruned: int = 0
+    dead_letters_pruned: int = 0
     dry_run: bool = False
 
     def to_json(self) -> dict[str, Any]:
@@ -77,6 +80,7 @@ async def sweep_once(
     failed_retention: float,
     dry_run: bool = False,
     on_rescued: OnRescued | None = None,
+    dead_letter_retention: float | None = None,
 ) -> SweepReport:
     """One pass: the three rescue sweeps, pending rescue follow-ups, then retention."""
     report = SweepReport(dry_run=dry_run)
@@ -97,6 +101,8 @@ async def sweep_once(
     report.follow_ups_done, report.follow_ups_failed = await core.rescue_follow_ups()
     await core.flush_notifications()
     report.pruned = await core.prune(completed_retention, failed_retention)
+    if dead_letter_retention is not None:  # bounded batches until one comes back short
+        report.dead_letters_pruned = await core.prune_dlq(dead_letter_retention)
     return report
 
 
@@ -191,6 +197,7 @@ class Maintenance:
                 completed_retention=self.timings.completed_retention,
                 failed_retention=self.timings.failed_retention,
                 on_rescued=self.on_rescued,
+                dead_letter_retention=self.timings.dead_letter_retention,
             )
         except (psycopg.OperationalError, psycopg.InterfaceError, OSError) as exc:
             log.warning("maintenance sweep failed: %s", exc, extra={"action": "sweep_failed"})

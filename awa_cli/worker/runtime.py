@@ -23,6 +23,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import psycopg
+
 from awa_cli import defaults
 from awa_cli.app import prepare_job
 from awa_cli.db.dsn import redact, with_options
@@ -57,6 +59,7 @@ class Timings:
     shutdown_timeout: float = defaults.SHUTDOWN_TIMEOUT
     completed_retention: float = defaults.COMPLETED_RETENTION
     failed_retention: float = defaults.FAILED_RETENTION
+    dead_letter_retention: float = defaults.DEAD_LETTER_RETENTION
 
 
 class Worker:
@@ -103,6 +106,11 @@ class Worker:
         self.core = OutcomeCore(
             self.pool, app, self.dispatcher, defer_notify=True, claim_pool=self.claim_pool
         )
+        self.core.dead_letter_flags = {
+            name: spec.dead_letter
+            for name, spec in self.queues.items()
+            if spec.dead_letter is not None
+        }
         self._assemble()
         self.maintenance: Maintenance | None = None
 
@@ -160,6 +168,7 @@ class Worker:
         """Run until :meth:`shutdown` is called (or the task is cancelled)."""
         await self.pool.open(wait=False)
         await self.claim_pool.open(wait=False)
+        await self._announce_queues()
         self.finalizer.start()
         loop = asyncio.get_running_loop()
         self._runner_tasks = [
@@ -194,6 +203,16 @@ class Worker:
         if self.plugins is not None:
             await self.plugins.worker_started(self)
         await self._stopped.wait()
+
+    async def _announce_queues(self) -> None:
+        """Write this worker's dead-letter flags to awa.queues, so every process (a client's
+        callback fail, the leader's rescue) dead-letters the queue's jobs alike."""
+        try:
+            await self.core.register_queues(self.core.dead_letter_flags)
+        except (psycopg.Error, OSError) as exc:  # the worker's own finalise knows its flags
+            log.warning(
+                "announcing the queues failed: %s", exc, extra={"action": "queue_register_failed"}
+            )
 
     async def shutdown(self, timeout: float | None = None) -> None:
         """Stop claiming, let in-flight handlers finish up to ``timeout``, flush, close."""

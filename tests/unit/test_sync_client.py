@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 from awa_cli.client import AsyncClient
+from awa_cli.client_ops import OperatorMethods
 from awa_cli.sync_client import Client
 
 # The context-manager protocols differ by nature. ``ensure_open`` (opening the pool on the
@@ -19,9 +20,11 @@ SYNC_ONLY = {"__enter__", "__exit__", "call"}
 
 
 def _public(cls: type) -> dict[str, Callable[..., Any]]:
+    # AsyncClient's operator methods live in a mixin of the client layer (client_ops.py)
+    members = {**vars(OperatorMethods), **vars(cls)} if cls is AsyncClient else vars(cls)
     return {
         name: member
-        for name, member in vars(cls).items()
+        for name, member in members.items()
         if callable(member) and (not name.startswith("_") or name == "__init__")
     }
 

@@ -1,0 +1,58 @@
+"""The audit log (DESIGN §15.4): one row per operator action, written by the outcome core in
+the action's transaction where the action is one transaction (pause, resume, a single DLQ
+retry), else once the batched action is over, with the count in ``detail``."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import psycopg
+
+from awa_cli.db.statements import SQL
+from awa_cli.outcomes.transaction import CoreState
+
+
+async def record(
+    conn: psycopg.AsyncConnection[Any],
+    actor: str | None,
+    action: str,
+    target: str | None,
+    result: str = "ok",
+    detail: dict[str, Any] | None = None,
+) -> None:
+    """Write one entry on ``conn`` (inside the caller's transaction); nothing without an actor
+    (a library caller that named none)."""
+    if actor is None:
+        return
+    await conn.execute(
+        SQL["audit_insert"],
+        {
+            "actor": actor,
+            "action": action,
+            "target": target,
+            "result": result,
+            "detail": json.dumps(detail or {}, default=str),
+        },
+    )
+
+
+async def record_alone(
+    core: CoreState,
+    actor: str | None,
+    action: str,
+    target: str | None,
+    result: str = "ok",
+    detail: dict[str, Any] | None = None,
+) -> None:
+    """Write one entry in a statement of its own (a refused action, or a batched one)."""
+    if actor is None:
+        return
+    async with core.pool.connection() as conn:
+        await record(conn, actor, action, target, result, detail)
+
+
+def describe(**filters: Any) -> str:
+    """An audit target from an action's filters: ``queue=mail kind=send``, or ``all``."""
+    parts = [f"{name}={value}" for name, value in filters.items() if value is not None]
+    return " ".join(parts) or "all"
