@@ -145,12 +145,13 @@ def cli(
 
 def _register_commands() -> None:
     from awa_cli.commands import callback, config, db, job, migrate, plugins, queue, rescue, worker
-    from awa_cli.commands import doctor, serve
+    from awa_cli.commands import dlq, doctor, serve
 
     for module in (
         callback,
         config,
         db,
+        dlq,
         doctor,
         job,
         migrate,
