@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from awa_cli.admin import QueueInfo
+from awa_cli.admin import AuditEntry, QueueInfo
 from awa_cli.app import prepare_job
 from awa_cli.enqueue import InsertOpts
 from awa_cli.deadletters import DeadLetter, DlqDepth
@@ -76,6 +76,26 @@ class OperatorMethods:
         include even without a row or jobs, e.g. a config's ``[queues]``)."""
         await self.ensure_open()
         return await self.core.list_queues(configured)
+
+    async def paused_queues(self) -> list[str]:
+        """The names of the paused queues."""
+        await self.ensure_open()
+        return await self.core.paused_queues()
+
+    async def audit_log(
+        self,
+        *,
+        actor: str | None = None,
+        action: str | None = None,
+        target: str | None = None,
+        since: datetime | None = None,
+        limit: int = 100,
+    ) -> list[AuditEntry]:
+        """Recorded operator actions, newest first (``awa.audit_log``, DESIGN §15.4)."""
+        await self.ensure_open()
+        return await self.core.audit_entries(
+            actor=actor, action=action, target=target, since=since, limit=_limit(limit)
+        )
 
     # -- bulk operations -------------------------------------------------------------------
     async def retry_jobs(

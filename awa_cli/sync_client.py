@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from awa_cli.db.migrations import Migration
     from awa_cli.dispatch import Dispatcher, EventHook
     from awa_cli.jobs import JobRow, JobState
-    from awa_cli.admin import QueueInfo
+    from awa_cli.admin import AuditEntry, QueueInfo
     from awa_cli.client_ops import States
     from awa_cli.deadletters import DeadLetter, DlqDepth
     from awa_cli.outcomes import OutcomeCore, Progress
@@ -204,6 +204,26 @@ class Client:
     def list_queues(self, configured: Iterable[str] = ()) -> list[QueueInfo]:
         """Every known queue with its pause and dead-letter flags."""
         return self._runner.run(self._async.list_queues(configured))
+
+    def paused_queues(self) -> list[str]:
+        """The names of the paused queues."""
+        return self._runner.run(self._async.paused_queues())
+
+    def audit_log(
+        self,
+        *,
+        actor: str | None = None,
+        action: str | None = None,
+        target: str | None = None,
+        since: datetime | None = None,
+        limit: int = 100,
+    ) -> list[AuditEntry]:
+        """Recorded operator actions, newest first."""
+        return self._runner.run(
+            self._async.audit_log(
+                actor=actor, action=action, target=target, since=since, limit=limit
+            )
+        )
 
     def retry_jobs(
         self,

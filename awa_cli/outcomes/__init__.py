@@ -55,11 +55,22 @@ from awa_cli.attempts import (
     event_for,
     unknown_kind,
 )
-from awa_cli.admin import QueueInfo
+from awa_cli.admin import AuditEntry, QueueInfo
 from awa_cli.deadletters import DeadLetter, DlqDepth
 from awa_cli.events import JobEvent, RescueReason
 from awa_cli.jobs import JobRow, JobState
-from awa_cli.outcomes import admin, attempts, bulk, callbacks, claims, dlq, queues, rescue, running
+from awa_cli.outcomes import (
+    admin,
+    attempts,
+    audit,
+    bulk,
+    callbacks,
+    claims,
+    dlq,
+    queues,
+    rescue,
+    running,
+)
 from awa_cli.outcomes.bulk import Progress
 from awa_cli.errors import InvalidJobState
 from awa_cli.outcomes.attempts import FinalizeGroup
@@ -245,6 +256,23 @@ class OutcomeCore(CoreState):
 
     async def list_queues(self, configured: Iterable[str] = ()) -> list[QueueInfo]:
         return await queues.list_queues(self, configured)
+
+    async def paused_queues(self) -> list[str]:
+        return await queues.paused_names(self)
+
+    async def audit_entries(
+        self,
+        *,
+        actor: str | None = None,
+        action: str | None = None,
+        target: str | None = None,
+        since: datetime | None = None,
+        limit: int = 100,
+    ) -> list[AuditEntry]:
+        """The audit log, newest first (outcomes/audit.py)."""
+        return await audit.entries(
+            self, actor=actor, action=action, target=target, since=since, limit=limit
+        )
 
     async def register_queues(self, dead_letter: Mapping[str, bool]) -> None:
         """A worker's queues and their dead-letter flags, announced in awa.queues."""

@@ -5,10 +5,13 @@ retry), else once the batched action is over, with the count in ``detail``."""
 from __future__ import annotations
 
 import json
+from datetime import datetime
 from typing import Any
 
 import psycopg
+from psycopg.rows import dict_row
 
+from awa_cli.admin import AuditEntry
 from awa_cli.db.statements import SQL
 from awa_cli.outcomes.transaction import CoreState
 
@@ -56,3 +59,19 @@ def describe(**filters: Any) -> str:
     """An audit target from an action's filters: ``queue=mail kind=send``, or ``all``."""
     parts = [f"{name}={value}" for name, value in filters.items() if value is not None]
     return " ".join(parts) or "all"
+
+
+async def entries(
+    core: CoreState,
+    *,
+    actor: str | None,
+    action: str | None,
+    target: str | None,
+    since: datetime | None,
+    limit: int,
+) -> list[AuditEntry]:
+    """The newest entries first, filtered."""
+    params = {"actor": actor, "action": action, "target": target, "since": since, "limit": limit}
+    async with core.pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
+        await cur.execute(SQL["audit_list"], params)
+        return [AuditEntry.from_record(r) for r in await cur.fetchall()]

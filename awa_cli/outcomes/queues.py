@@ -63,3 +63,10 @@ async def dead_letter_names(conn: Any) -> set[str]:
     async with conn.cursor() as cur:
         await cur.execute(SQL["queue_dead_letter_names"])
         return {r[0] for r in await cur.fetchall()}
+
+
+async def paused_names(core: CoreState) -> list[str]:
+    """The paused queues, by name."""
+    async with core.pool.connection() as conn, conn.cursor() as cur:
+        await cur.execute(SQL["queue_paused_names"])
+        return [str(r[0]) for r in await cur.fetchall()]
