@@ -116,8 +116,10 @@ async def test_reasons_and_a_queue_without_dead_lettering(dsn: str) -> None:
     async with running_worker(app, dsn, queues):
         await wait_until(lambda: in_dlq(dsn, terminal.id) and in_dlq(dsn, bad_args.id))
         await wait_until(
-            lambda: scalar(dsn, "SELECT state::text FROM awa.jobs WHERE id = %s", elsewhere.id)
-            == "failed"
+            lambda: (
+                scalar(dsn, "SELECT state::text FROM awa.jobs WHERE id = %s", elsewhere.id)
+                == "failed"
+            )
         )
     with awa.Client(dsn) as client:
         assert client.get_dlq_job(terminal.id).dead_reason == "terminal_error"
@@ -208,13 +210,16 @@ async def test_a_callback_fail_dead_letters_and_retry_puts_it_back(dsn: str) -> 
         job = client.insert(Work("park"))
     async with running_worker(app, dsn, dlq_queues()):
         await wait_until(
-            lambda: scalar(dsn, "SELECT callback_id FROM awa.jobs WHERE id = %s", job.id)
-            is not None
+            lambda: (
+                scalar(dsn, "SELECT callback_id FROM awa.jobs WHERE id = %s", job.id) is not None
+            )
         )
         callback_id = scalar(dsn, "SELECT callback_id FROM awa.jobs WHERE id = %s", job.id)
         await wait_until(
-            lambda: scalar(dsn, "SELECT state::text FROM awa.jobs WHERE id = %s", job.id)
-            == "waiting_external"
+            lambda: (
+                scalar(dsn, "SELECT state::text FROM awa.jobs WHERE id = %s", job.id)
+                == "waiting_external"
+            )
         )
         async with awa.AsyncClient(dsn) as client:  # no config: the announced flag decides
             failed = await client.fail_external(callback_id, "rejected upstream")
