@@ -5,6 +5,7 @@ the audit log."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 from dataclasses import dataclass
 from typing import Any
 
@@ -12,7 +13,7 @@ import psycopg
 import pytest
 
 import awa_cli as awa
-from tests.apps.pausing import Tick, app as tick_app
+from tests.apps.pausing import app as tick_app
 from tests.helpers import running_worker, states, wait_until
 
 pytestmark = [pytest.mark.integration]
@@ -66,7 +67,7 @@ async def _retry_while_draining(dsn: str, n: int) -> None:
             count = await client.retry_jobs("failed", progress=progress)
         await wait_until(lambda: states(dsn) == {"completed": n}, timeout=120)
     assert count == n
-    steps = [b - a for (a, _), (b, _) in zip(seen, seen[1:], strict=False)]
+    steps = [b - a for (a, _), (b, _) in itertools.pairwise(seen)]
     assert seen[0] == (0, n) and seen[-1] == (n, n)
     assert len(steps) >= n // 1000 and max(steps) <= 1000  # bounded batches of 1000
     assert visible_early and visible_early[0] >= 1000  # batches commit one by one

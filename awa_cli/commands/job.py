@@ -278,7 +278,7 @@ def _no_id_no_filter(job_id: int | None, all_: bool, **filters: Any) -> bool:
     "--state",
     "states",
     multiple=True,
-    type=click.Choice(sorted(BULK_STATES["cancel"])),
+    type=click.Choice(sorted(s.value for s in BULK_STATES["cancel"])),
     help="Bulk: only jobs in this state (repeatable; default: all four).",
 )
 @click.option("--kind", help="Bulk: only jobs of this kind.")
@@ -329,7 +329,7 @@ def cancel(
     "--state",
     "states",
     multiple=True,
-    type=click.Choice(sorted(BULK_STATES["retry"])),
+    type=click.Choice(sorted(s.value for s in BULK_STATES["retry"])),
     help="Bulk: only jobs in this state (repeatable; default: failed and cancelled).",
 )
 @click.option("--kind", help="Bulk: only jobs of this kind.")
@@ -371,7 +371,7 @@ def retry(
     "--state",
     "states",
     multiple=True,
-    type=click.Choice(sorted(BULK_STATES["purge"])),
+    type=click.Choice(sorted(s.value for s in BULK_STATES["purge"])),
     help="Only jobs in this state (repeatable; default: completed, failed and cancelled).",
 )
 @click.option("--kind", help="Only jobs of this kind.")
