@@ -69,6 +69,7 @@ class SweepReport:
             "rescued": {reason: [r.id for r in rows] for reason, rows in self.rescued.items()},
             "rescue_follow_ups": {"done": self.follow_ups_done, "failed": self.follow_ups_failed},
             "pruned": self.pruned,
+            "dead_letters_pruned": self.dead_letters_pruned,
         }
 
 
@@ -82,7 +83,8 @@ async def sweep_once(
     on_rescued: OnRescued | None = None,
     dead_letter_retention: float | None = None,
 ) -> SweepReport:
-    """One pass: the three rescue sweeps, pending rescue follow-ups, then retention."""
+    """One pass: the three rescue sweeps, pending rescue follow-ups, then retention (and the
+    dead letters' retention when ``dead_letter_retention`` is given)."""
     report = SweepReport(dry_run=dry_run)
     for reason in RescueReason:
         rows = await core.rescue(reason, staleness=heartbeat_staleness, dry_run=dry_run)
