@@ -221,6 +221,7 @@ async def test_a_callback_fail_dead_letters_and_retry_puts_it_back(dsn: str) -> 
                 == "waiting_external"
             )
         )
+        await wait_until(lambda: scalar(dsn, "SELECT dead_letter FROM awa.queues") is True)
         async with awa.AsyncClient(dsn) as client:  # no config: the announced flag decides
             failed = await client.fail_external(callback_id, "rejected upstream")
             assert failed.state == "failed"

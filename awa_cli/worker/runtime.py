@@ -168,7 +168,6 @@ class Worker:
         """Run until :meth:`shutdown` is called (or the task is cancelled)."""
         await self.pool.open(wait=False)
         await self.claim_pool.open(wait=False)
-        await self._announce_queues()
         self.finalizer.start()
         loop = asyncio.get_running_loop()
         self._runner_tasks = [
@@ -178,6 +177,7 @@ class Worker:
         self._tasks = [
             loop.create_task(self.listener.run(self._stopping), name="awa-listener"),
             loop.create_task(self.heartbeat.run(self._stopping), name="awa-heartbeat"),
+            loop.create_task(self._announce_queues(), name="awa-announce-queues"),
         ]
         if self.maintenance_enabled:
             from awa_cli.maintenance import Maintenance
@@ -206,13 +206,24 @@ class Worker:
 
     async def _announce_queues(self) -> None:
         """Write this worker's dead-letter flags to awa.queues, so every process (a client's
-        callback fail, the leader's rescue) dead-letters the queue's jobs alike."""
-        try:
-            await self.core.register_queues(self.core.dead_letter_flags)
-        except (psycopg.Error, OSError) as exc:  # the worker's own finalise knows its flags
-            log.warning(
-                "announcing the queues failed: %s", exc, extra={"action": "queue_register_failed"}
-            )
+        callback fail, the leader's rescue) dead-letters the queue's jobs alike. Retried in
+        the background until it succeeds: the worker's own finalise knows its flags anyway."""
+        delay = 1.0
+        while not self._stopping.is_set():
+            try:
+                await self.core.register_queues(self.core.dead_letter_flags)
+                return
+            except (psycopg.Error, OSError) as exc:
+                log.warning(
+                    "announcing the queues failed (retrying in %.0fs): %s",
+                    delay,
+                    exc,
+                    extra={"action": "queue_register_failed"},
+                )
+            try:
+                await asyncio.wait_for(self._stopping.wait(), timeout=delay)
+            except TimeoutError:
+                delay = min(delay * 2, 30.0)
 
     async def shutdown(self, timeout: float | None = None) -> None:
         """Stop claiming, let in-flight handlers finish up to ``timeout``, flush, close."""
