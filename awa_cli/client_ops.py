@@ -3,8 +3,9 @@ resume, bulk retry / cancel / purge, cancel by unique key and the dead-letter qu
 
 Each is one call into the outcome core (``awa_cli/outcomes/``: ``queues.py``, ``bulk.py``,
 ``dlq.py``); nothing here holds SQL. Each action that changes something is recorded in
-``awa.audit_log`` when the core has an actor (``client.core.actor``: the CLI sets
-``cli:<os user>``, ``awa serve`` its token's name). The bulk and DLQ actions refuse to run
+``awa.audit_log`` when there is an actor: ``with acting_as("serve:<token name>"):`` around the
+call (per task, for a server acting for many callers), else ``client.core.actor`` (the CLI
+sets ``cli:<os user>``). The bulk and DLQ actions refuse to run
 with no filter unless ``all=True``; ``dry_run=True`` returns the number that would change;
 ``progress`` is told ``(done, total)`` batch by batch.
 """
@@ -23,6 +24,7 @@ from awa_cli.errors import JobNotFound, ValidationError
 from awa_cli.jobs import JobRow, JobState
 from awa_cli.durations import seconds
 from awa_cli.outcomes import OutcomeCore, Progress
+from awa_cli.outcomes.audit import acting_as, current_actor
 
 if TYPE_CHECKING:
     from psycopg_pool import AsyncConnectionPool
@@ -50,6 +52,9 @@ def _limit(limit: int) -> int:
     return limit
 
 
+__all__ = ["OperatorMethods", "States", "acting_as"]
+
+
 class OperatorMethods:
     """Mixed into :class:`AsyncClient`; every method has its twin in ``sync_client.py``."""
 
@@ -64,12 +69,12 @@ class OperatorMethods:
         """Pause ``queue``: no worker anywhere claims from it (within a second); running jobs
         finish; inserts still work."""
         await self.ensure_open()
-        return await self.core.set_paused(queue, True, self.core.actor)
+        return await self.core.set_paused(queue, True, current_actor(self.core))
 
     async def resume_queue(self, queue: str) -> QueueInfo:
         """Resume ``queue`` and wake its workers."""
         await self.ensure_open()
-        return await self.core.set_paused(queue, False, self.core.actor)
+        return await self.core.set_paused(queue, False, current_actor(self.core))
 
     async def list_queues(self, configured: Iterable[str] = ()) -> list[QueueInfo]:
         """Every known queue with its pause and dead-letter flags (``configured``: names to
@@ -117,7 +122,7 @@ class OperatorMethods:
             queue=queue,
             all_=all,
             dry_run=dry_run,
-            actor=self.core.actor,
+            actor=current_actor(self.core),
             progress=progress,
         )
 
@@ -141,7 +146,7 @@ class OperatorMethods:
             queue=queue,
             all_=all,
             dry_run=dry_run,
-            actor=self.core.actor,
+            actor=current_actor(self.core),
             progress=progress,
         )
 
@@ -168,7 +173,7 @@ class OperatorMethods:
             older_than=age,
             all_=all,
             dry_run=dry_run,
-            actor=self.core.actor,
+            actor=current_actor(self.core),
             progress=progress,
         )
 
@@ -186,7 +191,7 @@ class OperatorMethods:
         prepared = prepare_job(self.app, args, InsertOpts.from_kwargs(options))
         assert prepared.unique_key is not None  # unique_opts given: the key is computed
         await self.ensure_open()
-        return await self.core.cancel_by_unique_key(prepared.unique_key, self.core.actor)
+        return await self.core.cancel_by_unique_key(prepared.unique_key, current_actor(self.core))
 
     # -- the dead-letter queue -------------------------------------------------------------
     async def list_dlq(
@@ -221,7 +226,7 @@ class OperatorMethods:
         ``run_at``), attempt 0, errors kept plus ``retried from the dead-letter queue``."""
         await self.ensure_open()
         return await self.core.retry_dead_letter(
-            id, queue=queue, priority=priority, run_at=run_at, actor=self.core.actor
+            id, queue=queue, priority=priority, run_at=run_at, actor=current_actor(self.core)
         )
 
     async def bulk_retry_from_dlq(
@@ -241,7 +246,7 @@ class OperatorMethods:
             kind=kind,
             all_=all,
             dry_run=dry_run,
-            actor=self.core.actor,
+            actor=current_actor(self.core),
             progress=progress,
         )
 
@@ -264,7 +269,7 @@ class OperatorMethods:
             reason=reason,
             all_=all,
             dry_run=dry_run,
-            actor=self.core.actor,
+            actor=current_actor(self.core),
             progress=progress,
         )
 
@@ -290,6 +295,6 @@ class OperatorMethods:
             older_than=age,
             all_=all,
             dry_run=dry_run,
-            actor=self.core.actor,
+            actor=current_actor(self.core),
             progress=progress,
         )

@@ -183,3 +183,25 @@ async def test_cancel_by_unique_key(dsn: str) -> None:
     await asyncio.sleep(0)
     assert again.id != job.id
     assert [e.job.id for e in cancelled] == [job.id]
+
+
+@pytest.mark.asyncio
+async def test_acting_as_records_each_task_under_its_own_actor(dsn: str) -> None:
+    from awa_cli.client_ops import acting_as
+
+    async with awa.AsyncClient(dsn) as client:
+        client.core.actor = "cli:fallback"
+
+        async def pause(queue: str, actor: str) -> None:
+            with acting_as(actor):
+                await client.pause_queue(queue)
+
+        await asyncio.gather(pause("a", "serve:alice"), pause("b", "serve:bob"))
+        await client.resume_queue("a")
+        entries = await client.audit_log(action="queue.pause")
+        resumed = await client.audit_log(target="a", action="queue.resume")
+    assert sorted((e.actor, e.target) for e in entries) == [
+        ("serve:alice", "a"),
+        ("serve:bob", "b"),
+    ]
+    assert [e.actor for e in resumed] == ["cli:fallback"]

@@ -4,7 +4,10 @@ retry), else once the batched action is over, with the count in ``detail``."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+from collections.abc import Iterator
+from contextvars import ContextVar
 from datetime import datetime
 from typing import Any
 
@@ -14,6 +17,25 @@ from psycopg.rows import dict_row
 from awa_cli.admin import AuditEntry
 from awa_cli.db.statements import SQL
 from awa_cli.outcomes.transaction import CoreState
+
+_ACTOR: ContextVar[str | None] = ContextVar("awa_audit_actor", default=None)
+
+
+@contextlib.contextmanager
+def acting_as(actor: str) -> Iterator[None]:
+    """Record the operator actions made in this context (this task and the tasks it starts)
+    as ``actor``, over the core's own: for a server acting for many callers at once (``awa
+    serve``: ``serve:<token name>``)."""
+    token = _ACTOR.set(actor)
+    try:
+        yield
+    finally:
+        _ACTOR.reset(token)
+
+
+def current_actor(core: CoreState) -> str | None:
+    """Who an action is recorded as: the context's actor, else the core's (None: nobody)."""
+    return _ACTOR.get() or core.actor
 
 
 async def record(
