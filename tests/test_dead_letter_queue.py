@@ -294,3 +294,47 @@ async def test_the_leader_prunes_dead_letters_past_retention(dsn: str) -> None:
     assert reasons == ["manual"]
     last = scalar(dsn, "SELECT errors->-1->>'error' FROM awa.dead_letters LIMIT 1")
     assert last == "moved to the dead-letter queue: outage"
+
+
+@pytest.mark.asyncio
+async def test_a_rescued_job_with_on_rescued_specs_moves_with_its_follow_ups(dsn: str) -> None:
+    """The rescue commits first (the job stays in awa.jobs, its follow-ups pending); the
+    follow-up transaction inserts them and moves the job: a raising spec leaves it in place."""
+    from tests.test_maintenance import core_for
+
+    app = work_app()
+    fail = True
+
+    @app.on_rescued_enqueue(Work, Note)
+    def alert(args: Work, job: awa.JobRow, reason: awa.RescueReason) -> Note:
+        if fail:
+            raise RuntimeError("alerting is down")
+        return Note(f"rescued {job.id}")
+
+    with awa.Client(dsn) as client:
+        job = client.insert(Work("raise"), max_attempts=1)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("INSERT INTO awa.queues (name, dead_letter) VALUES ('default', true)")
+        conn.execute(
+            "UPDATE awa.jobs SET state = 'running', attempt = 1, run_lease = 1,"
+            " heartbeat_at = now() - interval '1 hour'"
+        )
+    pool, core = await core_for(dsn, app)
+    sweep = {"heartbeat_staleness": 15, "completed_retention": 3600, "failed_retention": 3600}
+    try:
+        first = await sweep_once(core, **sweep)  # type: ignore[arg-type]
+        assert first.follow_ups_failed == 1
+        assert in_jobs(dsn, job.id) and not in_dlq(dsn, job.id)  # rolled back with the spec
+        fail = False
+        second = await sweep_once(core, **sweep)  # type: ignore[arg-type]
+    finally:
+        await pool.close()
+    assert second.follow_ups_done == 1
+    assert in_dlq(dsn, job.id) and not in_jobs(dsn, job.id)
+    assert scalar(dsn, "SELECT dead_reason FROM awa.dead_letters WHERE id = %s", job.id) == (
+        "rescued"
+    )
+    assert scalar(dsn, "SELECT args->>'text' FROM awa.jobs WHERE kind = 'note'") == (
+        f"rescued {job.id}"
+    )
+    assert scalar(dsn, "SELECT rescue_pending FROM awa.dead_letters WHERE id = %s", job.id) is None
