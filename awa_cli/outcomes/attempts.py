@@ -21,7 +21,7 @@ from psycopg.rows import dict_row
 from awa_cli.attempts import AttemptResult, Finalized, finalized
 from awa_cli.db.params import finalize_params
 from awa_cli.db.statements import SQL
-from awa_cli.jobs import PreparedJob
+from awa_cli.jobs import JobState, PreparedJob
 from awa_cli.outcomes.deadletters import bound_for_dlq, finalize_into_dlq
 from awa_cli.outcomes.follow_ups import insert_counted, spec_follow_ups
 from awa_cli.outcomes.transaction import CoreState
@@ -60,9 +60,15 @@ def plan(core: CoreState, results: Sequence[AttemptResult]) -> list[FinalizeGrou
 
 
 async def finalize_batch(core: CoreState, results: Sequence[AttemptResult]) -> list[Finalized]:
-    """Attempts without follow-ups: one statement, no transaction."""
+    """Attempts without follow-ups: one statement, no transaction (a batch with failing
+    attempts, which may dead-letter by a second statement, takes one: both commit or none)."""
     async with core.pool.connection() as conn:
-        done = await apply_attempts(core, conn, results)
+        flags = core.dead_letter_flags  # a queue this core does not know may dead-letter
+        if any(r.state is JobState.FAILED and flags.get(r.job.queue, True) for r in results):
+            async with conn.transaction():
+                done = await apply_attempts(core, conn, results)
+        else:
+            done = await apply_attempts(core, conn, results)
     committed(core, results, done)
     return done
 
