@@ -200,27 +200,7 @@ async def cancel_jobs(
     async def apply(
         conn: psycopg.AsyncConnection[Any], ids: list[int]
     ) -> tuple[int, list[Finalized]]:
-        try:
-            async with conn.transaction():  # a savepoint: the batch's locks stay held
-                items = await _cancel_ids(core, conn, ids)
-        except _CONNECTION_TROUBLE:
-            raise
-        except Exception:
-            items = []
-            for job_id in ids:  # each job alone: one failing spec holds back no other job
-                try:
-                    async with conn.transaction():
-                        items.extend(await _cancel_ids(core, conn, [job_id]))
-                except _CONNECTION_TROUBLE:
-                    raise
-                except Exception as exc:
-                    left.append(job_id)
-                    log.error(
-                        "job %s left uncancelled: %s",
-                        job_id,
-                        exc,
-                        extra={"action": "bulk_cancel_failed", "job_id": job_id},
-                    )
+        items = await _cancel_batch(core, conn, ids, left)
         return len(items), items
 
     done = await by_id_batches(
@@ -236,6 +216,36 @@ async def cancel_jobs(
             f"spec raised (jobs {', '.join(map(str, left[:10]))}{'…' if len(left) > 10 else ''})"
         )
     return done
+
+
+async def _cancel_batch(
+    core: CoreState, conn: psycopg.AsyncConnection[Any], ids: list[int], left: list[int]
+) -> list[Finalized]:
+    """Cancel a batch with its specs in a savepoint; if user code or an insert fails, each
+    job in a savepoint of its own, and the ids still failing go to ``left``."""
+    try:
+        async with conn.transaction():  # a savepoint: the batch's locks stay held
+            return await _cancel_ids(core, conn, ids)
+    except _CONNECTION_TROUBLE:
+        raise
+    except Exception:
+        pass
+    items: list[Finalized] = []
+    for job_id in ids:  # each job alone: one failing spec holds back no other job
+        try:
+            async with conn.transaction():
+                items.extend(await _cancel_ids(core, conn, [job_id]))
+        except _CONNECTION_TROUBLE:
+            raise
+        except Exception as exc:
+            left.append(job_id)
+            log.error(
+                "job %s left uncancelled: %s",
+                job_id,
+                exc,
+                extra={"action": "bulk_cancel_failed", "job_id": job_id},
+            )
+    return items
 
 
 async def _cancel_ids(
