@@ -119,6 +119,7 @@ class AttemptResult:
     staged: tuple[PreparedJob, ...] = ()
     discarded: int = 0  # staged follow-ups dropped by a WaitForCallback park
     silent: bool = False  # no event (unknown kind)
+    terminal: bool = False  # a TerminalError or awa's refusal (bad args, misuse): no retry asked
 
     @property
     def outcome(self) -> Outcome | None:
@@ -156,7 +157,12 @@ def _raised(job: JobRow, exc: BaseException, last_attempt: bool) -> dict[str, An
     terminal = isinstance(exc, TerminalError) or last_attempt
     entry = _failure(job, message, terminal=terminal, tb=tb)
     if terminal:
-        return {"action": "fail", "error": message, "error_entry": entry}
+        return {
+            "action": "fail",
+            "error": message,
+            "error_entry": entry,
+            "terminal": isinstance(exc, TerminalError),
+        }
     return {
         "action": "retry",
         "delay": backoff_seconds(job.attempt),
@@ -203,6 +209,7 @@ def _returned(
 def _terminal(job: JobRow, message: str) -> dict[str, Any]:
     return {
         "action": "fail",
+        "terminal": True,
         "error": message,
         "error_entry": _failure(job, message, terminal=True),
     }
@@ -242,6 +249,7 @@ def unknown_kind(job: JobRow) -> AttemptResult:
         error=message,
         error_entry=error_entry(message, job.attempt, terminal=True),
         silent=True,
+        terminal=True,
     )
 
 

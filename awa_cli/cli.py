@@ -145,13 +145,14 @@ def cli(
 
 def _register_commands() -> None:
     from awa_cli.commands import callback, config, db, job, migrate, plugins, queue, rescue, worker
-    from awa_cli.commands import cron, doctor, serve
+    from awa_cli.commands import cron, dlq, doctor, serve
 
     for module in (
         callback,
         config,
         cron,
         db,
+        dlq,
         doctor,
         job,
         migrate,

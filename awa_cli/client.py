@@ -20,6 +20,7 @@ from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
 
 from awa_cli.app import prepare_job
+from awa_cli.client_ops import OperatorMethods
 from awa_cli.db.copy import copy_encoder
 from awa_cli.db.params import insert_many_params, insert_params
 from awa_cli.db.statements import SQL
@@ -127,7 +128,7 @@ async def _copy_jobs(
     return count
 
 
-class AsyncClient(InspectReads):
+class AsyncClient(InspectReads, OperatorMethods):
     """Enqueue, inspect and operate on jobs. With ``app=`` it runs that app's follow-up specs
     in each transition's transaction and dispatches its hooks after commit."""
 
@@ -228,6 +229,11 @@ class AsyncClient(InspectReads):
             await cur.execute(SQL["get_job"], {"id": job_id})
             record = await cur.fetchone()
         if record is None:
+            if await self.core.dead_letter(job_id) is not None:  # DESIGN §15.2
+                raise JobNotFound(
+                    f"job {job_id} not found: it is in the dead-letter queue "
+                    f"(awa dlq show {job_id})"
+                )
             raise JobNotFound(f"job {job_id} not found")
         return JobRow.from_record(record)
 

@@ -50,6 +50,8 @@ class MaintenanceTimings(Protocol):
     def completed_retention(self) -> float: ...
     @property
     def failed_retention(self) -> float: ...
+    @property
+    def dead_letter_retention(self) -> float: ...
 
 
 log = logging.getLogger("awa.maintenance")
@@ -67,6 +69,7 @@ class SweepReport:
     follow_ups_done: int = 0
     follow_ups_failed: int = 0
     pruned: int = 0
+    dead_letters_pruned: int = 0
     dry_run: bool = False
 
     def to_json(self) -> dict[str, Any]:
@@ -75,6 +78,7 @@ class SweepReport:
             "rescued": {reason: [r.id for r in rows] for reason, rows in self.rescued.items()},
             "rescue_follow_ups": {"done": self.follow_ups_done, "failed": self.follow_ups_failed},
             "pruned": self.pruned,
+            "dead_letters_pruned": self.dead_letters_pruned,
         }
 
 
@@ -86,8 +90,10 @@ async def sweep_once(
     failed_retention: float,
     dry_run: bool = False,
     on_rescued: OnRescued | None = None,
+    dead_letter_retention: float | None = None,
 ) -> SweepReport:
-    """One pass: the three rescue sweeps, pending rescue follow-ups, then retention."""
+    """One pass: the three rescue sweeps, pending rescue follow-ups, then retention (and the
+    dead letters' retention when ``dead_letter_retention`` is given)."""
     report = SweepReport(dry_run=dry_run)
     for reason in RescueReason:
         rows = await core.rescue(reason, staleness=heartbeat_staleness, dry_run=dry_run)
@@ -106,6 +112,8 @@ async def sweep_once(
     report.follow_ups_done, report.follow_ups_failed = await core.rescue_follow_ups()
     await core.flush_notifications()
     report.pruned = await core.prune(completed_retention, failed_retention)
+    if dead_letter_retention is not None:  # bounded batches until one comes back short
+        report.dead_letters_pruned = await core.prune_dlq(dead_letter_retention)
     return report
 
 
@@ -256,6 +264,7 @@ class Maintenance:
                 completed_retention=self.timings.completed_retention,
                 failed_retention=self.timings.failed_retention,
                 on_rescued=self.on_rescued,
+                dead_letter_retention=self.timings.dead_letter_retention,
             )
         except (psycopg.OperationalError, psycopg.InterfaceError, OSError) as exc:
             log.warning("maintenance sweep failed: %s", exc, extra={"action": "sweep_failed"})

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Coroutine, Iterable
+from collections.abc import Coroutine, Iterable, Mapping
 from concurrent.futures import Future
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from awa_cli.client import AsyncClient, DefaultAction, ResolveResult
@@ -24,8 +24,11 @@ if TYPE_CHECKING:
     from awa_cli.db.migrations import Migration
     from awa_cli.dispatch import Dispatcher, EventHook
     from awa_cli.jobs import JobRow, JobState
-    from awa_cli.outcomes import OutcomeCore
     from awa_cli.periodic import PeriodicJob
+    from awa_cli.admin import AuditEntry, QueueInfo
+    from awa_cli.client_ops import States
+    from awa_cli.deadletters import DeadLetter, DlqDepth
+    from awa_cli.outcomes import OutcomeCore, Progress
 
 T = TypeVar("T")
 
@@ -213,6 +216,182 @@ class Client(SyncInspectReads):
     def delete_periodic(self, name: str, *, actor: str | None = None) -> PeriodicJob:
         """Drop ``name`` (a worker whose app still defines it re-creates it at its start)."""
         return self._runner.run(self._async.delete_periodic(name, actor=actor))
+
+    # -- queue controls, bulk operations, the dead-letter queue (client_ops.py) ------------
+    def pause_queue(self, queue: str) -> QueueInfo:
+        """Pause ``queue``: no worker claims from it; running jobs finish; inserts work."""
+        return self._runner.run(self._async.pause_queue(queue))
+
+    def resume_queue(self, queue: str) -> QueueInfo:
+        """Resume ``queue`` and wake its workers."""
+        return self._runner.run(self._async.resume_queue(queue))
+
+    def list_queues(self, configured: Iterable[str] = ()) -> list[QueueInfo]:
+        """Every known queue with its pause and dead-letter flags."""
+        return self._runner.run(self._async.list_queues(configured))
+
+    def paused_queues(self) -> list[str]:
+        """The names of the paused queues."""
+        return self._runner.run(self._async.paused_queues())
+
+    def audit_log(
+        self,
+        *,
+        actor: str | None = None,
+        action: str | None = None,
+        target: str | None = None,
+        since: datetime | None = None,
+        limit: int = 100,
+    ) -> list[AuditEntry]:
+        """Recorded operator actions, newest first."""
+        return self._runner.run(
+            self._async.audit_log(
+                actor=actor, action=action, target=target, since=since, limit=limit
+            )
+        )
+
+    def retry_jobs(
+        self,
+        state: States = None,
+        kind: str | None = None,
+        queue: str | None = None,
+        *,
+        all: bool = False,
+        dry_run: bool = False,
+        progress: Progress | None = None,
+    ) -> int:
+        """Retry every matching failed or cancelled job; the number retried."""
+        return self._runner.run(
+            self._async.retry_jobs(state, kind, queue, all=all, dry_run=dry_run, progress=progress)
+        )
+
+    def cancel_jobs(
+        self,
+        state: States = None,
+        kind: str | None = None,
+        queue: str | None = None,
+        *,
+        all: bool = False,
+        dry_run: bool = False,
+        progress: Progress | None = None,
+    ) -> int:
+        """Cancel every matching pending or waiting job (Cancelled, on_cancelled specs)."""
+        return self._runner.run(
+            self._async.cancel_jobs(state, kind, queue, all=all, dry_run=dry_run, progress=progress)
+        )
+
+    def purge_jobs(
+        self,
+        state: States = None,
+        kind: str | None = None,
+        queue: str | None = None,
+        older_than: float | timedelta | None = None,
+        *,
+        all: bool = False,
+        dry_run: bool = False,
+        progress: Progress | None = None,
+    ) -> int:
+        """Delete matching finished jobs; the number deleted."""
+        return self._runner.run(
+            self._async.purge_jobs(
+                state, kind, queue, older_than, all=all, dry_run=dry_run, progress=progress
+            )
+        )
+
+    def cancel_by_unique_key(
+        self,
+        args: Any,
+        *,
+        kind: str | None = None,
+        queue: str | None = None,
+        unique_opts: Mapping[str, Any] | None = None,
+    ) -> JobRow | None:
+        """Cancel the unfinished job holding this unique key; None when none holds it."""
+        return self._runner.run(
+            self._async.cancel_by_unique_key(args, kind=kind, queue=queue, unique_opts=unique_opts)
+        )
+
+    def list_dlq(
+        self, queue: str | None = None, kind: str | None = None, limit: int = 100
+    ) -> list[DeadLetter]:
+        """Dead letters, newest first."""
+        return self._runner.run(self._async.list_dlq(queue, kind, limit))
+
+    def get_dlq_job(self, id: int) -> DeadLetter:
+        """One dead letter (JobNotFound when there is none)."""
+        return self._runner.run(self._async.get_dlq_job(id))
+
+    def dlq_depth(self, queue: str | None = None) -> DlqDepth:
+        """How many dead letters there are, in total and per queue."""
+        return self._runner.run(self._async.dlq_depth(queue))
+
+    def retry_from_dlq(
+        self,
+        id: int,
+        *,
+        queue: str | None = None,
+        priority: int | None = None,
+        run_at: datetime | None = None,
+    ) -> JobRow:
+        """Put a dead letter back under its id, attempt 0."""
+        return self._runner.run(
+            self._async.retry_from_dlq(id, queue=queue, priority=priority, run_at=run_at)
+        )
+
+    def bulk_retry_from_dlq(
+        self,
+        queue: str | None = None,
+        kind: str | None = None,
+        all: bool = False,
+        *,
+        dry_run: bool = False,
+        progress: Progress | None = None,
+    ) -> int:
+        """Retry every matching dead letter; the number put back."""
+        return self._runner.run(
+            self._async.bulk_retry_from_dlq(queue, kind, all, dry_run=dry_run, progress=progress)
+        )
+
+    def move_failed_to_dlq(
+        self,
+        *,
+        queue: str | None = None,
+        kind: str | None = None,
+        all: bool = False,
+        reason: str | None = None,
+        dry_run: bool = False,
+        progress: Progress | None = None,
+    ) -> int:
+        """Move failed jobs into the DLQ (reason ``manual``); the number moved."""
+        return self._runner.run(
+            self._async.move_failed_to_dlq(
+                queue=queue, kind=kind, all=all, reason=reason, dry_run=dry_run, progress=progress
+            )
+        )
+
+    def purge_dlq(
+        self,
+        *,
+        id: int | None = None,
+        queue: str | None = None,
+        kind: str | None = None,
+        older_than: float | timedelta | None = None,
+        all: bool = False,
+        dry_run: bool = False,
+        progress: Progress | None = None,
+    ) -> int:
+        """Delete dead letters (one ``id``, or by filter); the number deleted."""
+        return self._runner.run(
+            self._async.purge_dlq(
+                id=id,
+                queue=queue,
+                kind=kind,
+                older_than=older_than,
+                all=all,
+                dry_run=dry_run,
+                progress=progress,
+            )
+        )
 
 
 __all__ = ["Client"]

@@ -5,10 +5,11 @@ Data goes to stdout, status and errors to stderr. ``NO_COLOR`` and ``--no-color`
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 from rich.console import Console
@@ -53,3 +54,27 @@ class Terminal:
         lines += ["\t".join("" if v is None else str(v) for v in row) for row in rows]
         sys.stdout.write("\n".join(lines) + "\n")
         sys.stdout.flush()
+
+    @contextlib.contextmanager
+    def progress(self, description: str) -> Iterator[Callable[[int, int], None]]:
+        """A progress bar on stderr while a long operation runs (``update(done, total)``);
+        nothing when stderr is not a terminal or with ``-q``."""
+        if self.quiet or not self.err.is_terminal:
+            yield lambda done, total: None
+            return
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+
+        with Progress(
+            "[progress.description]{task.description}",
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=self.err,
+            transient=True,
+        ) as bar:
+            task = bar.add_task(description, total=None)
+
+            def update(done: int, total: int) -> None:
+                bar.update(task, completed=done, total=total or None)
+
+            yield update

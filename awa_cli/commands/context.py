@@ -135,12 +135,14 @@ def run_with_client(
     (waiting briefly for dispatched hooks)."""
     import asyncio
 
+    from awa_cli.admin import cli_actor
     from awa_cli.client import AsyncClient
 
     dsn = ctx.dsn()
 
     async def main() -> Any:
         client = AsyncClient(dsn, app, plugin_hooks=plugin_hooks, max_connections=2)
+        client.core.actor = cli_actor()  # admin actions are audited as cli:<os user>
         try:
             return await action(client)
         finally:

@@ -1,4 +1,4 @@
-"""`awa job`: enqueue, list, show, cancel and retry jobs."""
+"""`awa job`: enqueue, list, show, cancel and retry jobs; retry, cancel and purge in bulk."""
 
 from __future__ import annotations
 
@@ -9,7 +9,16 @@ from typing import Any
 
 import click
 
+from awa_cli.admin import BULK_STATES
 from awa_cli.commands.context import CliContext, json_option, pass_context, run_with_client
+from awa_cli.commands.operate import (
+    age,
+    all_option,
+    dry_run_option,
+    older_than_option,
+    refuse_mixed,
+    run_counted,
+)
 from awa_cli.jobs import JobRow, JobState
 from awa_cli.results import ValidationError
 
@@ -257,24 +266,147 @@ def show(ctx: CliContext, job_id: int, json_flag: bool) -> None:
         )
 
 
+def _no_id_no_filter(job_id: int | None, all_: bool, **filters: Any) -> bool:
+    """True when the single action is asked for (an ID, no filter)."""
+    refuse_mixed(job_id, all=all_, **filters)
+    return job_id is not None
+
+
 @command.command(name="cancel")
-@click.argument("job_id", type=int)
+@click.argument("job_id", type=int, required=False)
+@click.option(
+    "--state",
+    "states",
+    multiple=True,
+    type=click.Choice(sorted(s.value for s in BULK_STATES["cancel"])),
+    help="Bulk: only jobs in this state (repeatable; default: all four).",
+)
+@click.option("--kind", help="Bulk: only jobs of this kind.")
+@click.option("--queue", help="Bulk: only jobs in this queue.")
+@all_option
+@dry_run_option
 @json_option
 @pass_context
-def cancel(ctx: CliContext, job_id: int, json_flag: bool) -> None:
-    """Cancel a pending, running or waiting job (fires Cancelled with the loaded app)."""
+def cancel(
+    ctx: CliContext,
+    job_id: int | None,
+    states: tuple[str, ...],
+    kind: str | None,
+    queue: str | None,
+    all_: bool,
+    dry_run: bool,
+    json_flag: bool,
+) -> None:
+    """Cancel job ID (pending, running or waiting), or every job matching the filters
+    (available, scheduled, retryable, waiting_external; running jobs are not bulk-cancelled).
+
+    With the loaded app, Cancelled fires and on_cancelled specs run, each job's cancel atomic
+    with its follow-ups. Bulk: a filter or --all is required (exit 2); prints the count.
+    """
     app = ctx.app if ctx.config.app.modules else None
-    row = run_with_client(
-        ctx, lambda c: c.cancel(job_id), app=app, plugin_hooks=ctx.plugins.event_hooks()
+    if _no_id_no_filter(job_id, all_, state=states, kind=kind, queue=queue, dry_run=dry_run):
+        row = run_with_client(
+            ctx, lambda c: c.cancel(job_id), app=app, plugin_hooks=ctx.plugins.event_hooks()
+        )
+        show_row(ctx, row, json_flag, verb="cancelled")
+        return
+    run_counted(
+        ctx,
+        "cancelling",
+        lambda c, progress: c.cancel_jobs(
+            list(states) or None, kind, queue, all=all_, dry_run=dry_run, progress=progress
+        ),
+        json_flag=json_flag,
+        dry_run=dry_run,
+        done_text="jobs cancelled",
+        app=app,
     )
-    show_row(ctx, row, json_flag, verb="cancelled")
 
 
 @command.command(name="retry")
-@click.argument("job_id", type=int)
+@click.argument("job_id", type=int, required=False)
+@click.option(
+    "--state",
+    "states",
+    multiple=True,
+    type=click.Choice(sorted(s.value for s in BULK_STATES["retry"])),
+    help="Bulk: only jobs in this state (repeatable; default: failed and cancelled).",
+)
+@click.option("--kind", help="Bulk: only jobs of this kind.")
+@click.option("--queue", help="Bulk: only jobs in this queue.")
+@all_option
+@dry_run_option
 @json_option
 @pass_context
-def retry(ctx: CliContext, job_id: int, json_flag: bool) -> None:
-    """Make a failed or cancelled job available again, attempts reset (fires nothing)."""
-    row = run_with_client(ctx, lambda c: c.retry(job_id))
-    show_row(ctx, row, json_flag, verb="made available")
+def retry(
+    ctx: CliContext,
+    job_id: int | None,
+    states: tuple[str, ...],
+    kind: str | None,
+    queue: str | None,
+    all_: bool,
+    dry_run: bool,
+    json_flag: bool,
+) -> None:
+    """Make job ID available again, attempts reset (fires nothing), or every failed or
+    cancelled job matching the filters. Bulk: a filter or --all is required (exit 2)."""
+    if _no_id_no_filter(job_id, all_, state=states, kind=kind, queue=queue, dry_run=dry_run):
+        row = run_with_client(ctx, lambda c: c.retry(job_id))
+        show_row(ctx, row, json_flag, verb="made available")
+        return
+    run_counted(
+        ctx,
+        "retrying",
+        lambda c, progress: c.retry_jobs(
+            list(states) or None, kind, queue, all=all_, dry_run=dry_run, progress=progress
+        ),
+        json_flag=json_flag,
+        dry_run=dry_run,
+        done_text="jobs retried",
+    )
+
+
+@command.command(name="purge")
+@click.option(
+    "--state",
+    "states",
+    multiple=True,
+    type=click.Choice(sorted(s.value for s in BULK_STATES["purge"])),
+    help="Only jobs in this state (repeatable; default: completed, failed and cancelled).",
+)
+@click.option("--kind", help="Only jobs of this kind.")
+@click.option("--queue", help="Only jobs in this queue.")
+@older_than_option
+@all_option
+@dry_run_option
+@json_option
+@pass_context
+def purge(
+    ctx: CliContext,
+    states: tuple[str, ...],
+    kind: str | None,
+    queue: str | None,
+    older_than: str | None,
+    all_: bool,
+    dry_run: bool,
+    json_flag: bool,
+) -> None:
+    """Delete finished jobs (completed, failed, cancelled) matching the filters, finished
+    more than --older-than ago. A filter or --all is required (exit 2); prints the count."""
+    seconds = age(older_than)
+    run_counted(
+        ctx,
+        "purging",
+        lambda c, progress: c.purge_jobs(
+            list(states) or None,
+            kind,
+            queue,
+            seconds,
+            all=all_,
+            dry_run=dry_run,
+            progress=progress,
+        ),
+        json_flag=json_flag,
+        dry_run=dry_run,
+        done_text="jobs purged",
+    )

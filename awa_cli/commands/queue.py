@@ -1,11 +1,11 @@
-"""`awa queue`: list queues and watch their statistics (through the client's queue_stats)."""
+"""`awa queue`: list queues, watch their statistics, pause and resume them."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from datetime import datetime
 from typing import Any
 
@@ -23,11 +23,16 @@ _DISCONNECTED = (psycopg.OperationalError, psycopg.InterfaceError, OSError, Time
 
 
 def merge_configured(
-    found: list[dict[str, Any]], queue: str | None, configured: dict[str, Any]
+    found: list[dict[str, Any]],
+    queue: str | None,
+    configured: dict[str, Any],
+    paused: set[str] | None = None,
+    known: Iterable[str] = (),
 ) -> list[dict[str, Any]]:
-    """The client's stats plus every configured queue (zeros when empty), with concurrency."""
+    """The client's stats plus every configured (or ``known``) queue (zeros when empty), with
+    concurrency and the paused flag."""
     by_name = {s["queue"]: s for s in found}
-    names = {queue} if queue is not None else set(configured) | set(by_name)
+    names = {queue} if queue is not None else set(configured) | set(by_name) | set(known)
     stats = []
     for name in sorted(names):
         entry = by_name.get(name) or {
@@ -37,7 +42,7 @@ def merge_configured(
             "oldest_available_age_seconds": None,
         }
         concurrency = configured[name].concurrency if name in configured else None
-        stats.append({**entry, "concurrency": concurrency})
+        stats.append({**entry, "concurrency": concurrency, "paused": name in (paused or set())})
     return stats
 
 
@@ -54,6 +59,7 @@ def _age(seconds: float | None) -> str:
 def _row(s: dict[str, Any]) -> tuple[Any, ...]:
     return (
         s["queue"],
+        "paused" if s.get("paused") else "",
         *(s["counts"][st] for st in STATES),
         f"{s['completed_per_second']:.2f}",
         _age(s["oldest_available_age_seconds"]),
@@ -65,6 +71,7 @@ def _render(stats: list[dict[str, Any]], caption: str) -> Any:
 
     table = Table(
         "queue",
+        "paused",
         *STATES,
         "completed/s",
         "oldest available",
@@ -78,16 +85,59 @@ def _render(stats: list[dict[str, Any]], caption: str) -> Any:
 
 @click.group(name="queue")
 def command() -> None:
-    """List queues and show their statistics."""
+    """List queues, show their statistics, pause and resume them."""
+
+
+async def _stats_and_controls(
+    client: Any, queue: str | None, configured: dict[str, Any]
+) -> tuple[list[dict[str, Any]], set[str], set[str]]:
+    """The stats, the paused queues and every known queue (one client, one session)."""
+    found = await client.queue_stats(queue)
+    controls = await client.list_queues(sorted(configured))
+    return found, {q.queue for q in controls if q.paused}, {q.queue for q in controls}
+
+
+def _set_paused(ctx: CliContext, queue: str, paused: bool, json_flag: bool) -> None:
+    info = run_with_client(ctx, lambda c: c.pause_queue(queue) if paused else c.resume_queue(queue))
+    if ctx.wants_json(json_flag):
+        ctx.terminal.json(info.to_json())
+        return
+    if paused:
+        ctx.terminal.data(
+            f"queue {queue} paused: no worker claims from it; running jobs finish, inserts work"
+        )
+    else:
+        ctx.terminal.data(f"queue {queue} resumed")
+
+
+@command.command(name="pause")
+@click.argument("queue")
+@json_option
+@pass_context
+def pause(ctx: CliContext, queue: str, json_flag: bool) -> None:
+    """Pause QUEUE: within a second no worker anywhere claims from it. Running jobs finish,
+    inserts still work; `awa queue resume QUEUE` starts it again."""
+    _set_paused(ctx, queue, True, json_flag)
+
+
+@command.command(name="resume")
+@click.argument("queue")
+@json_option
+@pass_context
+def resume(ctx: CliContext, queue: str, json_flag: bool) -> None:
+    """Resume a paused QUEUE and wake its workers."""
+    _set_paused(ctx, queue, False, json_flag)
 
 
 @command.command(name="list")
 @json_option
 @pass_context
 def list_queues(ctx: CliContext, json_flag: bool) -> None:
-    """Queues that are configured or hold jobs, with job counts."""
-    found = run_with_client(ctx, lambda c: c.queue_stats())
-    stats = merge_configured(found, None, ctx.config.queues)
+    """Queues that are configured, known to awa.queues or hold jobs, with job counts and
+    whether they are paused."""
+    configured = ctx.config.queues
+    found, paused, known = run_with_client(ctx, lambda c: _stats_and_controls(c, None, configured))
+    stats = merge_configured(found, None, configured, paused, known)
     if ctx.wants_json(json_flag):
         ctx.terminal.json(
             [
@@ -98,16 +148,18 @@ def list_queues(ctx: CliContext, json_flag: bool) -> None:
                     "jobs": sum(s["counts"].values()),
                     "available": s["counts"]["available"],
                     "running": s["counts"]["running"],
+                    "paused": s["paused"],
                 }
                 for s in stats
             ]
         )
         return
     ctx.terminal.table(
-        ["queue", "concurrency", "jobs", "available", "running"],
+        ["queue", "paused", "concurrency", "jobs", "available", "running"],
         [
             (
                 s["queue"],
+                "paused" if s["paused"] else "",
                 s["concurrency"] or "-",
                 sum(s["counts"].values()),
                 s["counts"]["available"],
@@ -144,16 +196,16 @@ def stats(
         except KeyboardInterrupt:
             pass
         return
-    found = run_with_client(ctx, lambda c: c.queue_stats(queue))
-    if queue is not None and not found and queue not in configured:
+    found, paused, known = run_with_client(ctx, lambda c: _stats_and_controls(c, queue, configured))
+    if queue is not None and not found and queue not in configured and queue not in known:
         ctx.terminal.error(f"queue {queue!r} is not configured and holds no jobs")
         raise SystemExit(EXIT_NOT_FOUND)
-    rows = merge_configured(found, queue, configured)
+    rows = merge_configured(found, queue, configured, paused)
     if ctx.wants_json(json_flag):
         ctx.terminal.json(rows)
         return
     ctx.terminal.table(
-        ["queue", *STATES, "completed/s", "oldest available"], [_row(s) for s in rows]
+        ["queue", "paused", *STATES, "completed/s", "oldest available"], [_row(s) for s in rows]
     )
 
 
@@ -166,8 +218,10 @@ async def _watch(ctx: CliContext, client: Any, queue: str | None, interval: floa
     fetch_timeout = max(2.0, 2 * interval)
 
     async def fetch() -> list[dict[str, Any]]:
-        found = await asyncio.wait_for(client.queue_stats(queue), fetch_timeout)
-        return merge_configured(found, queue, configured)
+        found, paused, _ = await asyncio.wait_for(
+            _stats_and_controls(client, queue, configured), fetch_timeout
+        )
+        return merge_configured(found, queue, configured, paused)
 
     if ctx.terminal.out.is_terminal:
         from rich.live import Live
@@ -232,7 +286,8 @@ def _plain_view(ctx: CliContext) -> Show:
             ctx.terminal.status(f"reconnected after {time.monotonic() - since[0]:.0f}s")
             last_problem[0] = None
         ctx.terminal.table(
-            ["queue", *STATES, "completed/s", "oldest available"], [_row(s) for s in stats]
+            ["queue", "paused", *STATES, "completed/s", "oldest available"],
+            [_row(s) for s in stats],
         )
         ctx.terminal.data("")
 

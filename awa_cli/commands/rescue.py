@@ -20,7 +20,7 @@ def command() -> None:
 @pass_context
 def run(ctx: CliContext, dry_run: bool, json_flag: bool) -> None:
     """Run one sweep: rescue stale heartbeats, exceeded deadlines and expired callbacks, insert
-    pending rescue follow-ups, prune old jobs. Safe to run while workers run.
+    pending rescue follow-ups, prune old jobs and dead letters. Safe to run while workers run.
 
     With the configured app and plugins loaded, Rescued hooks fire in this process and
     on_rescued follow-ups are inserted (in a transaction after the rescue). Exits 0 when the
@@ -40,6 +40,7 @@ def run(ctx: CliContext, dry_run: bool, json_flag: bool) -> None:
             completed_retention=m.completed_retention,
             failed_retention=m.failed_retention,
             dry_run=dry_run,
+            dead_letter_retention=m.dead_letter_retention,
         )
 
     report = run_with_client(ctx, sweep, app=app, plugin_hooks=ctx.plugins.event_hooks())
@@ -57,4 +58,5 @@ def run(ctx: CliContext, dry_run: bool, json_flag: bool) -> None:
         ctx.terminal.status(
             f"rescue follow-ups: {report.follow_ups_done} inserted, {report.follow_ups_failed} failed "
             f"(retried by a later sweep); pruned {report.pruned} old jobs"
+            f" and {report.dead_letters_pruned} old dead letters"
         )

@@ -60,6 +60,7 @@ def require_app_modules(ctx: CliContext) -> None:
 
 
 def build_worker(ctx: CliContext, queue_options: tuple[str, ...]) -> Any:
+    from awa_cli.config import dead_letter_enabled
     from awa_cli.worker.queues import QueueSpec
     from awa_cli.worker.runtime import Worker
 
@@ -68,12 +69,18 @@ def build_worker(ctx: CliContext, queue_options: tuple[str, ...]) -> Any:
     app = ctx.app
     if queue_options:
         specs = {
-            name: QueueSpec(name, n, config.queues[name].deadline if name in config.queues else 0.0)
+            name: QueueSpec(
+                name,
+                n,
+                config.queues[name].deadline if name in config.queues else 0.0,
+                dead_letter_enabled(config, name),
+            )
             for name, n in parse_queue_options(queue_options).items()
         }
     else:
         specs = {
-            name: QueueSpec(name, q.concurrency, q.deadline) for name, q in config.queues.items()
+            name: QueueSpec(name, q.concurrency, q.deadline, dead_letter_enabled(config, name))
+            for name, q in config.queues.items()
         }
     m = config.maintenance
     return Worker(
@@ -88,6 +95,7 @@ def build_worker(ctx: CliContext, queue_options: tuple[str, ...]) -> Any:
         leader_election_interval=m.leader_election_interval,
         completed_retention=m.completed_retention,
         failed_retention=m.failed_retention,
+        dead_letter_retention=m.dead_letter_retention,
         shutdown_timeout=config.worker.shutdown_timeout,
     )
 

@@ -22,20 +22,25 @@ Where each transition lives:
 * ``admin.py`` — operator cancel and retry;
 * ``periodic.py`` — firing the due periodic schedules (the leader's sweep), a worker's
   registration of its schedules, and pause, resume, trigger and delete;
+* ``bulk.py`` — bulk retry, cancel and purge by filter in bounded batches, cancel by unique key;
+* ``queues.py`` — pause and resume (the claim statements check the pause), queue registration;
+* ``deadletters.py`` — the move to the dead-letter queue inside the transitions that fail a job;
+* ``dlq.py`` — the dead-letter queue's operator actions and its retention;
+* ``audit.py`` — the audit log of operator actions;
 * ``follow_ups.py`` — the specs' follow-ups and their one-statement insert.
 
 The pure decision of what an attempt's result is lives below, in :mod:`awa_cli.attempts`.
 Every statement is a named block of ``awa_cli/db/sql/*.sql``.
 
-Transitions still to come get a module (or a block in one) of their own: dead-lettering and
-bulk operator actions beside ``admin.py``, pause-aware and limit-aware claims as further
-statements behind ``claims.py``; each is one more thin
-method here, run in the frame of ``transaction.py``.
+Transitions still to come get a module (or a block in one) of their own: limit-aware claims
+as further statements behind ``claims.py``; each is one more thin method here, run in the
+frame of ``transaction.py``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
 from typing import Any
 from uuid import UUID
 
@@ -52,10 +57,25 @@ from awa_cli.attempts import (
     event_for,
     unknown_kind,
 )
+from awa_cli.admin import AuditEntry, QueueInfo
+from awa_cli.deadletters import DeadLetter, DlqDepth
 from awa_cli.events import JobEvent, RescueReason
-from awa_cli.jobs import JobRow
+from awa_cli.jobs import JobRow, JobState
+from awa_cli.outcomes import (
+    admin,
+    attempts,
+    audit,
+    bulk,
+    callbacks,
+    claims,
+    dlq,
+    periodic,
+    queues,
+    rescue,
+    running,
+)
+from awa_cli.outcomes.bulk import Progress
 from awa_cli.periodic import PeriodicJob, Schedule
-from awa_cli.outcomes import admin, attempts, callbacks, claims, periodic, rescue, running
 from awa_cli.errors import InvalidJobState
 from awa_cli.outcomes.attempts import FinalizeGroup
 from awa_cli.outcomes.callbacks import ResolveAction, parse_callback_id
@@ -74,6 +94,7 @@ __all__ = [
     "InvalidJobState",
     "OutcomeCore",
     "PeriodicSweep",
+    "Progress",
     "Registered",
     "StagedCounters",
     "WaitState",
@@ -267,3 +288,124 @@ class OutcomeCore(CoreState):
     async def delete_periodic(self, name: str, actor: str | None = None) -> PeriodicJob:
         """Drop the schedule and its recorded fires; the row as it was."""
         return await periodic.delete(self, name, actor)
+
+    async def prune_dlq(self, retention: float) -> int:
+        """Delete dead letters older than ``retention`` seconds, in bounded batches."""
+        return await dlq.prune(self, retention)
+
+    # -- queue controls (outcomes/queues.py) -------------------------------------------------
+    async def set_paused(self, queue: str, paused: bool, actor: str | None = None) -> QueueInfo:
+        """Pause (no worker claims from it) or resume a queue; audited with ``actor``."""
+        return await queues.set_paused(self, queue, paused, actor)
+
+    async def queue_info(self, queue: str) -> QueueInfo:
+        return await queues.get(self, queue)
+
+    async def list_queues(self, configured: Iterable[str] = ()) -> list[QueueInfo]:
+        return await queues.list_queues(self, configured)
+
+    async def paused_queues(self) -> list[str]:
+        return await queues.paused_names(self)
+
+    async def audit_entries(
+        self,
+        *,
+        actor: str | None = None,
+        action: str | None = None,
+        target: str | None = None,
+        since: datetime | None = None,
+        limit: int = 100,
+    ) -> list[AuditEntry]:
+        """The audit log, newest first (outcomes/audit.py)."""
+        return await audit.entries(
+            self, actor=actor, action=action, target=target, since=since, limit=limit
+        )
+
+    async def register_queues(self, dead_letter: Mapping[str, bool]) -> None:
+        """A worker's queues and their dead-letter flags, announced in awa.queues."""
+        await queues.register(self, dead_letter)
+
+    # -- bulk operator actions (outcomes/bulk.py) ------------------------------------------
+    async def bulk(
+        self,
+        operation: str,
+        *,
+        states: Iterable[JobState | str] = (),
+        queue: str | None = None,
+        kind: str | None = None,
+        older_than: float | None = None,
+        all_: bool = False,
+        dry_run: bool = False,
+        actor: str | None = None,
+        progress: Progress | None = None,
+    ) -> int:
+        """Retry, cancel or purge every matching job in bounded batches; the number changed
+        (with ``dry_run``: the number that would be)."""
+        common: dict[str, Any] = dict(
+            states=states,
+            queue=queue,
+            kind=kind,
+            all_=all_,
+            dry_run=dry_run,
+            actor=actor,
+            progress=progress,
+        )
+        if operation == "retry":
+            return await bulk.retry_jobs(self, **common)
+        if operation == "cancel":
+            return await bulk.cancel_jobs(self, **common)
+        return await bulk.purge_jobs(self, older_than=older_than, **common)
+
+    async def cancel_by_unique_key(
+        self, unique_key: bytes, actor: str | None = None
+    ) -> JobRow | None:
+        return await bulk.cancel_by_unique_key(self, unique_key, actor)
+
+    # -- the dead-letter queue (outcomes/dlq.py) -------------------------------------------
+    async def dead_letter(self, job_id: int) -> DeadLetter | None:
+        return await dlq.get(self, job_id)
+
+    async def dead_letters(
+        self, queue: str | None = None, kind: str | None = None, limit: int = 100
+    ) -> list[DeadLetter]:
+        return await dlq.list_(self, queue, kind, limit)
+
+    async def dlq_depth(self, queue: str | None = None) -> DlqDepth:
+        return await dlq.depth(self, queue)
+
+    async def retry_dead_letter(
+        self,
+        job_id: int,
+        *,
+        queue: str | None = None,
+        priority: int | None = None,
+        run_at: datetime | None = None,
+        actor: str | None = None,
+    ) -> JobRow:
+        return await dlq.retry_one(
+            self, job_id, queue=queue, priority=priority, run_at=run_at, actor=actor
+        )
+
+    async def dlq_action(
+        self,
+        action: str,
+        *,
+        job_id: int | None = None,
+        queue: str | None = None,
+        kind: str | None = None,
+        older_than: float | None = None,
+        reason: str | None = None,
+        all_: bool = False,
+        dry_run: bool = False,
+        actor: str | None = None,
+        progress: Progress | None = None,
+    ) -> int:
+        """``retry``, ``move`` or ``purge`` dead letters by filter in bounded batches."""
+        common: dict[str, Any] = dict(
+            queue=queue, kind=kind, all_=all_, dry_run=dry_run, actor=actor, progress=progress
+        )
+        if action == "retry":
+            return await dlq.retry_many(self, **common)
+        if action == "move":
+            return await dlq.move_failed(self, reason=reason, **common)
+        return await dlq.purge(self, job_id=job_id, older_than=older_than, **common)

@@ -11,7 +11,7 @@ only batches and retries the groups this module plans.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,7 +21,8 @@ from psycopg.rows import dict_row
 from awa_cli.attempts import AttemptResult, Finalized, finalized
 from awa_cli.db.params import finalize_params
 from awa_cli.db.statements import SQL
-from awa_cli.jobs import PreparedJob
+from awa_cli.jobs import JobState, PreparedJob
+from awa_cli.outcomes.deadletters import bound_for_dlq, finalize_into_dlq
 from awa_cli.outcomes.follow_ups import insert_counted, spec_follow_ups
 from awa_cli.outcomes.transaction import CoreState
 
@@ -59,9 +60,15 @@ def plan(core: CoreState, results: Sequence[AttemptResult]) -> list[FinalizeGrou
 
 
 async def finalize_batch(core: CoreState, results: Sequence[AttemptResult]) -> list[Finalized]:
-    """Attempts without follow-ups: one statement, no transaction."""
+    """Attempts without follow-ups: one statement, no transaction (a batch with failing
+    attempts, which may dead-letter by a second statement, takes one: both commit or none)."""
     async with core.pool.connection() as conn:
-        done = await apply_attempts(core, conn, results)
+        flags = core.dead_letter_flags  # a queue this core does not know may dead-letter
+        if any(r.state is JobState.FAILED and flags.get(r.job.queue, True) for r in results):
+            async with conn.transaction():
+                done = await apply_attempts(core, conn, results)
+        else:
+            done = await apply_attempts(core, conn, results)
     committed(core, results, done)
     return done
 
@@ -118,10 +125,18 @@ async def apply_attempts(
 ) -> list[Finalized]:
     """Transitions, spec follow-ups and staged follow-ups inside the caller's transaction:
     two statements however many jobs and follow-ups there are (one when none has a
-    follow-up)."""
-    async with conn.cursor(row_factory=dict_row) as cur:
-        await cur.execute(SQL["finalize_changed"], finalize_params(results))
-        changed = {r["id"]: r for r in await cur.fetchall()}
+    follow-up). Failing attempts of dead-lettering queues are failed and moved to the DLQ by
+    a statement of their own (``dead_letter_finalize``), in the same transaction."""
+    dead = await bound_for_dlq(core, conn, results)
+    plain = [r for r in results if r.job.id not in dead]
+    changed: dict[int, Mapping[str, Any]] = {}
+    if plain:
+        async with conn.cursor(row_factory=dict_row) as cur:
+            await cur.execute(SQL["finalize_changed"], finalize_params(plain))
+            changed = {r["id"]: r for r in await cur.fetchall()}
+    if dead:  # failed and moved to the DLQ in one statement (outcomes/deadletters.py)
+        dying = [r for r in results if r.job.id in dead]
+        changed.update(await finalize_into_dlq(conn, dying, dead))
     done = []
     pending: list[tuple[Finalized, PreparedJob, bool]] = []
     for result in results:

@@ -13,8 +13,10 @@ from psycopg.rows import DictRow
 from awa_cli.attempts import error_entry
 from awa_cli.db.channels import CALLBACK_CHANNEL
 from awa_cli.db.statements import SQL
+from awa_cli.deadletters import DeadReason
 from awa_cli.events import AnyEvent, JobEvent
 from awa_cli.jobs import JobRow, JobState, to_json
+from awa_cli.outcomes.deadletters import then_move
 from awa_cli.outcomes.transaction import (
     CoreState,
     Cursor,
@@ -100,11 +102,21 @@ async def resolve_external(
             params,
             _not_waiting(params["callback_id"]),
             event=_resolution_event(action, error),
-            then=notify_queue if action == "retry" else None,
+            then=_then(core, action),
         ),
     )
     assert row is not None  # missing raised
     return row
+
+
+def _then(core: CoreState, action: ResolveAction) -> Any:
+    """What runs after a resolution and its specs: a retry wakes the queue, a fail moves the
+    job to the DLQ where its queue dead-letters (a raising spec rolls the move back too)."""
+    if action == "retry":
+        return notify_queue
+    if action == "fail":
+        return then_move(core, DeadReason.CALLBACK_FAILED)
+    return None
 
 
 async def _wake(cur: Cursor, row: JobRow, event: AnyEvent | None) -> None:

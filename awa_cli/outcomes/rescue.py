@@ -16,8 +16,10 @@ from psycopg.rows import DictRow, dict_row
 
 from awa_cli.attempts import BACKOFF_JITTER, MAX_BACKOFF_EXPONENT, MAX_BACKOFF_SECONDS
 from awa_cli.db.statements import SQL
+from awa_cli.deadletters import DeadReason
 from awa_cli.events import AnyEvent, JobEvent, Outcome, RescueReason
 from awa_cli.jobs import JobRow
+from awa_cli.outcomes.deadletters import move_failed
 from awa_cli.outcomes.transaction import CoreState, Cursor, Transition, transition
 
 log = logging.getLogger("awa.outcomes")
@@ -64,11 +66,17 @@ async def rescue(
         "max_backoff": MAX_BACKOFF_SECONDS,
     }
     update, candidates = _STATEMENTS[reason]
-    async with core.pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
-        await cur.execute(SQL[candidates if dry_run else update], params)
-        rows = [JobRow.from_record(r) for r in await cur.fetchall()]
     if dry_run:
-        return rows
+        async with core.pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
+            await cur.execute(SQL[candidates], params)
+            return [JobRow.from_record(r) for r in await cur.fetchall()]
+    async with core.pool.connection() as conn, conn.transaction():
+        async with conn.cursor(row_factory=dict_row) as cur:
+            await cur.execute(SQL[update], params)
+            rows = [JobRow.from_record(r) for r in await cur.fetchall()]
+            # a rescue on the last attempt dead-letters in the rescue's transaction (rows
+            # whose on_rescued follow-ups are pending move with those, below)
+            await move_failed(core, cur, rows, DeadReason.RESCUED)
     for row in rows:
         core.dispatch(JobEvent.Rescued(row, row.args, reason))
     return rows
@@ -115,6 +123,7 @@ async def _rescue_follow_up(core: CoreState, job_id: int) -> bool:
     async def clear(cur: Cursor, row: JobRow, fired: AnyEvent | None) -> None:
         if fired is not None:
             await cur.execute(SQL["rescue_pending_clear"], {"id": job_id})
+            await move_failed(core, cur, [row], DeadReason.RESCUED)
             ran.append(True)
 
     async def skip(cur: Cursor) -> None:

@@ -26,6 +26,8 @@ class QueueSpec:
     name: str
     concurrency: int = defaults.QUEUE_CONCURRENCY
     deadline: float = 0.0  # seconds; 0 = none (a job's deadline_duration overrides)
+    # exhausted jobs move to the dead-letter queue; None: as a worker announced it in awa.queues
+    dead_letter: bool | None = None
 
 
 class QueueRunner:

@@ -60,6 +60,7 @@ class Timings:
     shutdown_timeout: float = defaults.SHUTDOWN_TIMEOUT
     completed_retention: float = defaults.COMPLETED_RETENTION
     failed_retention: float = defaults.FAILED_RETENTION
+    dead_letter_retention: float = defaults.DEAD_LETTER_RETENTION
 
 
 class Worker:
@@ -107,6 +108,11 @@ class Worker:
         self.core = OutcomeCore(
             self.pool, app, self.dispatcher, defer_notify=True, claim_pool=self.claim_pool
         )
+        self.core.dead_letter_flags = {
+            name: spec.dead_letter
+            for name, spec in self.queues.items()
+            if spec.dead_letter is not None
+        }
         self._assemble()
         self.maintenance: Maintenance | None = None
 
@@ -182,6 +188,7 @@ class Worker:
             loop.create_task(self.heartbeat.run(self._stopping), name="awa-heartbeat"),
             loop.create_task(self._register_schedules(), name="awa-schedules"),
             loop.create_task(self.presence.run(self._stopping), name="awa-presence"),
+            loop.create_task(self._announce_queues(), name="awa-announce-queues"),
         ]
         if self.maintenance_enabled:
             from awa_cli.maintenance import Maintenance
@@ -238,6 +245,27 @@ class Worker:
                 extra={"action": "periodic_not_defined", "schedule": name},
             )
         self.schedules_registered.set()
+
+    async def _announce_queues(self) -> None:
+        """Write this worker's dead-letter flags to awa.queues, so every process (a client's
+        callback fail, the leader's rescue) dead-letters the queue's jobs alike. Retried in
+        the background until it succeeds: the worker's own finalise knows its flags anyway."""
+        delay = 1.0
+        while not self._stopping.is_set():
+            try:
+                await self.core.register_queues(self.core.dead_letter_flags)
+                return
+            except (psycopg.Error, OSError) as exc:
+                log.warning(
+                    "announcing the queues failed (retrying in %.0fs): %s",
+                    delay,
+                    exc,
+                    extra={"action": "queue_register_failed"},
+                )
+            try:
+                await asyncio.wait_for(self._stopping.wait(), timeout=delay)
+            except TimeoutError:
+                delay = min(delay * 2, 30.0)
 
     async def shutdown(self, timeout: float | None = None) -> None:
         """Stop claiming, let in-flight handlers finish up to ``timeout``, flush, close."""

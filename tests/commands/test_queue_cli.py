@@ -130,7 +130,7 @@ def test_queue_stats_of_an_unknown_queue_exits_4(dsn: str, config: Path) -> None
 
 def _count_available(output: str) -> list[str]:
     """The 'available' column of the email row of each table printed (TSV, piped)."""
-    header = ["queue", *[s.value for s in awa.JobState]]
+    header = ["queue", "paused", *[s.value for s in awa.JobState]]
     column = header.index("available")
     return [line.split("\t")[column] for line in output.splitlines() if line.startswith("email\t")]
 
@@ -175,7 +175,8 @@ def test_queue_stats_watch_survives_a_lost_connection(
             with psycopg.connect(dsn, autocommit=True) as admin:
                 admin.execute(
                     "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                    "WHERE query LIKE '%%completed_last_minute%%' AND pid <> pg_backend_pid()"
+                    "WHERE (query LIKE '%%completed_last_minute%%' OR query LIKE '%%RECURSIVE runnable%%')"
+                    " AND pid <> pg_backend_pid()"
                 )
         wait_for(lambda: "disconnected, retrying" in err_path.read_text())
         if how == "restart":

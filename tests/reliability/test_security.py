@@ -321,6 +321,10 @@ GRANT CONNECT ON DATABASE {db} TO {role};
 GRANT USAGE ON SCHEMA awa TO {role};
 GRANT SELECT, INSERT, UPDATE, DELETE ON awa.jobs TO {role};
 GRANT USAGE ON SEQUENCE awa.jobs_id_seq TO {role};
+GRANT SELECT, INSERT, UPDATE ON awa.queues TO {role};
+GRANT SELECT, INSERT, DELETE ON awa.dead_letters TO {role};
+GRANT SELECT, INSERT ON awa.audit_log TO {role};
+GRANT USAGE ON SEQUENCE awa.audit_log_id_seq TO {role};
 GRANT EXECUTE ON FUNCTION awa.channel_for(text), awa.notify_inserted() TO {role};
 """
 

@@ -104,22 +104,8 @@ def _python_sources() -> str:
     )
 
 
-# Statements written ahead of their caller: the queue controls, bulk operations, dead-letter
-# queue and audit log of issue 18 (migration 0003; each is tested against PostgreSQL in
-# tests/db/test_dead_letter_sql.py and tests/db/test_admin_sql.py). Their outcome-core
-# transitions land next; each name leaves this set when its caller does.
-AWAITING_CALLER = {
-    name
-    for name in SQL
-    if name.startswith(("audit_", "bulk_", "dead_letter_", "queue_"))
-    or name == "cancel_by_unique_key"
-} - {"queue_stats", "audit_insert"}
-
-
 @pytest.mark.parametrize("name", sorted(SQL))
 def test_every_statement_is_used(name: str) -> None:
-    if name in AWAITING_CALLER:
-        pytest.skip("written ahead of its caller (issue 18)")
     sources = _python_sources()
     assert f'"{name}"' in sources or f"'{name}'" in sources, (
         f"{name} ({SQL.origin(name)}) is dead SQL"

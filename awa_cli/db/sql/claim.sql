@@ -7,11 +7,13 @@
 -- Its plan is guarded by tests/worker/test_runtime.py::test_claim_uses_the_claim_index.
 
 -- name: claim_by_queue
--- A worker's claim for one queue.
+-- A worker's claim for one queue. A paused queue (awa.queues.paused) yields nothing: the
+-- pause check is an uncorrelated subquery, evaluated once per statement (DESIGN §10).
 WITH next AS (
     SELECT id FROM awa.jobs
     WHERE queue = %(queue)s AND state IN ('available', 'scheduled', 'retryable')
       AND run_at <= now()
+      AND NOT EXISTS (SELECT 1 FROM awa.queues AS q WHERE q.name = %(queue)s AND q.paused)
     ORDER BY priority, run_at, id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
@@ -33,11 +35,12 @@ RETURNING j.id, j.kind, j.queue, j.args, j.state, j.priority, j.attempt, j.max_a
           j.attempted_at, j.finalized_at;
 
 -- name: claim_by_kind
--- The test harness's claim: one kind in any queue (or the given one).
+-- The test harness's claim: one kind in any queue (or the given one), never from a paused queue.
 WITH next AS (
     SELECT id FROM awa.jobs
     WHERE kind = %(kind)s AND (%(queue)s::text IS NULL OR queue = %(queue)s::text) AND state IN ('available', 'scheduled', 'retryable')
       AND run_at <= now()
+      AND NOT EXISTS (SELECT 1 FROM awa.queues AS q WHERE q.name = awa.jobs.queue AND q.paused)
     ORDER BY priority, run_at, id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED

@@ -1,0 +1,300 @@
+"""The operator methods of :class:`~awa_cli.client.AsyncClient` (DESIGN §10): queue pause and
+resume, bulk retry / cancel / purge, cancel by unique key and the dead-letter queue.
+
+Each is one call into the outcome core (``awa_cli/outcomes/``: ``queues.py``, ``bulk.py``,
+``dlq.py``); nothing here holds SQL. Each action that changes something is recorded in
+``awa.audit_log`` when there is an actor: ``with acting_as("serve:<token name>"):`` around the
+call (per task, for a server acting for many callers), else ``client.core.actor`` (the CLI
+sets ``cli:<os user>``). The bulk and DLQ actions refuse to run
+with no filter unless ``all=True``; ``dry_run=True`` returns the number that would change;
+``progress`` is told ``(done, total)`` batch by batch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from awa_cli.admin import AuditEntry, QueueInfo
+from awa_cli.app import prepare_job
+from awa_cli.enqueue import InsertOpts
+from awa_cli.deadletters import DeadLetter, DlqDepth
+from awa_cli.errors import JobNotFound, ValidationError
+from awa_cli.jobs import JobRow, JobState
+from awa_cli.durations import seconds
+from awa_cli.outcomes import OutcomeCore, Progress
+from awa_cli.outcomes.audit import acting_as, current_actor
+
+if TYPE_CHECKING:
+    from psycopg_pool import AsyncConnectionPool
+
+    from awa_cli.app import App
+
+States = JobState | str | Sequence[JobState | str] | None
+
+
+def _states(state: States) -> list[JobState | str]:
+    if state is None:
+        return []
+    if isinstance(state, str):  # JobState is a str too
+        return [state]
+    return list(state)
+
+
+def _age(value: float | timedelta | None, name: str) -> float | None:
+    return None if value is None else seconds(value, name)
+
+
+def _limit(limit: int) -> int:
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        raise ValidationError("limit", "must be a positive integer")
+    return limit
+
+
+__all__ = ["OperatorMethods", "States", "acting_as"]
+
+
+class OperatorMethods:
+    """Mixed into :class:`AsyncClient`; every method has its twin in ``sync_client.py``."""
+
+    core: OutcomeCore  # provided by AsyncClient
+    app: App | None
+
+    async def ensure_open(self) -> AsyncConnectionPool:  # provided by AsyncClient
+        raise NotImplementedError
+
+    # -- queue controls --------------------------------------------------------------------
+    async def pause_queue(self, queue: str) -> QueueInfo:
+        """Pause ``queue``: no worker anywhere claims from it (within a second); running jobs
+        finish; inserts still work."""
+        await self.ensure_open()
+        return await self.core.set_paused(queue, True, current_actor(self.core))
+
+    async def resume_queue(self, queue: str) -> QueueInfo:
+        """Resume ``queue`` and wake its workers."""
+        await self.ensure_open()
+        return await self.core.set_paused(queue, False, current_actor(self.core))
+
+    async def list_queues(self, configured: Iterable[str] = ()) -> list[QueueInfo]:
+        """Every known queue with its pause and dead-letter flags (``configured``: names to
+        include even without a row or jobs, e.g. a config's ``[queues]``)."""
+        await self.ensure_open()
+        return await self.core.list_queues(configured)
+
+    async def paused_queues(self) -> list[str]:
+        """The names of the paused queues."""
+        await self.ensure_open()
+        return await self.core.paused_queues()
+
+    async def audit_log(
+        self,
+        *,
+        actor: str | None = None,
+        action: str | None = None,
+        target: str | None = None,
+        since: datetime | None = None,
+        limit: int = 100,
+    ) -> list[AuditEntry]:
+        """Recorded operator actions, newest first (``awa.audit_log``, DESIGN §15.4)."""
+        await self.ensure_open()
+        return await self.core.audit_entries(
+            actor=actor, action=action, target=target, since=since, limit=_limit(limit)
+        )
+
+    # -- bulk operations -------------------------------------------------------------------
+    async def retry_jobs(
+        self,
+        state: States = None,
+        kind: str | None = None,
+        queue: str | None = None,
+        *,
+        all: bool = False,
+        dry_run: bool = False,
+        progress: Progress | None = None,
+    ) -> int:
+        """Retry every matching failed or cancelled job (as ``retry``); the number retried."""
+        await self.ensure_open()
+        return await self.core.bulk(
+            "retry",
+            states=_states(state),
+            kind=kind,
+            queue=queue,
+            all_=all,
+            dry_run=dry_run,
+            actor=current_actor(self.core),
+            progress=progress,
+        )
+
+    async def cancel_jobs(
+        self,
+        state: States = None,
+        kind: str | None = None,
+        queue: str | None = None,
+        *,
+        all: bool = False,
+        dry_run: bool = False,
+        progress: Progress | None = None,
+    ) -> int:
+        """Cancel every matching available, scheduled, retryable or waiting job (as
+        ``cancel``: with an app, Cancelled fires and on_cancelled specs run, per job)."""
+        await self.ensure_open()
+        return await self.core.bulk(
+            "cancel",
+            states=_states(state),
+            kind=kind,
+            queue=queue,
+            all_=all,
+            dry_run=dry_run,
+            actor=current_actor(self.core),
+            progress=progress,
+        )
+
+    async def purge_jobs(
+        self,
+        state: States = None,
+        kind: str | None = None,
+        queue: str | None = None,
+        older_than: float | timedelta | None = None,
+        *,
+        all: bool = False,
+        dry_run: bool = False,
+        progress: Progress | None = None,
+    ) -> int:
+        """Delete matching finished jobs (completed, failed, cancelled), finished more than
+        ``older_than`` ago when given."""
+        age = _age(older_than, "older_than")
+        await self.ensure_open()
+        return await self.core.bulk(
+            "purge",
+            states=_states(state),
+            kind=kind,
+            queue=queue,
+            older_than=age,
+            all_=all,
+            dry_run=dry_run,
+            actor=current_actor(self.core),
+            progress=progress,
+        )
+
+    async def cancel_by_unique_key(
+        self,
+        args: Any,
+        *,
+        kind: str | None = None,
+        queue: str | None = None,
+        unique_opts: Mapping[str, Any] | None = None,
+    ) -> JobRow | None:
+        """Cancel the unfinished job holding the unique key these args and options make (as
+        an insert with them would compute it); None when no job holds it."""
+        options = {"kind": kind, "queue": queue, "unique_opts": dict(unique_opts or {})}
+        prepared = prepare_job(self.app, args, InsertOpts.from_kwargs(options))
+        assert prepared.unique_key is not None  # unique_opts given: the key is computed
+        await self.ensure_open()
+        return await self.core.cancel_by_unique_key(prepared.unique_key, current_actor(self.core))
+
+    # -- the dead-letter queue -------------------------------------------------------------
+    async def list_dlq(
+        self, queue: str | None = None, kind: str | None = None, limit: int = 100
+    ) -> list[DeadLetter]:
+        """Dead letters, newest first."""
+        await self.ensure_open()
+        return await self.core.dead_letters(queue, kind, _limit(limit))
+
+    async def get_dlq_job(self, id: int) -> DeadLetter:
+        """One dead letter (JobNotFound when there is none with this id)."""
+        await self.ensure_open()
+        dead = await self.core.dead_letter(id)
+        if dead is None:
+            raise JobNotFound(f"dead letter {id} not found")
+        return dead
+
+    async def dlq_depth(self, queue: str | None = None) -> DlqDepth:
+        """How many dead letters there are, in total and per queue."""
+        await self.ensure_open()
+        return await self.core.dlq_depth(queue)
+
+    async def retry_from_dlq(
+        self,
+        id: int,
+        *,
+        queue: str | None = None,
+        priority: int | None = None,
+        run_at: datetime | None = None,
+    ) -> JobRow:
+        """Put a dead letter back under its id: available (scheduled for a future
+        ``run_at``), attempt 0, errors kept plus ``retried from the dead-letter queue``."""
+        await self.ensure_open()
+        return await self.core.retry_dead_letter(
+            id, queue=queue, priority=priority, run_at=run_at, actor=current_actor(self.core)
+        )
+
+    async def bulk_retry_from_dlq(
+        self,
+        queue: str | None = None,
+        kind: str | None = None,
+        all: bool = False,
+        *,
+        dry_run: bool = False,
+        progress: Progress | None = None,
+    ) -> int:
+        """Retry every matching dead letter; the number put back."""
+        await self.ensure_open()
+        return await self.core.dlq_action(
+            "retry",
+            queue=queue,
+            kind=kind,
+            all_=all,
+            dry_run=dry_run,
+            actor=current_actor(self.core),
+            progress=progress,
+        )
+
+    async def move_failed_to_dlq(
+        self,
+        *,
+        queue: str | None = None,
+        kind: str | None = None,
+        all: bool = False,
+        reason: str | None = None,
+        dry_run: bool = False,
+        progress: Progress | None = None,
+    ) -> int:
+        """Move failed jobs into the DLQ (reason ``manual``); the number moved."""
+        await self.ensure_open()
+        return await self.core.dlq_action(
+            "move",
+            queue=queue,
+            kind=kind,
+            reason=reason,
+            all_=all,
+            dry_run=dry_run,
+            actor=current_actor(self.core),
+            progress=progress,
+        )
+
+    async def purge_dlq(
+        self,
+        *,
+        id: int | None = None,
+        queue: str | None = None,
+        kind: str | None = None,
+        older_than: float | timedelta | None = None,
+        all: bool = False,
+        dry_run: bool = False,
+        progress: Progress | None = None,
+    ) -> int:
+        """Delete dead letters (one ``id``, or by filter); the number deleted."""
+        age = _age(older_than, "older_than")
+        await self.ensure_open()
+        return await self.core.dlq_action(
+            "purge",
+            job_id=id,
+            queue=queue,
+            kind=kind,
+            older_than=age,
+            all_=all,
+            dry_run=dry_run,
+            actor=current_actor(self.core),
+            progress=progress,
+        )

@@ -1,0 +1,65 @@
+"""What the operator commands share (`awa job retry|cancel|purge` by filter, `awa dlq ...`):
+the filter options, running a counted action with a progress bar, and printing its count."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import click
+
+from awa_cli.commands.context import CliContext, run_with_client
+from awa_cli.durations import parse_duration
+
+EXIT_USAGE = 2
+
+
+def all_option(fn: Any) -> Any:
+    return click.option(
+        "--all", "all_", is_flag=True, help="Act on every match even with no filter given."
+    )(fn)
+
+
+def dry_run_option(fn: Any) -> Any:
+    return click.option(
+        "--dry-run", is_flag=True, help="Print how many would change; change nothing."
+    )(fn)
+
+
+def older_than_option(fn: Any) -> Any:
+    return click.option(
+        "--older-than", metavar="DURATION", help="Only those older than this (e.g. 7d, 12h)."
+    )(fn)
+
+
+def age(text: str | None) -> float | None:
+    """``--older-than`` as seconds (a bad duration is exit 2 naming the option)."""
+    return None if text is None else parse_duration(text, "--older-than")
+
+
+def run_counted(
+    ctx: CliContext,
+    description: str,
+    action: Callable[[Any, Any], Any],
+    *,
+    json_flag: bool,
+    dry_run: bool,
+    done_text: str,
+    app: Any = None,
+) -> None:
+    """Run ``action(client, progress)`` (a bulk method returning a count) with a progress bar
+    on a terminal, then print the count (``{"count": n}`` with --json)."""
+    plugin_hooks = ctx.plugins.event_hooks() if app is not None else ()
+    with ctx.terminal.progress(description) as progress:
+        n = run_with_client(ctx, lambda c: action(c, progress), app=app, plugin_hooks=plugin_hooks)
+    if ctx.wants_json(json_flag):
+        ctx.terminal.json({"count": n})
+        return
+    ctx.terminal.data(f"{n} {'would be ' if dry_run else ''}{done_text}")
+
+
+def refuse_mixed(job_id: Any, **filters: Any) -> None:
+    """A positional ID means the single action; filters mean the bulk one, never both."""
+    given = [f"--{name.replace('_', '-')}" for name, value in filters.items() if value]
+    if job_id is not None and given:
+        raise click.UsageError(f"give an ID or filters ({', '.join(given)}), not both")

@@ -1,0 +1,99 @@
+"""The audit log (DESIGN §15.4): one row per operator action, written by the outcome core in
+the action's transaction where the action is one transaction (pause, resume, a single DLQ
+retry), else once the batched action is over, with the count in ``detail``."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Iterator
+from contextvars import ContextVar
+from datetime import datetime
+from typing import Any
+
+import psycopg
+from psycopg.rows import dict_row
+
+from awa_cli.admin import AuditEntry
+from awa_cli.db.statements import SQL
+from awa_cli.outcomes.transaction import CoreState
+
+_ACTOR: ContextVar[str | None] = ContextVar("awa_audit_actor", default=None)
+
+
+@contextlib.contextmanager
+def acting_as(actor: str) -> Iterator[None]:
+    """Record the operator actions made in this context (this task and the tasks it starts)
+    as ``actor``, over the core's own: for a server acting for many callers at once (``awa
+    serve``: ``serve:<token name>``)."""
+    token = _ACTOR.set(actor)
+    try:
+        yield
+    finally:
+        _ACTOR.reset(token)
+
+
+def current_actor(core: CoreState) -> str | None:
+    """Who an action is recorded as: the context's actor, else the core's (None: nobody)."""
+    return _ACTOR.get() or core.actor
+
+
+async def record(
+    conn: psycopg.AsyncConnection[Any],
+    actor: str | None,
+    action: str,
+    target: str | None,
+    result: str = "ok",
+    detail: dict[str, Any] | None = None,
+) -> None:
+    """Write one entry on ``conn`` (inside the caller's transaction); nothing without an actor
+    (a library caller that named none)."""
+    if actor is None:
+        return
+    await conn.execute(
+        SQL["audit_insert"],
+        {
+            "actor": actor,
+            "action": action,
+            "target": target,
+            "result": result,
+            "detail": json.dumps(detail or {}, default=str),
+        },
+    )
+
+
+async def record_alone(
+    core: CoreState,
+    actor: str | None,
+    action: str,
+    target: str | None,
+    result: str = "ok",
+    detail: dict[str, Any] | None = None,
+) -> None:
+    """Write one entry in a statement of its own (a refused action, or a batched one)."""
+    if actor is None:
+        return
+    async with core.pool.connection() as conn:
+        await record(conn, actor, action, target, result, detail)
+
+
+def describe(**filters: Any) -> str:
+    """An audit target from an action's filters: ``queue=mail kind=send``, or ``all``."""
+    parts = [f"{name}={value}" for name, value in filters.items() if value is not None]
+    return " ".join(parts) or "all"
+
+
+async def entries(
+    core: CoreState,
+    *,
+    actor: str | None,
+    action: str | None,
+    target: str | None,
+    since: datetime | None,
+    limit: int,
+) -> list[AuditEntry]:
+    """The newest entries first, filtered."""
+    params = {"actor": actor, "action": action, "target": target, "since": since, "limit": limit}
+    async with core.pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
+        await cur.execute(SQL["audit_list"], params)
+        return [AuditEntry.from_record(r) for r in await cur.fetchall()]

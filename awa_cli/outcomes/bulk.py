@@ -1,0 +1,316 @@
+"""Bulk operator actions on ``awa.jobs`` (DESIGN §10): retry, cancel and purge by filter, and
+cancel by unique key.
+
+Each is set statements in bounded batches (``admin.DEFAULT_BATCH`` rows), one short
+transaction per batch, so 100,000 jobs never hold one long lock or transaction. Retry and
+cancel select a batch of ids (``bulk_select_jobs``, SKIP LOCKED, an id cursor) and change
+them in the same transaction; purge is one DELETE per batch. A bulk cancel runs each
+cancelled job's ``on_cancelled`` specs in its batch's transaction and dispatches
+``Cancelled`` after commit; if a spec raises, that batch is rolled back and redone one job
+per transaction, and a job whose spec still raises is left as it was and reported.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from typing import Any, LiteralString
+
+import psycopg
+from psycopg.rows import dict_row
+
+from awa_cli.admin import DEFAULT_BATCH, BulkOperation, bulk_states, require_filter
+from awa_cli.attempts import Finalized
+from awa_cli.db.statements import SQL
+from awa_cli.errors import FollowUpError, ValidationError
+from awa_cli.events import JobEvent
+from awa_cli.jobs import JobRow, JobState
+from awa_cli.outcomes import audit
+from awa_cli.outcomes.transaction import CoreState, Transition, transition
+
+log = logging.getLogger("awa.outcomes")
+
+Progress = Callable[[int, int], None]
+"""Told ``(done, total)`` before the first batch and after each one (a progress bar)."""
+
+CANCEL_REASON = "cancelled by operator"
+_CONNECTION_TROUBLE = (psycopg.OperationalError, psycopg.InterfaceError)
+
+
+def no_progress(done: int, total: int) -> None:
+    return None
+
+
+async def refusing(
+    core: CoreState, actor: str | None, action: str, operation: str, all_: bool, **filters: Any
+) -> None:
+    """Refuse an action with no filter and no ``all`` (recorded as refused), else return."""
+    try:
+        require_filter(operation, all_=all_, **filters)
+    except ValidationError:
+        await audit.record_alone(core, actor, action, audit.describe(**filters), "refused")
+        raise
+
+
+async def count(core: CoreState, statement: LiteralString, params: Mapping[str, Any]) -> int:
+    """One ``count(*)`` statement (a --dry-run, or a progress bar's total)."""
+    async with core.pool.connection() as conn, conn.cursor() as cur:
+        await cur.execute(SQL[statement], params)
+        row = await cur.fetchone()
+    return int(row[0]) if row else 0
+
+
+async def repeat_batches(
+    core: CoreState,
+    statement: LiteralString,
+    params: Mapping[str, Any],
+    total: int,
+    progress: Progress,
+    batch: int = DEFAULT_BATCH,
+) -> int:
+    """Run a one-statement batch (a DELETE or a move of up to ``batch`` rows) until one comes
+    back short; the rows it touched in all."""
+    done = 0
+    progress(0, total)
+    while True:
+        async with core.pool.connection() as conn:
+            cur = await conn.execute(SQL[statement], {**params, "batch": batch})
+            n = max(cur.rowcount, 0)
+        done += n
+        progress(done, max(total, done))
+        if n < batch:
+            return done
+
+
+ApplyBatch = Callable[
+    [psycopg.AsyncConnection[Any], list[int]], Awaitable[tuple[int, list[Finalized]]]
+]
+"""Changes a batch of locked ids in the batch's transaction: (rows changed, the items whose
+events to dispatch once it commits)."""
+
+
+async def by_id_batches(
+    core: CoreState,
+    select: LiteralString,
+    params: Mapping[str, Any],
+    apply: ApplyBatch,
+    total: int,
+    progress: Progress,
+    batch: int = DEFAULT_BATCH,
+) -> int:
+    """Select up to ``batch`` ids after a cursor and ``apply`` them, one transaction per batch,
+    until a batch comes back short. A batch whose statement trips a unique index (a key taken
+    between the check and the change) is tried again; the second time it skips that job."""
+    done = after = 0
+    progress(0, total)
+    while True:
+        for tries in range(3):
+            try:
+                async with core.pool.connection() as conn, conn.transaction():
+                    async with conn.cursor() as cur:
+                        await cur.execute(SQL[select], {**params, "after": after, "batch": batch})
+                        ids = [int(r[0]) for r in await cur.fetchall()]
+                    changed, items = await apply(conn, ids) if ids else (0, [])
+                break
+            except psycopg.errors.UniqueViolation:
+                if tries == 2:
+                    raise
+        core.after_commit(items)  # committed: now the events
+        done += changed
+        progress(done, max(total, done))
+        if len(ids) < batch:
+            return done
+        after = ids[-1]
+
+
+def _filters(
+    operation: BulkOperation,
+    states: Iterable[JobState | str],
+    queue: str | None,
+    kind: str | None,
+    older_than: float | None = None,
+) -> dict[str, Any]:
+    return {
+        "states": [str(s) for s in bulk_states(operation, states)],
+        "queue": queue,
+        "kind": kind,
+        "older_than": older_than,
+    }
+
+
+async def retry_jobs(
+    core: CoreState,
+    *,
+    states: Iterable[JobState | str],
+    queue: str | None,
+    kind: str | None,
+    all_: bool,
+    dry_run: bool,
+    actor: str | None,
+    progress: Progress | None,
+) -> int:
+    """Operator retry (DESIGN §5.9) of every matching failed or cancelled job; fires nothing."""
+    states = list(states)
+    params = _filters("retry", states, queue, kind)
+    state = ",".join(states) or None
+    await refusing(core, actor, "job.retry", "retry", all_, state=state, queue=queue, kind=kind)
+    total = await count(core, "bulk_count_jobs", params) if dry_run or progress else 0
+    if dry_run:
+        return total
+
+    async def apply(conn: psycopg.AsyncConnection[Any], ids: list[int]) -> tuple[int, list[Any]]:
+        async with conn.cursor(row_factory=dict_row) as cur:
+            await cur.execute(SQL["bulk_retry_jobs"], {"ids": ids})
+            rows = await cur.fetchall()
+            queues = sorted({str(r["queue"]) for r in rows})
+            if queues:  # delivered at commit
+                await cur.execute(SQL["notify_queues"], {"queues": queues})
+        return len(rows), []
+
+    done = await by_id_batches(
+        core, "bulk_select_jobs", params, apply, total, progress or no_progress
+    )
+    target = audit.describe(state=state, queue=queue, kind=kind)
+    await audit.record_alone(core, actor, "job.retry", target, detail={"count": done})
+    return done
+
+
+async def cancel_jobs(
+    core: CoreState,
+    *,
+    states: Iterable[JobState | str],
+    queue: str | None,
+    kind: str | None,
+    all_: bool,
+    dry_run: bool,
+    actor: str | None,
+    progress: Progress | None,
+) -> int:
+    """Operator cancel of every matching available, scheduled, retryable or waiting job:
+    Cancelled fires and ``on_cancelled`` specs run, atomically per job (see the module)."""
+    states = list(states)
+    params = _filters("cancel", states, queue, kind)
+    state = ",".join(states) or None
+    await refusing(core, actor, "job.cancel", "cancel", all_, state=state, queue=queue, kind=kind)
+    total = await count(core, "bulk_count_jobs", params) if dry_run or progress else 0
+    if dry_run:
+        return total
+    left: list[int] = []
+
+    async def apply(
+        conn: psycopg.AsyncConnection[Any], ids: list[int]
+    ) -> tuple[int, list[Finalized]]:
+        items = await _cancel_batch(core, conn, ids, left)
+        return len(items), items
+
+    done = await by_id_batches(
+        core, "bulk_select_jobs", params, apply, total, progress or no_progress
+    )
+    target = audit.describe(state=state, queue=queue, kind=kind)
+    result = "failed" if left else "ok"
+    detail: dict[str, Any] = {"count": done, **({"left": left} if left else {})}
+    await audit.record_alone(core, actor, "job.cancel", target, result, detail)
+    if left:
+        raise FollowUpError(
+            f"{done} jobs cancelled; {len(left)} left uncancelled because an on_cancelled "
+            f"spec raised (jobs {', '.join(map(str, left[:10]))}{'…' if len(left) > 10 else ''})"
+        )
+    return done
+
+
+async def _cancel_batch(
+    core: CoreState, conn: psycopg.AsyncConnection[Any], ids: list[int], left: list[int]
+) -> list[Finalized]:
+    """Cancel a batch with its specs in a savepoint; if user code or an insert fails, each
+    job in a savepoint of its own, and the ids still failing go to ``left``."""
+    try:
+        async with conn.transaction():  # a savepoint: the batch's locks stay held
+            return await _cancel_ids(core, conn, ids)
+    except _CONNECTION_TROUBLE:
+        raise
+    except Exception:
+        pass
+    items: list[Finalized] = []
+    for job_id in ids:  # each job alone: one failing spec holds back no other job
+        try:
+            async with conn.transaction():
+                items.extend(await _cancel_ids(core, conn, [job_id]))
+        except _CONNECTION_TROUBLE:
+            raise
+        except Exception as exc:
+            left.append(job_id)
+            log.error(
+                "job %s left uncancelled: %s",
+                job_id,
+                exc,
+                extra={"action": "bulk_cancel_failed", "job_id": job_id},
+            )
+    return items
+
+
+async def _cancel_ids(
+    core: CoreState, conn: psycopg.AsyncConnection[Any], ids: list[int]
+) -> list[Finalized]:
+    """Cancel these ids and run each cancelled job's specs, in the caller's transaction."""
+    async with conn.cursor(row_factory=dict_row) as cur:
+        await cur.execute(SQL["bulk_cancel_jobs"], {"ids": ids})
+        rows = [JobRow.from_record(r) for r in await cur.fetchall()]
+    items = []
+    for row in rows:
+        event = JobEvent.Cancelled(row, row.args, CANCEL_REASON)
+        item = Finalized(row.id, row, events=[event])
+        await core.run_specs(conn, event, item)
+        items.append(item)
+    return items
+
+
+async def purge_jobs(
+    core: CoreState,
+    *,
+    states: Iterable[JobState | str],
+    queue: str | None,
+    kind: str | None,
+    older_than: float | None,
+    all_: bool,
+    dry_run: bool,
+    actor: str | None,
+    progress: Progress | None,
+) -> int:
+    """Delete matching finished jobs (completed, failed, cancelled) in bounded batches."""
+    states = list(states)
+    params = _filters("purge", states, queue, kind, older_than)
+    state = ",".join(states) or None
+    filters = {"state": state, "queue": queue, "kind": kind, "older_than": older_than}
+    await refusing(core, actor, "job.purge", "purge", all_, **filters)
+    total = await count(core, "bulk_count_jobs", params) if dry_run or progress else 0
+    if dry_run:
+        return total
+    done = await repeat_batches(core, "bulk_purge_jobs", params, total, progress or no_progress)
+    await audit.record_alone(
+        core, actor, "job.purge", audit.describe(**filters), detail={"count": done}
+    )
+    return done
+
+
+async def cancel_by_unique_key(
+    core: CoreState, unique_key: bytes, actor: str | None = None
+) -> JobRow | None:
+    """Cancel the unfinished job holding ``unique_key`` (Cancelled fires, specs run); None
+    when no job holds it."""
+
+    async def nothing(cur: Any) -> None:
+        return None
+
+    async def record(cur: Any, row: JobRow, event: Any) -> None:
+        await audit.record(cur.connection, actor, "job.cancel", str(row.id), detail={"count": 1})
+
+    return await transition(
+        core,
+        Transition(
+            "cancel_by_unique_key",
+            {"unique_key": unique_key},
+            nothing,
+            event=lambda row, _: JobEvent.Cancelled(row, row.args, CANCEL_REASON),
+            then=record,
+        ),
+    )

@@ -1,0 +1,179 @@
+"""The dead-letter queue's operator actions (DESIGN §10): list, show, depth, retry (one or by
+filter), move failed jobs in, purge, and the leader's retention prune.
+
+Filtered actions run in bounded batches (``admin.DEFAULT_BATCH``), one short transaction per
+batch (see ``outcomes/bulk.py``), and are recorded in the audit log with their count.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+import psycopg
+from psycopg.rows import dict_row
+
+from awa_cli.admin import DEFAULT_BATCH
+from awa_cli.attempts import Finalized
+from awa_cli.db.statements import SQL
+from awa_cli.deadletters import DeadLetter, DlqDepth
+from awa_cli.errors import JobNotFound, UniqueConflict
+from awa_cli.jobs import JobRow
+from awa_cli.outcomes import audit
+from awa_cli.outcomes.bulk import (
+    Progress,
+    no_progress,
+    by_id_batches,
+    count,
+    refusing,
+    repeat_batches,
+)
+from awa_cli.outcomes.transaction import CoreState
+
+
+async def get(core: CoreState, job_id: int) -> DeadLetter | None:
+    async with core.pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
+        await cur.execute(SQL["dead_letter_get"], {"id": job_id})
+        record = await cur.fetchone()
+    return None if record is None else DeadLetter.from_record(record)
+
+
+async def list_(
+    core: CoreState, queue: str | None, kind: str | None, limit: int
+) -> list[DeadLetter]:
+    """Dead letters, newest first."""
+    async with core.pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
+        await cur.execute(SQL["dead_letter_list"], {"queue": queue, "kind": kind, "limit": limit})
+        return [DeadLetter.from_record(r) for r in await cur.fetchall()]
+
+
+async def depth(core: CoreState, queue: str | None) -> DlqDepth:
+    async with core.pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
+        await cur.execute(SQL["dead_letter_depth"], {"queue": queue})
+        return DlqDepth.from_rows(await cur.fetchall())
+
+
+async def retry_one(
+    core: CoreState,
+    job_id: int,
+    *,
+    queue: str | None,
+    priority: int | None,
+    run_at: datetime | None,
+    actor: str | None,
+) -> JobRow:
+    """Put one dead letter back into awa.jobs under its id (attempt 0, errors kept plus
+    ``retried from the dead-letter queue``). JobNotFound when there is no such dead letter;
+    UniqueConflict when its unique key is held again (it stays in the DLQ)."""
+    params = {"ids": [job_id], "queue": queue, "priority": priority, "run_at": run_at}
+    async with core.pool.connection() as conn, conn.transaction():
+        async with conn.cursor(row_factory=dict_row) as cur:
+            await cur.execute(SQL["dead_letter_retry"], params)
+            record = await cur.fetchone()
+            if record is None:
+                await cur.execute(SQL["dead_letter_get"], {"id": job_id})
+                dead = await cur.fetchone()
+        if record is not None:
+            await audit.record(conn, actor, "dlq.retry", str(job_id), detail={"count": 1})
+    if record is not None:
+        return JobRow.from_record(record)
+    if dead is None:
+        await audit.record_alone(core, actor, "dlq.retry", str(job_id), "failed")
+        raise JobNotFound(f"dead letter {job_id} not found")
+    await audit.record_alone(core, actor, "dlq.retry", str(job_id), "failed")
+    raise UniqueConflict(str(dead["kind"]))
+
+
+async def retry_many(
+    core: CoreState,
+    *,
+    queue: str | None,
+    kind: str | None,
+    all_: bool,
+    dry_run: bool,
+    actor: str | None,
+    progress: Progress | None,
+) -> int:
+    """Put every matching dead letter back (as :func:`retry_one`), in bounded batches; those
+    whose unique key is held again stay in the DLQ."""
+    await refusing(core, actor, "dlq.retry", "dlq retry", all_, queue=queue, kind=kind)
+    params: dict[str, Any] = {"ids": None, "queue": queue, "kind": kind, "older_than": None}
+    total = await count(core, "dead_letter_count", params) if dry_run or progress else 0
+    if dry_run:
+        return total
+
+    async def apply(
+        conn: psycopg.AsyncConnection[Any], ids: list[int]
+    ) -> tuple[int, list[Finalized]]:
+        cur = await conn.execute(
+            SQL["dead_letter_retry"], {"ids": ids, "queue": None, "priority": None, "run_at": None}
+        )
+        return max(cur.rowcount, 0), []
+
+    done = await by_id_batches(
+        core, "dead_letter_select", params, apply, total, progress or no_progress
+    )
+    target = audit.describe(queue=queue, kind=kind)
+    await audit.record_alone(core, actor, "dlq.retry", target, detail={"count": done})
+    return done
+
+
+async def move_failed(
+    core: CoreState,
+    *,
+    queue: str | None,
+    kind: str | None,
+    all_: bool,
+    reason: str | None,
+    dry_run: bool,
+    actor: str | None,
+    progress: Progress | None,
+) -> int:
+    """Move failed jobs into the DLQ (reason ``manual``, an error entry saying so)."""
+    await refusing(core, actor, "dlq.move", "dlq move", all_, queue=queue, kind=kind)
+    counted = {"states": ["failed"], "queue": queue, "kind": kind, "older_than": None}
+    total = await count(core, "bulk_count_jobs", counted) if dry_run or progress else 0
+    if dry_run:
+        return total
+    params = {"queue": queue, "kind": kind, "note": reason}
+    done = await repeat_batches(
+        core, "dead_letter_move_failed", params, total, progress or no_progress
+    )
+    detail: dict[str, Any] = {"count": done, **({"reason": reason} if reason else {})}
+    target = audit.describe(queue=queue, kind=kind)
+    await audit.record_alone(core, actor, "dlq.move", target, detail=detail)
+    return done
+
+
+async def purge(
+    core: CoreState,
+    *,
+    job_id: int | None,
+    queue: str | None,
+    kind: str | None,
+    older_than: float | None,
+    all_: bool,
+    dry_run: bool,
+    actor: str | None,
+    progress: Progress | None,
+) -> int:
+    """Delete matching dead letters, in bounded batches."""
+    filters = {"id": job_id, "queue": queue, "kind": kind, "older_than": older_than}
+    await refusing(core, actor, "dlq.purge", "dlq purge", all_, **filters)
+    ids = None if job_id is None else [job_id]
+    params = {"ids": ids, "queue": queue, "kind": kind, "older_than": older_than}
+    total = await count(core, "dead_letter_count", params) if dry_run or progress else 0
+    if dry_run:
+        return total
+    done = await repeat_batches(core, "dead_letter_purge", params, total, progress or no_progress)
+    target = audit.describe(**filters)
+    await audit.record_alone(core, actor, "dlq.purge", target, detail={"count": done})
+    return done
+
+
+async def prune(core: CoreState, retention: float, batch: int = DEFAULT_BATCH) -> int:
+    """Retention: delete dead letters older than ``retention`` seconds, batch by batch until
+    one comes back short (the leader's sweep)."""
+    return await repeat_batches(
+        core, "dead_letter_prune", {"retention": retention}, 0, no_progress, batch
+    )
