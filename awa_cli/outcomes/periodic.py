@@ -15,7 +15,6 @@ schedules, and the operator's pause, resume, trigger and delete.
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -23,7 +22,6 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 import psycopg
-from psycopg.rows import dict_row
 
 from awa_cli.db import periodic as calls
 from awa_cli.db.params import insert_params
@@ -33,7 +31,8 @@ from awa_cli.jobs import JobRow
 from awa_cli.periodic import PeriodicJob, Schedule, iso_utc
 
 if TYPE_CHECKING:
-    from awa_cli.outcomes.transaction import CoreState
+    from awa_cli.outcomes import audit
+from awa_cli.outcomes.transaction import CoreState
 
 log = logging.getLogger("awa.periodic")
 
@@ -156,7 +155,9 @@ async def set_paused(
                 raise PeriodicNotFound(f"periodic job {name!r} not found")
             if not paused:
                 await calls.wake_leader(conn)
-            await _audit(conn, actor, "cron.pause" if paused else "cron.resume", name)
+            await audit.record(
+                conn, actor, "cron.pause" if paused else "cron.resume", f"periodic:{name}"
+            )
             return _found(name, await calls.get(conn, name))
 
 
@@ -166,7 +167,7 @@ async def delete(core: CoreState, name: str, actor: str | None = None) -> Period
         async with conn.transaction():
             job = _found(name, await calls.get(conn, name))
             await calls.delete(conn, name)
-            await _audit(conn, actor, "cron.delete", name)
+            await audit.record(conn, actor, "cron.delete", f"periodic:{name}")
             return job
 
 
@@ -184,7 +185,9 @@ async def trigger(core: CoreState, name: str, actor: str | None = None) -> JobRo
             if record is None:
                 raise UniqueConflict(prepared.kind)
             row = JobRow.from_values(record)
-            await _audit(conn, actor, "cron.trigger", name, {"job_id": row.id})
+            await audit.record(
+                conn, actor, "cron.trigger", f"periodic:{name}", detail={"job_id": row.id}
+            )
     await _wake(core, [row.queue])
     return row
 
@@ -198,26 +201,3 @@ def _definition(job: PeriodicJob) -> Mapping[str, Any]:
         "args": job.args,
         "options": job.options,
     }
-
-
-async def _audit(
-    conn: psycopg.AsyncConnection[Any],
-    actor: str | None,
-    action: str,
-    name: str,
-    detail: Mapping[str, Any] | None = None,
-) -> None:
-    """One ``awa.audit_log`` entry in the action's transaction (none without an actor)."""
-    if actor is None:
-        return
-    async with conn.cursor(row_factory=dict_row) as cur:
-        await cur.execute(
-            SQL["audit_insert"],
-            {
-                "actor": actor,
-                "action": action,
-                "target": f"periodic:{name}",
-                "result": "ok",
-                "detail": json.dumps(dict(detail or {})),
-            },
-        )
