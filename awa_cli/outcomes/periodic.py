@@ -28,11 +28,11 @@ from awa_cli.db.params import insert_params
 from awa_cli.db.statements import SQL
 from awa_cli.errors import PeriodicNotFound, UniqueConflict
 from awa_cli.jobs import JobRow
+from awa_cli.outcomes import audit
 from awa_cli.periodic import PeriodicJob, Schedule, iso_utc
 
 if TYPE_CHECKING:
-    from awa_cli.outcomes import audit
-from awa_cli.outcomes.transaction import CoreState
+    from awa_cli.outcomes.transaction import CoreState
 
 log = logging.getLogger("awa.periodic")
 
