@@ -125,6 +125,11 @@ def _summary(row: JobRow) -> tuple[Any, ...]:
     "--unique", is_flag=True, help="Deduplicate by kind and args (default unique options)."
 )
 @click.option(
+    "--concurrency-key",
+    metavar="KEY",
+    help="The key of the job's [limits.NAME] (instead of the one the limit computes).",
+)
+@click.option(
     "--force",
     is_flag=True,
     help="Enqueue even if the loaded app does not register KIND or --args do not fit its type.",
@@ -140,6 +145,7 @@ def enqueue(
     max_attempts: int | None,
     run_at: str | None,
     unique: bool,
+    concurrency_key: str | None,
     force: bool,
     json_flag: bool,
 ) -> None:
@@ -161,6 +167,8 @@ def enqueue(
     }
     if unique:
         options["unique_opts"] = {}
+    if concurrency_key is not None:
+        options["concurrency_key"] = concurrency_key
     app = ctx.app if ctx.config.app.modules else None
     if app is not None and not force:
         check_against_app(app, kind, args)

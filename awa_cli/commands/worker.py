@@ -68,12 +68,18 @@ def build_worker(ctx: CliContext, queue_options: tuple[str, ...]) -> Any:
     app = ctx.app
     if queue_options:
         specs = {
-            name: QueueSpec(name, n, config.queues[name].deadline if name in config.queues else 0.0)
+            name: QueueSpec(
+                name,
+                n,
+                config.queues[name].deadline if name in config.queues else 0.0,
+                config.queues[name].priority_aging if name in config.queues else 0.0,
+            )
             for name, n in parse_queue_options(queue_options).items()
         }
     else:
         specs = {
-            name: QueueSpec(name, q.concurrency, q.deadline) for name, q in config.queues.items()
+            name: QueueSpec(name, q.concurrency, q.deadline, q.priority_aging)
+            for name, q in config.queues.items()
         }
     m = config.maintenance
     return Worker(
@@ -82,6 +88,7 @@ def build_worker(ctx: CliContext, queue_options: tuple[str, ...]) -> Any:
         specs,
         plugins=ctx.plugins,
         callback_base_url=config.serve.callback_base_url,
+        limits=tuple(config.limits.values()),
         heartbeat_interval=m.heartbeat_interval,
         heartbeat_staleness=m.heartbeat_staleness,
         rescue_interval=m.rescue_interval,

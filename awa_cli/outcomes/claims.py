@@ -1,8 +1,10 @@
 """Claiming: available / scheduled / retryable -> running, the lease +1, in one statement.
 
 The worker claims by queue (``claim_by_queue``), the test harness by kind
-(``claim_by_kind``): the very same transition. Pause-aware and limit-aware claims belong
-here too, as further named statements in ``db/sql/claim.sql``.
+(``claim_by_kind``): the very same transition. A queue with a concurrency limit or priority
+aging (a :class:`~awa_cli.limits.ClaimPlan` that is ``needed``) claims with
+:func:`claim_limited` instead: three statements of ``db/sql/claim_limits.sql`` in one
+transaction, whose header says why no limit can be over-run.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from psycopg.rows import dict_row
 
 from awa_cli.db.statements import SQL
 from awa_cli.jobs import JobRow
+from awa_cli.limits import LIMIT_LOCK_CLASS, ClaimPlan
 from awa_cli.outcomes.transaction import CoreState
 
 
@@ -22,6 +25,50 @@ async def claim_by_queue(
     async with core.claim_pool.connection() as conn, conn.cursor() as cur:
         await cur.execute(
             SQL["claim_by_queue"], {"queue": queue, "limit": limit, "deadline": deadline}
+        )
+        rows = [JobRow.from_values(r) for r in await cur.fetchall()]
+    rows.sort(key=lambda r: (r.priority, r.run_at, r.id))
+    return rows
+
+
+async def claim_limited(
+    core: CoreState, queue: str, limit: int, deadline: float | None, plan: ClaimPlan
+) -> list[JobRow]:
+    """Claim up to ``limit`` jobs of ``queue`` that its limits allow, round-robin between
+    keys, in (aged) priority order within a key; see ``db/sql/claim_limits.sql``."""
+    shared = plan.params()
+    async with core.claim_pool.connection() as conn, conn.transaction():
+        cur = await conn.execute(
+            SQL["claim_limited_candidates"],
+            {**shared, "queue": queue, "fetch": limit * 2 + 8},
+        )
+        candidates = await cur.fetchall()
+        if not candidates:
+            return []
+        ids = [c[0] for c in candidates]
+        names = [c[1] for c in candidates]
+        keys = [c[2] for c in candidates]
+        limited = [(n, k) for n, k in zip(names, keys, strict=True) if n is not None]
+        if limited:
+            await conn.execute(
+                SQL["claim_limited_lock"],
+                {
+                    "lock_class": LIMIT_LOCK_CLASS,
+                    "names": [n for n, _ in limited],
+                    "keys": [k for _, k in limited],
+                },
+            )
+        cur = await conn.execute(
+            SQL["claim_limited_take"],
+            {
+                **shared,
+                "queue": queue,
+                "limit": limit,
+                "deadline": deadline,
+                "ids": ids,
+                "names": names,
+                "keys": keys,
+            },
         )
         rows = [JobRow.from_values(r) for r in await cur.fetchall()]
     rows.sort(key=lambda r: (r.priority, r.run_at, r.id))

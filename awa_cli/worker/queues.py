@@ -26,6 +26,7 @@ class QueueSpec:
     name: str
     concurrency: int = defaults.QUEUE_CONCURRENCY
     deadline: float = 0.0  # seconds; 0 = none (a job's deadline_duration overrides)
+    priority_aging: float = 0.0  # seconds per priority level gained while waiting; 0 = none
 
 
 class QueueRunner:

@@ -18,16 +18,19 @@ import functools
 import logging
 import os
 import socket
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+
+import psycopg
 
 from awa_cli import defaults
 from awa_cli.app import prepare_job
 from awa_cli.db.dsn import redact, with_options
 from awa_cli.db.pools import POOL_WAIT_SECONDS, claim_pool, recheck, worker_pool
 from awa_cli.dispatch import Dispatcher, EventHook
+from awa_cli.limits import ClaimPlan, Limit, check_limits
 from awa_cli.outcomes import AttemptResult, Finalized, OutcomeCore
 from awa_cli.worker.callbacks import CallbackServices
 from awa_cli.worker.executor import execute
@@ -72,6 +75,7 @@ class Worker:
         plugins: Any = None,
         maintenance: bool = True,
         callback_base_url: str | None = None,
+        limits: Sequence[Limit] = (),
         **timings: Any,
     ) -> None:
         self.app = app
@@ -103,6 +107,12 @@ class Worker:
         self.core = OutcomeCore(
             self.pool, app, self.dispatcher, defer_notify=True, claim_pool=self.claim_pool
         )
+        # [limits.NAME] (DESIGN §13): a queue they can select, or with priority aging,
+        # claims with the limit-aware statements; the others keep the plain claim.
+        self.limits = tuple(limits)
+        check_limits(self.limits)
+        for name, spec in self.queues.items():
+            self.core.plan_claims(name, ClaimPlan.for_queue(name, self.limits, spec.priority_aging))
         self._assemble()
         self.maintenance: Maintenance | None = None
 
@@ -160,6 +170,8 @@ class Worker:
         """Run until :meth:`shutdown` is called (or the task is cancelled)."""
         await self.pool.open(wait=False)
         await self.claim_pool.open(wait=False)
+        if self.limits:
+            await self._publish_limits()
         self.finalizer.start()
         loop = asyncio.get_running_loop()
         self._runner_tasks = [
@@ -194,6 +206,17 @@ class Worker:
         if self.plugins is not None:
             await self.plugins.worker_started(self)
         await self._stopped.wait()
+
+    async def _publish_limits(self) -> None:
+        """Announce the limits in ``awa.limits`` for ``awa job show`` and the leader's gauge
+        (best effort: the claim does not depend on it)."""
+        from awa_cli.limit_status import publish
+
+        try:
+            async with self.pool.connection() as conn:
+                await publish(conn, self.limits)
+        except psycopg.Error as exc:
+            log.warning("announcing the limits failed: %s", exc, extra={"action": "limits_failed"})
 
     async def shutdown(self, timeout: float | None = None) -> None:
         """Stop claiming, let in-flight handlers finish up to ``timeout``, flush, close."""
