@@ -9,6 +9,9 @@ transaction, whose header says why no limit can be over-run.
 
 from __future__ import annotations
 
+from typing import Any
+
+from psycopg import AsyncConnection
 from psycopg.rows import dict_row
 
 from awa_cli.db.statements import SQL
@@ -36,43 +39,48 @@ async def claim_limited(
 ) -> list[JobRow]:
     """Claim up to ``limit`` jobs of ``queue`` that its limits allow, round-robin between
     keys, in (aged) priority order within a key; see ``db/sql/claim_limits.sql``."""
-    shared = plan.params()
     async with core.claim_pool.connection() as conn, conn.transaction():
-        cur = await conn.execute(
-            SQL["claim_limited_candidates"],
-            {**shared, "queue": queue, "fetch": limit * 2 + 8},
-        )
-        candidates = await cur.fetchall()
-        if not candidates:
-            return []
-        ids = [c[0] for c in candidates]
-        names = [c[1] for c in candidates]
-        keys = [c[2] for c in candidates]
-        limited = [(n, k) for n, k in zip(names, keys, strict=True) if n is not None]
-        if limited:
-            await conn.execute(
-                SQL["claim_limited_lock"],
-                {
-                    "lock_class": LIMIT_LOCK_CLASS,
-                    "names": [n for n, _ in limited],
-                    "keys": [k for _, k in limited],
-                },
-            )
-        cur = await conn.execute(
-            SQL["claim_limited_take"],
-            {
-                **shared,
-                "queue": queue,
-                "limit": limit,
-                "deadline": deadline,
-                "ids": ids,
-                "names": names,
-                "keys": keys,
-            },
-        )
-        rows = [JobRow.from_values(r) for r in await cur.fetchall()]
+        rows = await claim_limited_on(conn, queue, limit, deadline, plan)
     rows.sort(key=lambda r: (r.priority, r.run_at, r.id))
     return rows
+
+
+async def claim_limited_on(
+    conn: AsyncConnection[Any], queue: str, limit: int, deadline: float | None, plan: ClaimPlan
+) -> list[JobRow]:
+    """The three statements of :func:`claim_limited` in the caller's open transaction (the
+    key locks are held until it ends)."""
+    shared = plan.params()
+    cur = await conn.execute(
+        SQL["claim_limited_candidates"], {**shared, "queue": queue, "fetch": limit * 2 + 8}
+    )
+    candidates = await cur.fetchall()
+    if not candidates:
+        return []
+    ids, names, keys = ([c[i] for c in candidates] for i in range(3))
+    limited = [(n, k) for n, k in zip(names, keys, strict=True) if n is not None]
+    if limited:
+        await conn.execute(
+            SQL["claim_limited_lock"],
+            {
+                "lock_class": LIMIT_LOCK_CLASS,
+                "names": [n for n, _ in limited],
+                "keys": [k for _, k in limited],
+            },
+        )
+    cur = await conn.execute(
+        SQL["claim_limited_take"],
+        {
+            **shared,
+            "queue": queue,
+            "limit": limit,
+            "deadline": deadline,
+            "ids": ids,
+            "names": names,
+            "keys": keys,
+        },
+    )
+    return [JobRow.from_values(r) for r in await cur.fetchall()]
 
 
 async def claim_by_kind(core: CoreState, kind: str, queue: str | None = None) -> JobRow | None:

@@ -172,3 +172,41 @@ async def test_concurrent_claimers_never_over_run_a_key(dsn: str) -> None:
     finally:
         for c in cores:
             await c.__aexit__()
+
+
+@pytest.mark.asyncio
+async def test_a_claimer_waits_for_the_key_lock_and_recounts_after_it(dsn: str) -> None:
+    # The interleaving that over-runs a count taken without the lock: claimer X has claimed
+    # a1 and a2 (max_running 2) but not committed; a more urgent a0 arrives; claimer Y sees
+    # a1 and a2 still available (X's claim is invisible to it), so a0 ranks first for it and
+    # a count without the lock would say 0 running: Y would claim a0, and three would run.
+    from awa_cli.outcomes.claims import claim_limited_on
+
+    plan = ClaimPlan((PER_TENANT,))
+    _insert(dsn, ["a", "a"])
+    async with Core(dsn, plan) as y, await psycopg.AsyncConnection.connect(dsn) as x_conn:
+        async with x_conn.transaction():
+            claimed = await claim_limited_on(x_conn, "default", 2, 0, plan)
+            assert len(claimed) == 2
+            _insert(dsn, ["a"], priority=1)
+            y_claim = asyncio.create_task(y.claim("default", 10))
+            await _wait_for_lock_wait(dsn)  # Y waits on the key's advisory lock
+            assert not y_claim.done()
+        # X committed: Y's recount after the lock sees two running
+        assert await asyncio.wait_for(y_claim, timeout=10) == []
+    with psycopg.connect(dsn) as conn:
+        running = conn.execute("SELECT count(*) FROM awa.jobs WHERE state = 'running'").fetchone()
+    assert running == (2,)
+
+
+async def _wait_for_lock_wait(dsn: str) -> None:
+    from tests.helpers import wait_until
+
+    def waiting() -> bool:
+        with psycopg.connect(dsn) as conn:
+            row = conn.execute(
+                "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
+            ).fetchone()
+        return row is not None and row[0] > 0
+
+    await wait_until(lambda: asyncio.to_thread(waiting), timeout=10)
