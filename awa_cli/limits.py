@@ -14,6 +14,7 @@ its priority aging, turned into the array parameters of the ``claim_limited_*`` 
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -27,6 +28,10 @@ MAX_RATE_WINDOW = 86_400.0  # a day: the leader prunes starts older than this
 # The first key of the two-int advisory lock a claim takes per (limit, key): 'awa' in ASCII.
 # The two-int form never collides with the one-bigint locks awa takes elsewhere.
 LIMIT_LOCK_CLASS = 0x617761
+
+# How long one candidates scan serves a queue's claims (seconds), and how many it keeps.
+CANDIDATES_MAX_AGE = 0.5
+CANDIDATES_PER_SCAN = 2000
 
 _PATH_PART = re.compile(r"[A-Za-z0-9_-]+")
 _RATE = re.compile(r"\s*(\d+)\s*/\s*(\S+)\s*")
@@ -140,8 +145,9 @@ class ClaimPlan:
         """False: the plain claim does the same (no limit, no aging)."""
         return bool(self.limits) or self.priority_aging > 0
 
+    @functools.cached_property
     def params(self) -> dict[str, Any]:
-        """The limit arrays shared by the ``claim_limited_*`` statements."""
+        """The limit arrays shared by the ``claim_limited_*`` statements (built once)."""
         limits = self.limits
         return {
             "aging": self.priority_aging,
@@ -156,9 +162,48 @@ class ClaimPlan:
         }
 
 
+Candidate = tuple[int, str | None, str | None]  # job id, limit name, key
+
+
+class Candidates:
+    """One queue's ranked candidates from the last ``claim_limited_candidates`` scan, taken
+    a chunk per claim until they run out, grow old, or a chunk claims less than asked.
+
+    The scan ranks every runnable job of the queue, which costs as much as its backlog; the
+    take re-checks each candidate (state, counts, rate) under the key locks, so a candidate
+    that went stale is only skipped, never wrongly claimed. ``max_age`` bounds how long a key
+    that appeared after the scan can wait for its first job (round-robin is by scan).
+    """
+
+    def __init__(self, max_age: float = CANDIDATES_MAX_AGE) -> None:
+        self.max_age = max_age
+        self._rows: list[Candidate] = []
+        self._taken_at = float("-inf")
+
+    def usable(self, now: float) -> bool:
+        return bool(self._rows) and now - self._taken_at <= self.max_age
+
+    def refill(self, rows: Sequence[Candidate], now: float) -> None:
+        self._rows = list(rows)
+        self._taken_at = now
+
+    def take(self, count: int) -> list[Candidate]:
+        chunk, self._rows = self._rows[:count], self._rows[count:]
+        return chunk
+
+    def put_back(self, rows: Sequence[Candidate]) -> None:
+        """Candidates a full claim did not need: first in line for the next one."""
+        self._rows[:0] = rows
+
+    def clear(self) -> None:
+        self._rows = []
+
+
 __all__ = [
     "LIMIT_LOCK_CLASS",
     "MAX_CONCURRENCY_KEY_LENGTH",
+    "Candidate",
+    "Candidates",
     "ClaimPlan",
     "Limit",
     "check_limits",

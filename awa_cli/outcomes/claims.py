@@ -9,6 +9,7 @@ transaction, whose header says why no limit can be over-run.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from psycopg import AsyncConnection
@@ -16,7 +17,13 @@ from psycopg.rows import dict_row
 
 from awa_cli.db.statements import SQL
 from awa_cli.jobs import JobRow
-from awa_cli.limits import LIMIT_LOCK_CLASS, ClaimPlan
+from awa_cli.limits import (
+    CANDIDATES_PER_SCAN,
+    LIMIT_LOCK_CLASS,
+    Candidate,
+    Candidates,
+    ClaimPlan,
+)
 from awa_cli.outcomes.transaction import CoreState
 
 
@@ -38,26 +45,51 @@ async def claim_limited(
     core: CoreState, queue: str, limit: int, deadline: float | None, plan: ClaimPlan
 ) -> list[JobRow]:
     """Claim up to ``limit`` jobs of ``queue`` that its limits allow, round-robin between
-    keys, in (aged) priority order within a key; see ``db/sql/claim_limits.sql``."""
-    async with core.claim_pool.connection() as conn, conn.transaction():
-        rows = await claim_limited_on(conn, queue, limit, deadline, plan)
+    keys, in (aged) priority order within a key; see ``db/sql/claim_limits.sql``.
+
+    Candidates come from the queue's :class:`~awa_cli.limits.Candidates` while they last;
+    when a chunk of them claims less than asked, one more claim from a fresh scan follows
+    (in a transaction of its own: each takes its key locks in one sorted order)."""
+    cache = core.claim_candidates.setdefault(queue, Candidates())
+    rows: list[JobRow] = []
+    for _ in range(2):
+        cached = cache.usable(time.monotonic())
+        # Pipelined: BEGIN, the lock, the take and COMMIT go in one round trip (the server
+        # still runs them in order, so the take's snapshot follows the lock).
+        async with core.claim_pool.connection() as conn, conn.pipeline(), conn.transaction():
+            got = await claim_limited_on(conn, queue, limit - len(rows), deadline, plan, cache)
+        rows.extend(got)
+        if len(rows) >= limit or not cached:
+            break
+        cache.clear()
     rows.sort(key=lambda r: (r.priority, r.run_at, r.id))
     return rows
 
 
 async def claim_limited_on(
-    conn: AsyncConnection[Any], queue: str, limit: int, deadline: float | None, plan: ClaimPlan
+    conn: AsyncConnection[Any],
+    queue: str,
+    limit: int,
+    deadline: float | None,
+    plan: ClaimPlan,
+    cache: Candidates | None = None,
 ) -> list[JobRow]:
     """The three statements of :func:`claim_limited` in the caller's open transaction (the
-    key locks are held until it ends)."""
-    shared = plan.params()
-    cur = await conn.execute(
-        SQL["claim_limited_candidates"], {**shared, "queue": queue, "fetch": limit * 2 + 8}
-    )
-    candidates = await cur.fetchall()
-    if not candidates:
+    key locks are held until it ends); without ``cache``, from a scan of its own."""
+    shared = plan.params
+    chunk_size = limit * 2 + 8
+    if cache is None or not cache.usable(time.monotonic()):
+        fetch = chunk_size if cache is None else max(CANDIDATES_PER_SCAN, chunk_size)
+        cur = await conn.execute(
+            SQL["claim_limited_candidates"], {**shared, "queue": queue, "fetch": fetch}
+        )
+        scanned: list[Candidate] = [(r[0], r[1], r[2]) for r in await cur.fetchall()]
+        cache = cache if cache is not None else Candidates()
+        cache.refill(scanned, time.monotonic())
+    chunk = cache.take(chunk_size)
+    if not chunk:
         return []
-    ids, names, keys = ([c[i] for c in candidates] for i in range(3))
+    ids, names, keys = ([c[i] for c in chunk] for i in range(3))
     limited = [(n, k) for n, k in zip(names, keys, strict=True) if n is not None]
     if limited:
         await conn.execute(
@@ -80,7 +112,13 @@ async def claim_limited_on(
             "keys": keys,
         },
     )
-    return [JobRow.from_values(r) for r in await cur.fetchall()]
+    rows = [JobRow.from_values(r) for r in await cur.fetchall()]
+    if len(rows) < limit:
+        cache.clear()  # keys at their limit, or candidates gone: the next claim scans afresh
+    else:
+        claimed = {r.id for r in rows}
+        cache.put_back([c for c in chunk if c[0] not in claimed])
+    return rows
 
 
 async def claim_by_kind(core: CoreState, kind: str, queue: str | None = None) -> JobRow | None:

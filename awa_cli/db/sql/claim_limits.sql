@@ -35,41 +35,47 @@
 -- Step 1: the candidates, best first: (id, limit name, key); limit and key NULL when no
 -- limit selects the job (such jobs are not round-robined: their rank counts as 1).
 WITH lim AS (
-    SELECT * FROM unnest(%(l_names)s::text[], %(l_kinds)s::text[], %(l_queues)s::text[],
-                         %(l_sources)s::text[], %(l_paths)s::text[], %(l_max)s::int[],
-                         %(l_rate_n)s::int[], %(l_rate_w)s::float8[])
+    SELECT l.name, l.kind, l.queue, l.source, l.path::text[] AS path, l.max_running, l.rate_n,
+           l.rate_w
+    FROM unnest(%(l_names)s::text[], %(l_kinds)s::text[], %(l_queues)s::text[],
+                %(l_sources)s::text[], %(l_paths)s::text[], %(l_max)s::int[],
+                %(l_rate_n)s::int[], %(l_rate_w)s::float8[])
         AS l(name, kind, queue, source, path, max_running, rate_n, rate_w)
-), waiting AS (
-    SELECT j.id, j.run_at, m.name AS limit_name, m.key, m.max_running, m.rate_n,
+), waiting AS MATERIALIZED (  -- narrow rows for the ranking's sort
+    -- the limit that selects a job: its kind's (lk), else its queue's (lq); at most one each
+    SELECT j.id, j.run_at, coalesce(lk.name, lq.name) AS limit_name,
+           coalesce(lk.max_running, lq.max_running) AS max_running,
+           coalesce(lk.rate_n, lq.rate_n) AS rate_n,
+           CASE WHEN coalesce(lk.name, lq.name) IS NOT NULL THEN
+               coalesce(j.concurrency_key,
+                        CASE coalesce(lk.source, lq.source) WHEN 'kind' THEN j.kind
+                             WHEN 'queue' THEN j.queue
+                             ELSE j.args #>> coalesce(lk.path, lq.path) END, '') END AS key,
            GREATEST(1, j.priority - CASE WHEN %(aging)s::float8 > 0
                 THEN floor(extract(epoch FROM now() - j.run_at) / %(aging)s::float8)::int
                 ELSE 0 END) AS eff
     FROM awa.jobs j
-    LEFT JOIN LATERAL (
-        SELECT l.name, l.max_running, l.rate_n,
-               coalesce(j.concurrency_key,
-                        CASE l.source WHEN 'kind' THEN j.kind WHEN 'queue' THEN j.queue
-                             ELSE j.args #>> l.path::text[] END, '') AS key
-        FROM lim l WHERE l.kind = j.kind OR (l.kind IS NULL AND l.queue = j.queue)
-        ORDER BY l.kind IS NULL LIMIT 1
-    ) m ON true
+    LEFT JOIN lim lk ON lk.kind = j.kind
+    LEFT JOIN lim lq ON lk.name IS NULL AND lq.kind IS NULL AND lq.queue = j.queue
     WHERE j.queue = %(queue)s AND j.state IN ('available', 'scheduled', 'retryable')
       AND j.run_at <= now()
       -- (lead, at merge: the pause predicate of claim_by_queue goes here)
 ), held AS (
-    SELECT m.name AS limit_name, m.key, count(*) AS running
-    FROM awa.jobs j
-    CROSS JOIN LATERAL (
-        SELECT l.name,
-               coalesce(j.concurrency_key,
-                        CASE l.source WHEN 'kind' THEN j.kind WHEN 'queue' THEN j.queue
-                             ELSE j.args #>> l.path::text[] END, '') AS key
-        FROM lim l WHERE l.kind = j.kind OR (l.kind IS NULL AND l.queue = j.queue)
-        ORDER BY l.kind IS NULL LIMIT 1
-    ) m
-    WHERE j.state IN ('running', 'waiting_external')
-      AND (j.state = 'running' OR j.callback_in_handler)
-      AND (j.kind = ANY (%(l_kinds)s::text[]) OR j.queue = ANY (%(l_queues)s::text[]))
+    -- the slots in use: running jobs, and those waiting inside their handler (two partial
+    -- indexes, so the scan costs the running jobs, not the table)
+    SELECT coalesce(lk.name, lq.name) AS limit_name,
+           coalesce(j.concurrency_key,
+                    CASE coalesce(lk.source, lq.source) WHEN 'kind' THEN j.kind
+                         WHEN 'queue' THEN j.queue
+                         ELSE j.args #>> coalesce(lk.path, lq.path) END, '') AS key,
+           count(*) AS running
+    FROM (SELECT kind, queue, args, concurrency_key FROM awa.jobs WHERE state = 'running'
+          UNION ALL
+          SELECT kind, queue, args, concurrency_key FROM awa.jobs
+          WHERE state = 'waiting_external' AND callback_in_handler) j
+    LEFT JOIN lim lk ON lk.kind = j.kind
+    LEFT JOIN lim lq ON lk.name IS NULL AND lq.kind IS NULL AND lq.queue = j.queue
+    WHERE coalesce(lk.name, lq.name) IS NOT NULL
     GROUP BY 1, 2
 ), started AS (
     SELECT s.limit_name, s.key, count(*) AS starts
@@ -78,7 +84,9 @@ WITH lim AS (
     GROUP BY 1, 2
 ), ranked AS (
     SELECT w.*, CASE WHEN w.limit_name IS NULL THEN 1
-                     ELSE row_number() OVER (PARTITION BY w.limit_name, w.key
+                     -- bytewise ("C") sorting of the keys: the ranking sorts the backlog
+                     ELSE row_number() OVER (PARTITION BY w.limit_name COLLATE "C",
+                                                          w.key COLLATE "C"
                                              ORDER BY w.eff, w.run_at, w.id) END AS rank
     FROM waiting w
 )
@@ -105,9 +113,11 @@ FROM (SELECT DISTINCT hashtext(u.n || chr(31) || u.k) AS h
 -- (lead, at merge: claim_by_queue's pause predicate goes into `locked`, and its attempted_by
 -- into the SET list, as in claim_by_queue.)
 WITH lim AS (
-    SELECT * FROM unnest(%(l_names)s::text[], %(l_kinds)s::text[], %(l_queues)s::text[],
-                         %(l_sources)s::text[], %(l_paths)s::text[], %(l_max)s::int[],
-                         %(l_rate_n)s::int[], %(l_rate_w)s::float8[])
+    SELECT l.name, l.kind, l.queue, l.source, l.path::text[] AS path, l.max_running, l.rate_n,
+           l.rate_w
+    FROM unnest(%(l_names)s::text[], %(l_kinds)s::text[], %(l_queues)s::text[],
+                %(l_sources)s::text[], %(l_paths)s::text[], %(l_max)s::int[],
+                %(l_rate_n)s::int[], %(l_rate_w)s::float8[])
         AS l(name, kind, queue, source, path, max_running, rate_n, rate_w)
 ), clock AS (
     SELECT clock_timestamp() AS at
@@ -117,19 +127,21 @@ WITH lim AS (
 ), keys AS (
     SELECT DISTINCT limit_name, key FROM cand WHERE limit_name IS NOT NULL
 ), held AS (
-    SELECT m.name AS limit_name, m.key, count(*) AS running
-    FROM awa.jobs j
-    CROSS JOIN LATERAL (
-        SELECT l.name,
-               coalesce(j.concurrency_key,
-                        CASE l.source WHEN 'kind' THEN j.kind WHEN 'queue' THEN j.queue
-                             ELSE j.args #>> l.path::text[] END, '') AS key
-        FROM lim l WHERE l.kind = j.kind OR (l.kind IS NULL AND l.queue = j.queue)
-        ORDER BY l.kind IS NULL LIMIT 1
-    ) m
-    WHERE j.state IN ('running', 'waiting_external')
-      AND (j.state = 'running' OR j.callback_in_handler)
-      AND (j.kind = ANY (%(l_kinds)s::text[]) OR j.queue = ANY (%(l_queues)s::text[]))
+    -- the slots in use: running jobs, and those waiting inside their handler (two partial
+    -- indexes, so the scan costs the running jobs, not the table)
+    SELECT coalesce(lk.name, lq.name) AS limit_name,
+           coalesce(j.concurrency_key,
+                    CASE coalesce(lk.source, lq.source) WHEN 'kind' THEN j.kind
+                         WHEN 'queue' THEN j.queue
+                         ELSE j.args #>> coalesce(lk.path, lq.path) END, '') AS key,
+           count(*) AS running
+    FROM (SELECT kind, queue, args, concurrency_key FROM awa.jobs WHERE state = 'running'
+          UNION ALL
+          SELECT kind, queue, args, concurrency_key FROM awa.jobs
+          WHERE state = 'waiting_external' AND callback_in_handler) j
+    LEFT JOIN lim lk ON lk.kind = j.kind
+    LEFT JOIN lim lq ON lk.name IS NULL AND lq.kind IS NULL AND lq.queue = j.queue
+    WHERE coalesce(lk.name, lq.name) IS NOT NULL
     GROUP BY 1, 2
 ), started AS (
     SELECT s.limit_name, s.key, count(*) AS starts
@@ -140,10 +152,13 @@ WITH lim AS (
       AND s.started_at > (SELECT at FROM clock) - l.rate_w * interval '1 second'
     GROUP BY 1, 2
 ), locked AS (
-    SELECT j.id FROM awa.jobs j
-    WHERE j.id = ANY (%(ids)s::bigint[]) AND j.queue = %(queue)s
-      AND j.state IN ('available', 'scheduled', 'retryable') AND j.run_at <= now()
-    FOR UPDATE SKIP LOCKED
+    -- one primary-key probe per candidate, whatever the statistics say
+    SELECT l.id FROM cand c CROSS JOIN LATERAL (
+        SELECT j.id FROM awa.jobs j
+        WHERE j.id = c.id AND j.queue = %(queue)s
+          AND j.state IN ('available', 'scheduled', 'retryable') AND j.run_at <= now()
+        FOR UPDATE SKIP LOCKED
+    ) l
 ), pick AS (
     SELECT c.id, c.limit_name, c.key, c.ord,
            row_number() OVER (PARTITION BY c.limit_name, c.key ORDER BY c.ord) AS rn
