@@ -10,7 +10,8 @@ the ``awa_limit_waiting_jobs`` gauge).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import time
+from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
@@ -79,6 +80,25 @@ async def explain(conn: psycopg.AsyncConnection[Any], job_id: int) -> dict[str, 
     out = dict(record)
     out["reason"] = reason(out, out.pop("now"))
     return out
+
+
+class LimitGauges:
+    """The leader's last :func:`waiting` counts, for a metrics plugin; stale (reported as
+    nothing) after ``stale_after`` seconds without a new one: leadership moved elsewhere."""
+
+    def __init__(self, stale_after: float = 60.0) -> None:
+        self.stale_after = stale_after
+        self.values: dict[str, int] = {}
+        self.taken_at: float | None = None
+
+    def update(self, snapshot: Mapping[str, int]) -> None:
+        self.values = {name: 0 for name in self.values} | dict(snapshot)
+        self.taken_at = time.monotonic()
+
+    def current(self) -> dict[str, int]:
+        if self.taken_at is None or time.monotonic() - self.taken_at > self.stale_after:
+            return {}
+        return dict(sorted(self.values.items()))
 
 
 async def waiting(conn: psycopg.AsyncConnection[Any]) -> dict[str, int]:

@@ -220,12 +220,30 @@ def list_jobs(
 @json_option
 @pass_context
 def show(ctx: CliContext, job_id: int, json_flag: bool) -> None:
-    """Show one job: args, errors, output and callback state."""
-    row = run_with_client(ctx, lambda c: c.get_job(job_id))
+    """Show one job: args, errors, output and callback state, and why an available job is
+    not running (scheduled, queue paused, its key at a limit's max_running or rate)."""
+
+    async def fetch(client: Any) -> tuple[JobRow, dict[str, Any]]:
+        return await client.get_job(job_id), await client.limit_status(job_id)
+
+    row, status = run_with_client(ctx, fetch)
+    limit = None
+    if status["limit_name"] is not None:
+        limit = {
+            "name": status["limit_name"],
+            "key": status["key"],
+            "running": status["running"],
+            "max_running": status["max_running"],
+        }
+    extra = {
+        "concurrency_key": status["concurrency_key"],
+        "why_not_running": status["reason"],
+        "limit": limit,
+    }
     if ctx.wants_json(json_flag):
-        ctx.terminal.json(row.to_json())
+        ctx.terminal.json({**row.to_json(), **extra})
         return
-    data = row.to_json()
+    data = {**row.to_json(), **extra}
     for key in (
         "id",
         "kind",
@@ -245,12 +263,20 @@ def show(ctx: CliContext, job_id: int, json_flag: bool) -> None:
         "callback_timeout_at",
         "tags",
         "ordering_key",
+        "concurrency_key",
     ):
         value = data[key]
         if value not in (None, [], ""):
             ctx.terminal.data(
                 f"{key}: {value if not isinstance(value, list) else ', '.join(value)}"
             )
+    if limit is not None:
+        ctx.terminal.data(
+            f"limit: {limit['name']} key {limit['key']!r} "
+            f"({limit['running']}/{limit['max_running']} running)"
+        )
+    if status["reason"] is not None:
+        ctx.terminal.data(f"waiting: {status['reason']}")
     ctx.terminal.data(f"args: {json.dumps(row.args, sort_keys=True)}")
     if row.metadata:
         ctx.terminal.data(f"metadata: {json.dumps(row.metadata, sort_keys=True)}")

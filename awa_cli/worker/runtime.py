@@ -192,6 +192,9 @@ class Worker:
                 self.timings,
                 on_rescued=self.running.fence_rows,
                 on_depth=self.plugins.queue_depth if self.plugins is not None else None,
+                on_limits=(
+                    self.plugins.limit_waiting if self.plugins is not None and self.limits else None
+                ),
             )
             self._tasks.append(
                 loop.create_task(self.maintenance.run(self._stopping), name="awa-maintenance")

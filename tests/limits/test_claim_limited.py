@@ -34,8 +34,9 @@ class Core:
     """An outcome core on its own pool, with one claim plan for the default queue."""
 
     def __init__(self, dsn: str, plan: ClaimPlan) -> None:
-        self.pool = AsyncConnectionPool(dsn, min_size=1, max_size=4, open=False,
-                                        kwargs={"autocommit": True})
+        self.pool = AsyncConnectionPool(
+            dsn, min_size=1, max_size=4, open=False, kwargs={"autocommit": True}
+        )
         self.core = OutcomeCore(self.pool)
         self.core.plan_claims("default", plan)
 
@@ -115,8 +116,12 @@ async def test_a_kind_limit_wins_over_the_queue_limit(dsn: str) -> None:
 @pytest.mark.asyncio
 async def test_rate_window_counts_starts_not_running_jobs(dsn: str) -> None:
     rated = Limit(
-        "per_tenant", key="args.tenant", max_running=100, kind="tenant_work",
-        rate_count=3, rate_window=3600.0,
+        "per_tenant",
+        key="args.tenant",
+        max_running=100,
+        kind="tenant_work",
+        rate_count=3,
+        rate_window=3600.0,
     )
     _insert(dsn, ["a"] * 10)
     async with Core(dsn, ClaimPlan((rated,))) as core:
@@ -137,8 +142,9 @@ async def test_rate_window_counts_starts_not_running_jobs(dsn: str) -> None:
 async def test_priority_aging_lifts_a_waiting_job(dsn: str) -> None:
     now = datetime.now(UTC)
     with awa.Client(dsn) as client:
-        old = client.insert({"tenant": "x"}, kind="plain", priority=4,
-                            run_at=now - timedelta(minutes=31)).id
+        old = client.insert(
+            {"tenant": "x"}, kind="plain", priority=4, run_at=now - timedelta(minutes=31)
+        ).id
         urgent = [client.insert({"tenant": "x"}, kind="plain", priority=1).id for _ in range(3)]
     async with Core(dsn, ClaimPlan((), priority_aging=600.0)) as core:
         # 31 minutes at 10 minutes a level: 4 -> 1, and older than every urgent job
@@ -159,10 +165,12 @@ async def test_concurrent_claimers_never_over_run_a_key(dsn: str) -> None:
         for _ in range(5):  # rounds of eight simultaneous claims
             await asyncio.gather(*(core.claim("default", 10) for core in opened))
             with psycopg.connect(dsn) as conn:
-                running = dict(conn.execute(
-                    "SELECT args->>'tenant', count(*) FROM awa.jobs"
-                    " WHERE state = 'running' GROUP BY 1"
-                ).fetchall())
+                running = dict(
+                    conn.execute(
+                        "SELECT args->>'tenant', count(*) FROM awa.jobs"
+                        " WHERE state = 'running' GROUP BY 1"
+                    ).fetchall()
+                )
             assert running == {"a": 2, "b": 2}
             with psycopg.connect(dsn) as conn:  # free every slot for the next round
                 conn.execute(

@@ -5,6 +5,7 @@ and the limits are asserted by the overlap of those intervals per key, never by 
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import signal
 import subprocess
@@ -38,7 +39,9 @@ def _limit(max_running: int, rate: str | None = None) -> str:
 
 
 @contextlib.contextmanager
-def workers(dsn: str, tmp_path: Path, config: str, count: int) -> Iterator[list[subprocess.Popen[str]]]:
+def workers(
+    dsn: str, tmp_path: Path, config: str, count: int
+) -> Iterator[list[subprocess.Popen[str]]]:
     """``count`` real ``awa worker`` processes on ``config``; SIGTERM (and exit 0) at the end."""
     path = tmp_path / f"awa-{time.monotonic_ns()}.toml"
     path.write_text(APP + config)
@@ -46,7 +49,10 @@ def workers(dsn: str, tmp_path: Path, config: str, count: int) -> Iterator[list[
     procs = [
         subprocess.Popen(
             [AWA, "--config", str(path), "-q", "worker"],
-            env=env, cwd=ROOT, stderr=subprocess.PIPE, text=True,
+            env=env,
+            cwd=ROOT,
+            stderr=subprocess.PIPE,
+            text=True,
         )
         for _ in range(count)
     ]
@@ -158,15 +164,14 @@ def test_priority_aging_lets_old_low_priority_work_through_urgent_work(
     with workers(dsn, tmp_path, config, 1) as procs:
         _wait(dsn, procs, f"SELECT state = 'completed' FROM awa.jobs WHERE id = {low.id}")
     done = _query(
-        dsn, "SELECT count(*) FROM awa.jobs WHERE state = 'completed' AND id = ANY(%s)",
+        dsn,
+        "SELECT count(*) FROM awa.jobs WHERE state = 'completed' AND id = ANY(%s)",
         ([u.id for u in urgent],),
     )[0][0]
     assert done < 50, done  # it did not wait for the urgent stream to run dry
 
 
-def test_kill_9_of_a_worker_holding_a_slot_frees_it_after_rescue(
-    dsn: str, tmp_path: Path
-) -> None:
+def test_kill_9_of_a_worker_holding_a_slot_frees_it_after_rescue(dsn: str, tmp_path: Path) -> None:
     _side_tables(dsn)
     held = _enqueue(dsn, ["k"], hold=True)[0]
     waiting = _enqueue(dsn, ["k"])[0]
@@ -179,8 +184,11 @@ def test_kill_9_of_a_worker_holding_a_slot_frees_it_after_rescue(
     assert state == {held: "running", waiting: "available"}  # the dead worker's slot is held
     with workers(dsn, tmp_path, config.replace("max_running = 1", "max_running = 1"), 1) as procs:
         # the killed attempt's heartbeat stopped: back-date it so the rescue comes at once
-        _query_commit(dsn, "UPDATE awa.jobs SET heartbeat_at = now() - interval '1 hour'"
-                      " WHERE id = %s", (held,))
+        _query_commit(
+            dsn,
+            "UPDATE awa.jobs SET heartbeat_at = now() - interval '1 hour' WHERE id = %s",
+            (held,),
+        )
         _wait(dsn, procs, f"SELECT state = 'completed' FROM awa.jobs WHERE id = {waiting}")
         (held_state,) = _query(dsn, "SELECT state::text FROM awa.jobs WHERE id = %s", (held,))[0]
         assert held_state in ("retryable", "available", "running")
@@ -192,7 +200,7 @@ def test_kill_9_of_a_worker_holding_a_slot_frees_it_after_rescue(
         "SELECT job_id, run_lease, started_at, ended_at FROM awa_test.intervals"
         " WHERE ended_at IS NOT NULL ORDER BY started_at",
     )
-    for (_, _, _, end), (_, _, start, _) in zip(rows, rows[1:], strict=False):
+    for (_, _, _, end), (_, _, start, _) in itertools.pairwise(rows):
         assert end <= start, rows
 
 
