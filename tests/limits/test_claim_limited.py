@@ -218,3 +218,29 @@ async def _wait_for_lock_wait(dsn: str) -> None:
         return row is not None and row[0] > 0
 
     await wait_until(lambda: asyncio.to_thread(waiting), timeout=10)
+
+
+@pytest.mark.asyncio
+async def test_every_insert_path_stores_the_concurrency_key(dsn: str) -> None:
+    from awa_cli.enqueue import InsertOpts, prepare
+    from awa_cli.outcomes.follow_ups import insert_follow_ups
+
+    async with awa.AsyncClient(dsn) as client:
+        await client.insert({"n": 0}, kind="one", concurrency_key="k-one")
+        # insert_many: COPY without unique options, the insert_many statement with them
+        await client.insert_many([{"n": 1}, {"n": 2}], kind="copied", concurrency_key="k-copy")
+        await client.insert_many(
+            [{"n": 3}], kind="unique", concurrency_key="k-unique", unique_opts={}
+        )
+    follow_up = prepare({"n": 4}, InsertOpts(kind="follow", concurrency_key="k-follow"))
+    async with await psycopg.AsyncConnection.connect(dsn) as conn:
+        await insert_follow_ups(conn, [follow_up])
+        await conn.commit()
+    with psycopg.connect(dsn) as conn:
+        stored = dict(conn.execute("SELECT kind, concurrency_key FROM awa.jobs").fetchall())
+    assert stored == {
+        "one": "k-one",
+        "copied": "k-copy",
+        "unique": "k-unique",
+        "follow": "k-follow",
+    }
