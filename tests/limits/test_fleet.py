@@ -127,6 +127,23 @@ def test_a_later_key_is_not_queued_behind_a_backlog(dsn: str, tmp_path: Path) ->
     assert before <= 50, before  # in claim order "small" would come after all 500
 
 
+def test_a_key_enqueued_during_a_backlog_is_served_at_once(dsn: str, tmp_path: Path) -> None:
+    _side_tables(dsn)
+    _enqueue(dsn, ["big"] * 1000, sleep=0.05)  # 8 slots: the backlog takes seconds to drain
+    config = "[queues.default]\nconcurrency = 4\n" + _limit(100)
+    with workers(dsn, tmp_path, config, 2) as procs:
+        _wait(dsn, procs, "SELECT count(*) >= 16 FROM awa_test.intervals")
+        _enqueue(dsn, ["small"] * 3)  # while the workers claim from their ranked candidates
+        _wait(dsn, procs, "SELECT count(*) = 3 FROM awa_test.intervals WHERE tenant = 'small'")
+    (before,) = _query(
+        dsn,
+        "SELECT count(*) FROM awa_test.intervals WHERE tenant = 'big' AND started_at <"
+        " (SELECT max(started_at) FROM awa_test.intervals WHERE tenant = 'small')",
+    )[0]
+    # The ranking is reused for at most 0.5 s: "small" waits that long, not for the backlog.
+    assert before <= 500, before
+
+
 def test_rate_window_across_processes(dsn: str, tmp_path: Path) -> None:
     _side_tables(dsn)
     _enqueue(dsn, ["r"] * 12)
