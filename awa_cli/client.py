@@ -237,6 +237,27 @@ class AsyncClient(InspectReads, OperatorMethods):
             raise JobNotFound(f"job {job_id} not found")
         return JobRow.from_record(record)
 
+    async def limit_status(self, job_id: int) -> dict[str, Any]:
+        """The job's place under the limits (DESIGN §13): ``concurrency_key`` (explicit),
+        ``limit_name`` and ``key`` (the limit that selects it, as ``awa.limits`` announces
+        it), ``running`` / ``max_running``, ``starts`` / ``rate_count`` in the rate window,
+        ``paused``, and ``reason`` (:meth:`why_not_running`). ``JobNotFound`` if none."""
+        from awa_cli.limit_status import explain
+
+        pool = await self.ensure_open()
+        async with pool.connection() as conn:
+            status = await explain(conn, job_id)
+        if status is None:
+            raise JobNotFound(f"job {job_id} not found")
+        return status
+
+    async def why_not_running(self, job_id: int) -> str | None:
+        """Why a runnable job is not running: "scheduled for T", "queue paused", "key 'k' of
+        limit L at max_running (2/2 running)", "key 'k' of limit L rate-limited until T";
+        None when nothing holds it back (or it is not runnable). ``JobNotFound`` if none."""
+        reason: str | None = (await self.limit_status(job_id))["reason"]
+        return reason
+
     async def list_jobs(
         self,
         state: JobState | str | None = None,

@@ -21,6 +21,7 @@ from awa_cli.durations import format_duration, parse_duration, show_value
 from awa_cli.enqueue import InsertOpts, check_name, prepare
 from awa_cli.errors import ConfigError, ValidationError
 from awa_cli.errors import ScheduleError
+from awa_cli.limits import Limit, check_limits, parse_key, parse_rate
 from awa_cli.periodic import Schedule
 
 if TYPE_CHECKING:
@@ -54,6 +55,8 @@ class QueueConfig:
     deadline: float = 0.0  # seconds a job may run; 0 means no deadline
     # Exhausted jobs move to the dead-letter queue; None: as [dead_letter] default says.
     dead_letter: bool | None = None
+    # seconds of waiting per priority level gained by an available job (DESIGN §13); 0: none
+    priority_aging: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -149,6 +152,7 @@ class Config:
     periodic: dict[str, PeriodicConfig] = field(default_factory=dict)
     serve: ServeConfig = field(default_factory=ServeConfig)
     telemetry: TelemetryConfig = field(default_factory=TelemetryConfig)
+    limits: dict[str, Limit] = field(default_factory=dict)
 
     def to_display_dict(self, *, human_durations: bool = False) -> dict[str, Any]:
         """Plain JSON-able data; the URL's password redacted.
@@ -191,6 +195,7 @@ class Config:
                 },
             },
             "telemetry": section(self.telemetry, "telemetry"),
+            "limits": {name: limit.to_json() for name, limit in self.limits.items()},
         }
 
 
@@ -346,6 +351,7 @@ _SCHEMA: dict[str, dict[str, Parser]] = {
         "concurrency": _integer(1, 10_000),
         "deadline": _ANY_DURATION,
         "dead_letter": _boolean,
+        "priority_aging": _ANY_DURATION,
     },
     "dead_letter": {"default": _boolean},
     "maintenance": {
@@ -379,6 +385,13 @@ _SCHEMA: dict[str, dict[str, Parser]] = {
         "callback_base_url": _http_url,
     },
     "telemetry": {"otlp_endpoint": _otlp_url, "service_name": _text},
+    "limits.*": {
+        "kind": _text,
+        "queue": _text,
+        "key": parse_key,
+        "max_running": _integer(1, 100_000),
+        "rate": parse_rate,
+    },
 }
 _TABLES = (
     "database",
@@ -391,6 +404,7 @@ _TABLES = (
     "periodic",
     "serve",
     "telemetry",
+    "limits",
 )
 _BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
 
@@ -470,7 +484,33 @@ def _build(data: dict[str, Any], path: Path | None, base_dir: Path) -> Config:
         },
         serve=ServeConfig(**_section(tables["serve"], "serve", "[serve]")),
         telemetry=TelemetryConfig(**_section(tables["telemetry"], "telemetry", "[telemetry]")),
+        limits=_limits(tables["limits"]),
     )
+
+
+# --- [limits.NAME] ---------------------------------------------------------------------------
+
+
+def _limits(tables: dict[str, Any]) -> dict[str, Limit]:
+    """Every ``[limits.NAME]`` table (DESIGN §13): one of kind or queue, key, max_running."""
+    limits: dict[str, Limit] = {}
+    for name, raw in tables.items():
+        label = _table_label("limits", name)
+        if not 1 <= len(name) <= 200:
+            raise ConfigError(f"{label}: a limit name must be 1 to 200 characters", key=label)
+        kwargs = _section(_as_table(raw, label), "limits.*", label)
+        if ("kind" in kwargs) == ("queue" in kwargs):
+            raise ConfigError(f"{label}: set exactly one of kind or queue", key=label)
+        for required in ("key", "max_running"):
+            if required not in kwargs:
+                key = f"{label} {required}"
+                raise ConfigError(f"{label}: missing required key {required}", key=key)
+        rate = kwargs.pop("rate", None)
+        if rate is not None:
+            kwargs["rate_count"], kwargs["rate_window"] = rate
+        limits[name] = Limit(name=name, **kwargs)
+    check_limits(limits.values())
+    return limits
 
 
 # --- [periodic.NAME] -------------------------------------------------------------------------

@@ -95,6 +95,7 @@ INSERT_OPTION_NAMES = (
     "tags",
     "unique_opts",
     "ordering_key",
+    "concurrency_key",
 )
 
 
@@ -112,6 +113,8 @@ class InsertOpts:
     tags: Iterable[str] | None = None
     unique_opts: UniqueOpts | Mapping[str, Any] | None = None
     ordering_key: str | None = None
+    # the key of the job's [limits.NAME] (DESIGN §13), instead of the one the limit computes
+    concurrency_key: str | None = None
 
     @classmethod
     def from_kwargs(cls, options: Mapping[str, Any]) -> InsertOpts:
@@ -146,6 +149,9 @@ class EnqueueRequest:
 
     def metadata(self, value: Mapping[str, Any]) -> Self:
         return self._set(metadata=value)
+
+    def concurrency_key(self, value: str) -> Self:
+        return self._set(concurrency_key=value)
 
     def with_opts(self, opts: InsertOpts) -> Self:
         """Replace every option, including ones set before this call."""
@@ -266,6 +272,9 @@ def prepare(
     ordering_key = opts.ordering_key
     if ordering_key is not None:
         ordering_key = _check_name(ordering_key, "ordering_key")
+    concurrency_key = opts.concurrency_key
+    if concurrency_key is not None:
+        concurrency_key = _check_name(concurrency_key, "concurrency_key")
     unique = UniqueOpts.coerce(opts.unique_opts)
     key = states = None
     if unique is not None:
@@ -285,6 +294,7 @@ def prepare(
         unique_key=key,
         unique_states=states,
         ordering_key=ordering_key,
+        concurrency_key=concurrency_key,
     )
 
 

@@ -186,6 +186,7 @@ class PreparedJob:
     unique_key: bytes | None
     unique_states: list[str] | None
     ordering_key: str | None
+    concurrency_key: str | None = None
 
     @property
     def state(self) -> str:

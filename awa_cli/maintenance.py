@@ -22,6 +22,7 @@ from awa_cli import defaults
 from awa_cli.db.channels import PERIODIC_CHANNEL
 from awa_cli.db.statements import SQL
 from awa_cli.depth import QueueDepth, queue_depth
+from awa_cli.limit_status import waiting as limit_waiting
 from awa_cli.events import RescueReason
 from awa_cli.jobs import JobRow
 
@@ -32,6 +33,7 @@ if TYPE_CHECKING:
 
 OnRescued = Callable[[list[JobRow]], None]
 OnDepth = Callable[[list[QueueDepth]], Awaitable[None]]
+OnLimits = Callable[[dict[str, int]], Awaitable[None]]  # limit name -> jobs waiting on it
 """Told of every committed rescue batch (a worker fences the attempts it still runs)."""
 
 
@@ -129,9 +131,11 @@ class Maintenance:
         timings: MaintenanceTimings,
         on_rescued: OnRescued | None = None,
         on_depth: OnDepth | None = None,
+        on_limits: OnLimits | None = None,
     ) -> None:
         self.dsn = dsn
         self.on_depth = on_depth
+        self.on_limits = on_limits  # given only by a worker with [limits.NAME]
         self.pool = pool
         self.core = core
         self.timings = timings
@@ -236,9 +240,12 @@ class Maintenance:
     async def _report_depth(self, conn: psycopg.AsyncConnection[Any]) -> None:
         """Queue depth and the oldest available job's age, once per interval, for the metrics
         plugins (computed here by the leader, not per scrape)."""
-        if self.on_depth is None:
-            return
         try:
+            if self.on_limits is not None:
+                await conn.execute(SQL["limit_starts_prune"])
+                await self.on_limits(await limit_waiting(conn))
+            if self.on_depth is None:
+                return
             await self.on_depth(await queue_depth(conn))
         except (psycopg.OperationalError, psycopg.InterfaceError, OSError):
             raise  # the connection is gone: run() reconnects

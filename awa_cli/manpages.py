@@ -247,7 +247,7 @@ _KEY_LINE = re.compile(r"#?\s*([A-Za-z_][A-Za-z0-9_]*)\s*=")
 
 
 def _table_name(raw: str) -> str:
-    for prefix in ("queues.", "periodic."):
+    for prefix in ("queues.", "periodic.", "limits."):
         if raw.startswith(prefix):
             return f"{prefix}NAME"
     return raw
@@ -310,6 +310,10 @@ def config_reference() -> list[tuple[str, list[tuple[str, Any, str | None]]]]:
             table, values = "queues.NAME", next(iter(values.values()))
         elif table == "periodic":
             table, values = "periodic.NAME", _periodic_defaults()
+        elif table == "limits":  # kind or queue (one of them), key and max_running required
+            table = "limits.NAME"
+            values = {"kind": None, "queue": None, "key": REQUIRED, "max_running": REQUIRED}
+            values["rate"] = None
         out.append(
             (table, [(key, value, doc.keys.get((table, key))) for key, value in values.items()])
         )

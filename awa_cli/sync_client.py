@@ -133,6 +133,14 @@ class Client(SyncInspectReads):
         """The job with this id (``JobNotFound`` if there is none)."""
         return self._runner.run(self._async.get_job(job_id))
 
+    def limit_status(self, job_id: int) -> dict[str, Any]:
+        """The job's place under the limits (see ``AsyncClient.limit_status``)."""
+        return self._runner.run(self._async.limit_status(job_id))
+
+    def why_not_running(self, job_id: int) -> str | None:
+        """Why a runnable job is not running (see ``AsyncClient.why_not_running``)."""
+        return self._runner.run(self._async.why_not_running(job_id))
+
     def list_jobs(
         self,
         state: JobState | str | None = None,

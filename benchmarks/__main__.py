@@ -31,6 +31,7 @@ MEASURES = {
     "pickup_latency": measures.pickup_latency,
     "drain_follow_up": measures.drain_follow_up,
     "drain_processes_2": measures.drain_processes_2,
+    "drain_limited": measures.drain_limited,
     "periodic_sweep_idle": periodic.periodic_sweep_idle,
     "periodic_sweep_100_due": periodic.periodic_sweep_100_due,
     # references: what bounds the measures above on this machine (README, "What bounds the rest")
@@ -43,6 +44,7 @@ MEASURES = {
 RATIOS = [  # (numerator, denominator) printed when both ran
     ("drain_follow_up", "drain"),
     ("drain_processes_2", "drain"),
+    ("drain_limited", "drain"),
     ("drain", "claim_complete_sql"),
     ("drain_concurrency_100", "drain"),
     ("enqueue_one", "enqueue_one_sql"),

@@ -20,6 +20,12 @@ class NoopWithFollowUp:
 
 
 @dataclass
+class Tenanted:
+    n: int = 0
+    tenant: str = ""
+
+
+@dataclass
 class FollowUp:
     n: int = 0
 
@@ -31,6 +37,11 @@ async def noop(job: awa.Job) -> None:
 
 @app.task(NoopWithFollowUp, queue="bench")
 async def noop_with_follow_up(job: awa.Job) -> None:
+    return None
+
+
+@app.task(Tenanted, queue="bench")
+async def tenanted(job: awa.Job) -> None:
     return None
 
 

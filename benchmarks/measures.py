@@ -24,7 +24,7 @@ from awa_cli.db.copy import copy_encoder
 from awa_cli.db.params import finalize_params, insert_params
 from awa_cli.db.statements import SQL
 from awa_cli.jobs import InsertOpts, JobRow, prepare, prepare_many
-from benchmarks.app import Noop, NoopWithFollowUp
+from benchmarks.app import Noop, NoopWithFollowUp, Tenanted
 from benchmarks.server import BenchServer, tree_cpu
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -33,13 +33,18 @@ AWA = str(Path(sys.executable).parent / "awa")
 
 @contextlib.contextmanager
 def worker_process(
-    dsn: str, concurrency: int = 10, processes: int = 1, app: str = "benchmarks.app"
+    dsn: str,
+    concurrency: int = 10,
+    processes: int = 1,
+    app: str = "benchmarks.app",
+    extra_config: str = "",
 ) -> Iterator[subprocess.Popen[bytes]]:
     """A real ``awa worker`` on queue ``bench``; stopped with SIGTERM afterwards."""
     with tempfile.TemporaryDirectory() as tmp:
         config = Path(tmp) / "awa.toml"
         config.write_text(
             f'[app]\nmodules = ["{app}"]\n[queues.bench]\nconcurrency = {concurrency}\n'
+            + extra_config
         )
         env = {**os.environ, "AWA_DATABASE_URL": dsn, "PYTHONPATH": str(ROOT)}
         cmd = [AWA, "--config", str(config), "-q", "worker", "--processes", str(processes)]
@@ -106,12 +111,21 @@ def pre_enqueue(dsn: str, args: list[Any]) -> None:
 
 
 def _drain(
-    server: BenchServer, dsn: str, jobs: int, make: Any, processes: int = 1, concurrency: int = 10
+    server: BenchServer,
+    dsn: str,
+    jobs: int,
+    make: Any,
+    processes: int = 1,
+    concurrency: int = 10,
+    extra_config: str = "",
 ) -> dict[str, Any]:
     pre_enqueue(dsn, [make(i) for i in range(jobs)])
     before = server.snapshot(dsn)
-    with worker_process(dsn, concurrency=concurrency, processes=processes) as proc:
-        wait_for_state(dsn, "completed", jobs, kind=None if make is Noop else "noop_with_follow_up")
+    kind = "noop_with_follow_up" if make is NoopWithFollowUp else None
+    with worker_process(
+        dsn, concurrency=concurrency, processes=processes, extra_config=extra_config
+    ) as proc:
+        wait_for_state(dsn, "completed", jobs, kind=kind)
         worker_cpu = tree_cpu(proc.pid)
     after = server.snapshot(dsn)
     with psycopg.connect(dsn) as conn:
@@ -144,6 +158,17 @@ def drain_result(
 def drain(server: BenchServer, dsn: str, jobs: int) -> dict[str, Any]:
     """Pre-enqueued no-op jobs, concurrency 10: first claim → last durable completion."""
     return _drain(server, dsn, jobs, Noop)
+
+
+# Every job of drain_limited is under this limit: 100 tenants, a limit none of them reaches.
+GENEROUS_LIMIT = '[limits.per_tenant]\nkind = "tenanted"\nkey = "args.tenant"\nmax_running = 1000\n'
+
+
+def drain_limited(server: BenchServer, dsn: str, jobs: int) -> dict[str, Any]:
+    """The drain with every job under a generous per-tenant limit (100 tenants)."""
+    return _drain(
+        server, dsn, jobs, lambda i: Tenanted(i, f"t{i % 100}"), extra_config=GENEROUS_LIMIT
+    )
 
 
 def drain_follow_up(server: BenchServer, dsn: str, jobs: int) -> dict[str, Any]:

@@ -453,8 +453,13 @@ def test_example_documents_every_key(tmp_path: Path) -> None:
         "periodic",
         "serve",
         "telemetry",
+        "limits",
     }
+    for name, table in raw["limits"].items():  # every key, across the example's limits
+        assert set(table) <= {"kind", "queue", "key", "max_running", "rate"}, name
+    assert set().union(*raw["limits"].values()) == {"kind", "queue", "key", "max_running", "rate"}
     full = load_text(tmp_path, uncommented)
+    assert full.limits["per_tenant"].rate_count == 100
     assert full.database.url is not None
     assert full.metrics.prometheus_port is not None
     assert full.periodic["nightly_report"].kind == "generate_report"
@@ -491,7 +496,7 @@ def test_display_dict_redacts_the_password(tmp_path: Path) -> None:
     assert display["worker"] == {"processes": 1, "shutdown_timeout": 30.0}
     assert display["app"] == {"modules": [], "plugins": []}
     assert display["queues"] == {
-        "default": {"concurrency": 10, "deadline": 0.0, "dead_letter": None}
+        "default": {"concurrency": 10, "deadline": 0.0, "dead_letter": None, "priority_aging": 0.0}
     }
     assert display["dead_letter"] == {"default": False}
     assert json.loads(json.dumps(display)) == display
@@ -505,6 +510,7 @@ def test_display_dict_human_durations(tmp_path: Path) -> None:
         "concurrency": 10,
         "deadline": "0s",
         "dead_letter": None,
+        "priority_aging": "0s",
     }
     assert display["maintenance"]["dead_letter_retention"] == "30d"
 
@@ -540,7 +546,12 @@ def test_check_json(tmp_path: Path) -> None:
         assert data["database"]["url"] == "postgresql://awa:***@db/awa"
         assert data["database"]["url_source"] == "[database] url"
         assert data["queues"] == {
-            "email": {"concurrency": 10, "deadline": 300.0, "dead_letter": None}
+            "email": {
+                "concurrency": 10,
+                "deadline": 300.0,
+                "dead_letter": None,
+                "priority_aging": 0.0,
+            }
         }
         assert "config OK" in result.stderr
 

@@ -134,6 +134,11 @@ def _summary(row: JobRow) -> tuple[Any, ...]:
     "--unique", is_flag=True, help="Deduplicate by kind and args (default unique options)."
 )
 @click.option(
+    "--concurrency-key",
+    metavar="KEY",
+    help="The key of the job's [limits.NAME] (instead of the one the limit computes).",
+)
+@click.option(
     "--force",
     is_flag=True,
     help="Enqueue even if the loaded app does not register KIND or --args do not fit its type.",
@@ -149,6 +154,7 @@ def enqueue(
     max_attempts: int | None,
     run_at: str | None,
     unique: bool,
+    concurrency_key: str | None,
     force: bool,
     json_flag: bool,
 ) -> None:
@@ -170,6 +176,8 @@ def enqueue(
     }
     if unique:
         options["unique_opts"] = {}
+    if concurrency_key is not None:
+        options["concurrency_key"] = concurrency_key
     app = ctx.app if ctx.config.app.modules else None
     if app is not None and not force:
         check_against_app(app, kind, args)
@@ -221,12 +229,30 @@ def list_jobs(
 @json_option
 @pass_context
 def show(ctx: CliContext, job_id: int, json_flag: bool) -> None:
-    """Show one job: args, errors, output and callback state."""
-    row = run_with_client(ctx, lambda c: c.get_job(job_id))
+    """Show one job: args, errors, output and callback state, and why an available job is
+    not running (scheduled, queue paused, its key at a limit's max_running or rate)."""
+
+    async def fetch(client: Any) -> tuple[JobRow, dict[str, Any]]:
+        return await client.get_job(job_id), await client.limit_status(job_id)
+
+    row, status = run_with_client(ctx, fetch)
+    limit = None
+    if status["limit_name"] is not None:
+        limit = {
+            "name": status["limit_name"],
+            "key": status["key"],
+            "running": status["running"],
+            "max_running": status["max_running"],
+        }
+    extra = {
+        "concurrency_key": status["concurrency_key"],
+        "why_not_running": status["reason"],
+        "limit": limit,
+    }
     if ctx.wants_json(json_flag):
-        ctx.terminal.json(row.to_json())
+        ctx.terminal.json({**row.to_json(), **extra})
         return
-    data = row.to_json()
+    data = {**row.to_json(), **extra}
     for key in (
         "id",
         "kind",
@@ -246,12 +272,20 @@ def show(ctx: CliContext, job_id: int, json_flag: bool) -> None:
         "callback_timeout_at",
         "tags",
         "ordering_key",
+        "concurrency_key",
     ):
         value = data[key]
         if value not in (None, [], ""):
             ctx.terminal.data(
                 f"{key}: {value if not isinstance(value, list) else ', '.join(value)}"
             )
+    if limit is not None:
+        ctx.terminal.data(
+            f"limit: {limit['name']} key {limit['key']!r} "
+            f"({limit['running']}/{limit['max_running']} running)"
+        )
+    if status["reason"] is not None:
+        ctx.terminal.data(f"waiting: {status['reason']}")
     ctx.terminal.data(f"args: {json.dumps(row.args, sort_keys=True)}")
     if row.metadata:
         ctx.terminal.data(f"metadata: {json.dumps(row.metadata, sort_keys=True)}")

@@ -74,12 +74,15 @@ def build_worker(ctx: CliContext, queue_options: tuple[str, ...]) -> Any:
                 n,
                 config.queues[name].deadline if name in config.queues else 0.0,
                 dead_letter_enabled(config, name),
+                config.queues[name].priority_aging if name in config.queues else 0.0,
             )
             for name, n in parse_queue_options(queue_options).items()
         }
     else:
         specs = {
-            name: QueueSpec(name, q.concurrency, q.deadline, dead_letter_enabled(config, name))
+            name: QueueSpec(
+                name, q.concurrency, q.deadline, dead_letter_enabled(config, name), q.priority_aging
+            )
             for name, q in config.queues.items()
         }
     m = config.maintenance
@@ -89,6 +92,7 @@ def build_worker(ctx: CliContext, queue_options: tuple[str, ...]) -> Any:
         specs,
         plugins=ctx.plugins,
         callback_base_url=config.serve.callback_base_url,
+        limits=tuple(config.limits.values()),
         heartbeat_interval=m.heartbeat_interval,
         heartbeat_staleness=m.heartbeat_staleness,
         rescue_interval=m.rescue_interval,

@@ -28,7 +28,7 @@ def copy_text(value: Any) -> str:
 def _copy_tail(first: PreparedJob) -> tuple[LiteralString, str]:
     """The statement, and the text of the columns after (kind, queue, args) shared by every
     row of a bulk insert (the options, and so these values, are the same for all of them):
-    state, priority, max_attempts, deadline_duration, metadata, tags, ordering_key[, run_at]."""
+    state, priority, max_attempts, deadline_duration, metadata, tags, ordering_key, concurrency_key[, run_at]."""
     shared: list[Any] = [
         first.priority,
         first.max_attempts,
@@ -36,6 +36,7 @@ def _copy_tail(first: PreparedJob) -> tuple[LiteralString, str]:
         first.metadata_json,
         first.tags,
         first.ordering_key,
+        first.concurrency_key,
     ]
     state = "available"
     statement = SQL["copy_jobs"]

@@ -25,6 +25,7 @@ def insert_params(job: PreparedJob) -> dict[str, Any]:
         "unique_key": job.unique_key,
         "unique_states": job.unique_states,
         "ordering_key": job.ordering_key,
+        "concurrency_key": job.concurrency_key,
     }
 
 
@@ -58,6 +59,7 @@ def insert_each_params(jobs: Sequence[PreparedJob]) -> dict[str, Any]:
             None if j.unique_states is None else json.dumps(j.unique_states) for j in jobs
         ],
         "ordering_keys": [j.ordering_key for j in jobs],
+        "concurrency_keys": [j.concurrency_key for j in jobs],
     }
 
 

@@ -61,6 +61,7 @@ from awa_cli.admin import AuditEntry, QueueInfo
 from awa_cli.deadletters import DeadLetter, DlqDepth
 from awa_cli.events import JobEvent, RescueReason
 from awa_cli.jobs import JobRow, JobState
+from awa_cli.limits import ClaimPlan
 from awa_cli.outcomes import (
     admin,
     attempts,
@@ -149,8 +150,20 @@ class OutcomeCore(CoreState):
         return await attempts.finalize_with_follow_ups(self, results)
 
     # -- claims (outcomes/claims.py) ---------------------------------------------------------
+    def plan_claims(self, queue: str, plan: ClaimPlan) -> None:
+        """Claim ``queue`` under ``plan`` (its limits and priority aging); a plan that is not
+        ``needed`` keeps the plain claim."""
+        if plan.needed:
+            self.claim_plans[queue] = plan
+        else:
+            self.claim_plans.pop(queue, None)
+
     async def claim(self, queue: str, limit: int, deadline: float | None = 0.0) -> list[JobRow]:
-        """Claim up to ``limit`` runnable jobs of ``queue``: running, lease +1."""
+        """Claim up to ``limit`` runnable jobs of ``queue``: running, lease +1 (within the
+        queue's limits, round-robin between keys, when it has a claim plan)."""
+        plan = self.claim_plans.get(queue)
+        if plan is not None:
+            return await claims.claim_limited(self, queue, limit, deadline, plan)
         return await claims.claim_by_queue(self, queue, limit, deadline)
 
     def started(self, row: JobRow) -> None:

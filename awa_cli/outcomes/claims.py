@@ -1,16 +1,29 @@
 """Claiming: available / scheduled / retryable -> running, the lease +1, in one statement.
 
 The worker claims by queue (``claim_by_queue``), the test harness by kind
-(``claim_by_kind``): the very same transition. Pause-aware and limit-aware claims belong
-here too, as further named statements in ``db/sql/claim.sql``.
+(``claim_by_kind``): the very same transition. A queue with a concurrency limit or priority
+aging (a :class:`~awa_cli.limits.ClaimPlan` that is ``needed``) claims with
+:func:`claim_limited` instead: three statements of ``db/sql/claim_limits.sql`` in one
+transaction, whose header says why no limit can be over-run.
 """
 
 from __future__ import annotations
 
+import time
+from typing import Any
+
+from psycopg import AsyncConnection
 from psycopg.rows import dict_row
 
 from awa_cli.db.statements import SQL
 from awa_cli.jobs import JobRow
+from awa_cli.limits import (
+    CANDIDATES_PER_SCAN,
+    LIMIT_LOCK_CLASS,
+    Candidate,
+    Candidates,
+    ClaimPlan,
+)
 from awa_cli.outcomes.transaction import CoreState
 
 
@@ -25,6 +38,86 @@ async def claim_by_queue(
         )
         rows = [JobRow.from_values(r) for r in await cur.fetchall()]
     rows.sort(key=lambda r: (r.priority, r.run_at, r.id))
+    return rows
+
+
+async def claim_limited(
+    core: CoreState, queue: str, limit: int, deadline: float | None, plan: ClaimPlan
+) -> list[JobRow]:
+    """Claim up to ``limit`` jobs of ``queue`` that its limits allow, round-robin between
+    keys, in (aged) priority order within a key; see ``db/sql/claim_limits.sql``.
+
+    Candidates come from the queue's :class:`~awa_cli.limits.Candidates` while they last;
+    when a chunk of them claims less than asked, one more claim from a fresh scan follows
+    (in a transaction of its own: each takes its key locks in one sorted order)."""
+    cache = core.claim_candidates.setdefault(queue, Candidates())
+    rows: list[JobRow] = []
+    for _ in range(2):
+        cached = cache.usable(time.monotonic())
+        # Pipelined: BEGIN, the lock, the take and COMMIT go in one round trip (the server
+        # still runs them in order, so the take's snapshot follows the lock).
+        async with core.claim_pool.connection() as conn, conn.pipeline(), conn.transaction():
+            got = await claim_limited_on(conn, queue, limit - len(rows), deadline, plan, cache)
+        rows.extend(got)
+        if len(rows) >= limit or not cached:
+            break
+        cache.clear()
+    rows.sort(key=lambda r: (r.priority, r.run_at, r.id))
+    return rows
+
+
+async def claim_limited_on(
+    conn: AsyncConnection[Any],
+    queue: str,
+    limit: int,
+    deadline: float | None,
+    plan: ClaimPlan,
+    cache: Candidates | None = None,
+) -> list[JobRow]:
+    """The three statements of :func:`claim_limited` in the caller's open transaction (the
+    key locks are held until it ends); without ``cache``, from a scan of its own."""
+    shared = plan.params
+    chunk_size = limit * 2 + 8
+    if cache is None or not cache.usable(time.monotonic()):
+        fetch = chunk_size if cache is None else max(CANDIDATES_PER_SCAN, chunk_size)
+        cur = await conn.execute(
+            SQL["claim_limited_candidates"], {**shared, "queue": queue, "fetch": fetch}
+        )
+        scanned: list[Candidate] = [(r[0], r[1], r[2]) for r in await cur.fetchall()]
+        cache = cache if cache is not None else Candidates()
+        cache.refill(scanned, time.monotonic())
+    chunk = cache.take(chunk_size)
+    if not chunk:
+        return []
+    ids, names, keys = ([c[i] for c in chunk] for i in range(3))
+    limited = [(n, k) for n, k in zip(names, keys, strict=True) if n is not None]
+    if limited:
+        await conn.execute(
+            SQL["claim_limited_lock"],
+            {
+                "lock_class": LIMIT_LOCK_CLASS,
+                "names": [n for n, _ in limited],
+                "keys": [k for _, k in limited],
+            },
+        )
+    cur = await conn.execute(
+        SQL["claim_limited_take"],
+        {
+            **shared,
+            "queue": queue,
+            "limit": limit,
+            "deadline": deadline,
+            "ids": ids,
+            "names": names,
+            "keys": keys,
+        },
+    )
+    rows = [JobRow.from_values(r) for r in await cur.fetchall()]
+    if len(rows) < limit:
+        cache.clear()  # keys at their limit, or candidates gone: the next claim scans afresh
+    else:
+        claimed = {r.id for r in rows}
+        cache.put_back([c for c in chunk if c[0] not in claimed])
     return rows
 
 

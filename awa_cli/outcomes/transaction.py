@@ -28,6 +28,7 @@ from psycopg.rows import DictRow, dict_row
 from awa_cli.attempts import Finalized
 from awa_cli.db.statements import SQL
 from awa_cli.jobs import JobRow
+from awa_cli.limits import Candidates, ClaimPlan
 from awa_cli.outcomes.follow_ups import insert_counted, spec_follow_ups
 
 if TYPE_CHECKING:
@@ -77,6 +78,9 @@ class CoreState:
         self.app = app
         self.dispatcher = dispatcher
         self.counters = StagedCounters()
+        # queue -> its limit-aware claim plan (OutcomeCore.plan_claims); none: the plain claim
+        self.claim_plans: dict[str, ClaimPlan] = {}
+        self.claim_candidates: dict[str, Candidates] = {}  # each limited queue's last scan
         # With defer_notify, the pool's sessions set awa.defer_notify so the insert trigger
         # stays silent: a NOTIFY inside a transaction holds PostgreSQL's global notify lock
         # through the commit's WAL flush, serialising every transaction that inserts jobs. The

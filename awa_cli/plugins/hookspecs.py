@@ -23,7 +23,7 @@ transaction. Return values are ignored.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 import pluggy
@@ -73,6 +73,18 @@ def awa_worker_stopping(worker: Worker) -> Awaitable[None] | None:
     Fires once in each worker process, at the start of ``Worker.shutdown()``, before the
     in-flight jobs are drained; never inside a database transaction. May be async;
     ``shutdown()`` awaits it before draining. Return ignored.
+    """
+
+
+@hookspec
+def awa_limit_waiting(snapshot: Mapping[str, int]) -> Awaitable[None] | None:
+    """The maintenance leader counted the jobs waiting on each concurrency limit.
+
+    Fires once per maintenance interval, only in the leader's process and only when that
+    worker has ``[limits.NAME]`` configured, never inside a database transaction.
+    ``snapshot`` maps every announced limit's name to its due available jobs whose key is at
+    ``max_running`` or out of rate budget (0 included). May be async; keep it quick (store
+    the values; no I/O). Return ignored.
     """
 
 

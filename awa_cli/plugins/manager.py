@@ -102,6 +102,10 @@ class PluginHost:
         """Call every ``awa_queue_depth`` with the leader's snapshot; failures are logged."""
         await self._call_each("awa_queue_depth", snapshot=snapshot)
 
+    async def limit_waiting(self, snapshot: Any) -> None:
+        """Call every ``awa_limit_waiting`` with the leader's counts; failures are logged."""
+        await self._call_each("awa_limit_waiting", snapshot=snapshot)
+
     async def _call_each(self, hook_name: str, **kwargs: Any) -> None:
         for name, fn in self.implementations(hook_name):
             try:

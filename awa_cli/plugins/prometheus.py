@@ -17,6 +17,9 @@ Exported (from a registry of its own, never prometheus_client's global one):
   each queue's backlog, from the snapshot the maintenance leader takes once per interval
   (``awa_queue_depth``), so only the leader's process exports them (take ``max by (queue)``
   across instances); a process that stopped being leader drops them after a minute.
+- ``awa_limit_waiting_jobs{limit}``: due available jobs whose key is at its ``[limits.NAME]``
+  max_running or out of rate budget, counted by the leader once per interval
+  (``awa_limit_waiting``) when its worker has limits configured; leader-only as above.
 
 The last three families are read from the worker at scrape time (``Worker.stats()``), so
 event handling only increments in-memory counters.
@@ -43,6 +46,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from awa_cli.depth import DepthGauges
+from awa_cli.limit_status import LimitGauges
 from awa_cli.events import RescueReason
 from awa_cli.plugins.marker import hookimpl
 
@@ -120,6 +124,8 @@ class PrometheusPlugin:
         self.registry.register(_WorkerCollector(self))
         self.depth = DepthGauges()
         self.registry.register(_DepthCollector(self.depth))
+        self.limits = LimitGauges()
+        self.registry.register(_LimitCollector(self.limits))
 
     # -- hooks -----------------------------------------------------------------------------
     @hookimpl
@@ -146,6 +152,11 @@ class PrometheusPlugin:
     # The dispatcher may hand this hook the committed event without a private copy of the
     # args: it never reads them.
     awa_job_event.awa_reads_args = False  # type: ignore[attr-defined]
+
+    @hookimpl
+    async def awa_limit_waiting(self, snapshot: Any) -> None:
+        """Keep the leader's counts of jobs waiting on each limit (read at scrape)."""
+        self.limits.update(snapshot)
 
     @hookimpl
     async def awa_queue_depth(self, snapshot: Any) -> None:
@@ -231,6 +242,30 @@ class _DepthCollector(Collector):
             oldest.add_metric((row.queue,), row.oldest_available_age or 0.0)
         yield available
         yield oldest
+
+
+class _LimitCollector(Collector):
+    """``awa_limit_waiting_jobs{limit}``, from the last counts the leader handed over."""
+
+    def __init__(self, limits: LimitGauges) -> None:
+        self.limits = limits
+
+    def describe(self) -> list[Metric]:
+        return [self._family({})]
+
+    def collect(self) -> Iterator[Metric]:
+        yield self._family(self.limits.current())
+
+    @staticmethod
+    def _family(values: dict[str, int]) -> Metric:
+        gauge = GaugeMetricFamily(
+            "awa_limit_waiting_jobs",
+            "Due available jobs whose key is at its limit's max_running or rate (leader's count).",
+            labels=("limit",),
+        )
+        for name, count in values.items():
+            gauge.add_metric((name,), count)
+        return gauge
 
 
 class _WorkerCollector(Collector):

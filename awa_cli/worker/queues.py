@@ -28,6 +28,7 @@ class QueueSpec:
     deadline: float = 0.0  # seconds; 0 = none (a job's deadline_duration overrides)
     # exhausted jobs move to the dead-letter queue; None: as a worker announced it in awa.queues
     dead_letter: bool | None = None
+    priority_aging: float = 0.0  # seconds per priority level gained while waiting; 0 = none
 
 
 class QueueRunner:

@@ -18,7 +18,7 @@ import functools
 import logging
 import os
 import socket
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -30,6 +30,7 @@ from awa_cli.app import prepare_job
 from awa_cli.db.dsn import redact, with_options
 from awa_cli.db.pools import POOL_WAIT_SECONDS, claim_pool, recheck, worker_pool
 from awa_cli.dispatch import Dispatcher, EventHook
+from awa_cli.limits import ClaimPlan, Limit, check_limits
 from awa_cli.outcomes import AttemptResult, Finalized, OutcomeCore
 from awa_cli.worker.callbacks import CallbackServices
 from awa_cli.worker.executor import execute
@@ -76,6 +77,7 @@ class Worker:
         plugins: Any = None,
         maintenance: bool = True,
         callback_base_url: str | None = None,
+        limits: Sequence[Limit] = (),
         **timings: Any,
     ) -> None:
         self.app = app
@@ -113,6 +115,12 @@ class Worker:
             for name, spec in self.queues.items()
             if spec.dead_letter is not None
         }
+        # [limits.NAME] (DESIGN §13): a queue they can select, or with priority aging,
+        # claims with the limit-aware statements; the others keep the plain claim.
+        self.limits = tuple(limits)
+        check_limits(self.limits)
+        for name, spec in self.queues.items():
+            self.core.plan_claims(name, ClaimPlan.for_queue(name, self.limits, spec.priority_aging))
         self._assemble()
         self.maintenance: Maintenance | None = None
 
@@ -177,6 +185,8 @@ class Worker:
         """Run until :meth:`shutdown` is called (or the task is cancelled)."""
         await self.pool.open(wait=False)
         await self.claim_pool.open(wait=False)
+        if self.limits:
+            await self._publish_limits()
         self.finalizer.start()
         loop = asyncio.get_running_loop()
         self._runner_tasks = [
@@ -200,6 +210,9 @@ class Worker:
                 self.timings,
                 on_rescued=self.running.fence_rows,
                 on_depth=self.plugins.queue_depth if self.plugins is not None else None,
+                on_limits=(
+                    self.plugins.limit_waiting if self.plugins is not None and self.limits else None
+                ),
             )
             self._tasks.append(
                 loop.create_task(self.maintenance.run(self._stopping), name="awa-maintenance")
@@ -266,6 +279,17 @@ class Worker:
                 await asyncio.wait_for(self._stopping.wait(), timeout=delay)
             except TimeoutError:
                 delay = min(delay * 2, 30.0)
+
+    async def _publish_limits(self) -> None:
+        """Announce the limits in ``awa.limits`` for ``awa job show`` and the leader's gauge
+        (best effort: the claim does not depend on it)."""
+        from awa_cli.limit_status import publish
+
+        try:
+            async with self.pool.connection() as conn:
+                await publish(conn, self.limits)
+        except psycopg.Error as exc:
+            log.warning("announcing the limits failed: %s", exc, extra={"action": "limits_failed"})
 
     async def shutdown(self, timeout: float | None = None) -> None:
         """Stop claiming, let in-flight handlers finish up to ``timeout``, flush, close."""

@@ -131,7 +131,11 @@ def test_enqueue_json_then_list_and_show(awa: Any, db: psycopg.Connection) -> No
 
     shown_json = awa("job", "show", str(job["id"]), "--json")
     assert shown_json.exit_code == 0
-    assert json.loads(shown_json.stdout) == job
+    shown_data = json.loads(shown_json.stdout)
+    assert {key: shown_data[key] for key in job} == job
+    # show adds where the job stands under the limits (DESIGN §13)
+    assert shown_data["why_not_running"].startswith("scheduled for ")
+    assert shown_data["limit"] is None and shown_data["concurrency_key"] is None
     assert json.loads(awa("--json", "job", "show", str(job["id"])).stdout)["id"] == job["id"]
 
 

@@ -42,7 +42,13 @@ from tests.apps.metrics_app import (
 ROOT = Path(__file__).resolve().parents[2]
 DASHBOARD = ROOT / "dashboards" / "awa-grafana.json"
 NOW = datetime(2025, 1, 1, tzinfo=UTC)
-HOOKS = ["awa_job_event", "awa_worker_started", "awa_worker_stopping", "awa_queue_depth"]
+HOOKS = [
+    "awa_job_event",
+    "awa_worker_started",
+    "awa_worker_stopping",
+    "awa_limit_waiting",
+    "awa_queue_depth",
+]
 
 
 def row(kind: str = "send_email", queue: str = "email", **changes: Any) -> JobRow:

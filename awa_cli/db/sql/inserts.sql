@@ -5,12 +5,12 @@
 -- name: insert_one
 -- One job; RETURNING lists JOB_ROW_FIELDS in order. No row back: its unique key is held.
 INSERT INTO awa.jobs AS j (kind, queue, args, state, priority, max_attempts, run_at,
-                      deadline_duration, metadata, tags, unique_key, unique_states, ordering_key)
+                      deadline_duration, metadata, tags, unique_key, unique_states, ordering_key, concurrency_key)
 VALUES (%(kind)s, %(queue)s, %(args)s::jsonb,
         CASE WHEN %(run_at)s::timestamptz > now() THEN 'scheduled' ELSE 'available' END::awa.job_state,
         %(priority)s, %(max_attempts)s, coalesce(%(run_at)s::timestamptz, now()),
         %(deadline_duration)s, %(metadata)s::jsonb, %(tags)s::text[], %(unique_key)s,
-        %(unique_states)s::awa.job_state[], %(ordering_key)s)
+        %(unique_states)s::awa.job_state[], %(ordering_key)s, %(concurrency_key)s)
 ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL AND state = ANY (unique_states) DO NOTHING
 RETURNING j.id, j.kind, j.queue, j.args, j.state, j.priority, j.attempt, j.max_attempts,
           j.run_at, j.run_lease, j.heartbeat_at, j.deadline_at, j.deadline_duration,
@@ -21,12 +21,13 @@ RETURNING j.id, j.kind, j.queue, j.args, j.state, j.priority, j.attempt, j.max_a
 -- name: insert_many
 -- One statement for a whole batch: per-row columns as arrays, shared options as scalars.
 INSERT INTO awa.jobs (kind, queue, args, state, priority, max_attempts, run_at,
-                      deadline_duration, metadata, tags, unique_key, unique_states, ordering_key)
+                      deadline_duration, metadata, tags, unique_key, unique_states, ordering_key,
+                      concurrency_key)
 SELECT t.kind, t.queue, t.args,
        CASE WHEN %(run_at)s::timestamptz > now() THEN 'scheduled' ELSE 'available' END::awa.job_state,
        %(priority)s, %(max_attempts)s, coalesce(%(run_at)s::timestamptz, now()),
        %(deadline_duration)s, %(metadata)s::jsonb, %(tags)s::text[], t.unique_key,
-       %(unique_states)s::awa.job_state[], %(ordering_key)s
+       %(unique_states)s::awa.job_state[], %(ordering_key)s, %(concurrency_key)s
 FROM unnest(%(kinds)s::text[], %(queues)s::text[], %(args)s::jsonb[], %(unique_keys)s::bytea[])
      AS t(kind, queue, args, unique_key)
 ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL AND state = ANY (unique_states) DO NOTHING;
@@ -40,12 +41,14 @@ WITH t AS MATERIALIZED (
     FROM unnest(%(kinds)s::text[], %(queues)s::text[], %(args)s::jsonb[], %(priorities)s::int[],
                 %(max_attempts)s::int[], %(run_ats)s::timestamptz[], %(deadline_durations)s::float8[],
                 %(metadata)s::jsonb[], %(tags)s::jsonb[], %(unique_keys)s::bytea[],
-                %(unique_states)s::jsonb[], %(ordering_keys)s::text[])
+                %(unique_states)s::jsonb[], %(ordering_keys)s::text[], %(concurrency_keys)s::text[])
          WITH ORDINALITY AS u(kind, queue, args, priority, max_attempts, run_at, deadline_duration,
-                              metadata, tags, unique_key, unique_states, ordering_key, ord)
+                              metadata, tags, unique_key, unique_states, ordering_key,
+                              concurrency_key, ord)
 ), inserted AS (
     INSERT INTO awa.jobs AS j (id, kind, queue, args, state, priority, max_attempts, run_at,
-                               deadline_duration, metadata, tags, unique_key, unique_states, ordering_key)
+                               deadline_duration, metadata, tags, unique_key, unique_states, ordering_key,
+                               concurrency_key)
     OVERRIDING SYSTEM VALUE
     SELECT t.id, t.kind, t.queue, t.args,
            CASE WHEN t.run_at > now() THEN 'scheduled' ELSE 'available' END::awa.job_state,
@@ -53,7 +56,7 @@ WITH t AS MATERIALIZED (
            ARRAY(SELECT jsonb_array_elements_text(t.tags)), t.unique_key,
            CASE WHEN t.unique_states IS NOT NULL
                 THEN ARRAY(SELECT jsonb_array_elements_text(t.unique_states))::awa.job_state[] END,
-           t.ordering_key
+           t.ordering_key, t.concurrency_key
     FROM t ORDER BY t.ord
     ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL AND state = ANY (unique_states) DO NOTHING
     RETURNING j.id
@@ -70,8 +73,8 @@ LIMIT 1;
 -- name: copy_jobs
 -- Bulk insert without unique keys (insert_many): COPY in text format, encoded by
 -- awa_cli/db/copy.py; every row shares the options after (kind, queue, args).
-COPY awa.jobs (kind, queue, args, state, priority, max_attempts, deadline_duration, metadata, tags, ordering_key) FROM STDIN;
+COPY awa.jobs (kind, queue, args, state, priority, max_attempts, deadline_duration, metadata, tags, ordering_key, concurrency_key) FROM STDIN;
 
 -- name: copy_jobs_run_at
 -- copy_jobs for rows given a run_at.
-COPY awa.jobs (kind, queue, args, state, priority, max_attempts, deadline_duration, metadata, tags, ordering_key, run_at) FROM STDIN;
+COPY awa.jobs (kind, queue, args, state, priority, max_attempts, deadline_duration, metadata, tags, ordering_key, concurrency_key, run_at) FROM STDIN;

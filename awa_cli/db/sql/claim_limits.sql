@@ -1,0 +1,304 @@
+-- The limit-aware claim (DESIGN §13, §15.1): concurrency keys, rate limits, round-robin
+-- between keys and priority aging. Used only for a queue that a [limits.NAME] can select
+-- jobs of, or whose [queues.NAME] priority_aging is set; every other queue keeps the plain
+-- claim_by_queue (claim.sql), unchanged.
+--
+-- One transaction on the claim connection (awa_cli/outcomes/claims.py), three statements:
+--
+-- 1. claim_limited_candidates: the queue's runnable jobs, each with the limit that selects
+--    it and its key, ranked within its key (row_number() OVER (PARTITION BY limit, key)),
+--    best rank first: every key's first job before any key's second, so one key's backlog
+--    cannot delay another key's first job. Keys already at max_running or out of rate
+--    budget (as this statement's snapshot sees them) are left out. Nothing is locked.
+-- 2. claim_limited_lock: pg_advisory_xact_lock per (limit, key) of the candidates, in one
+--    sorted order (no deadlock between claimers), held until commit.
+-- 3. claim_limited_take: a NEW snapshot, taken after the locks: it sees every claim of
+--    these keys committed by anyone who held a lock before us, and nobody can claim them
+--    until we commit. It counts the running jobs and the starts in the rate window of each
+--    locked key again, locks the candidates still runnable (SKIP LOCKED), keeps for each key
+--    only as many as max_running and the rate budget leave, claims them, and logs their
+--    starts (clock_timestamp(), so starts are ordered as the lock orders the claims).
+--
+-- So a key can never run more than max_running jobs, nor start more than N in a window,
+-- whatever the number of claimers, processes and hosts: the count and the claim of one key
+-- are serialised by its lock, and the count is taken after the lock.
+--
+-- A slot is a job of the key that is running, or waiting inside its handler
+-- (waiting_external with callback_in_handler: it returns to running without a claim). A
+-- rescued attempt leaves running, so its slot is free; nothing else is stored per slot.
+--
+-- The limits come as parallel arrays (awa_cli/limits.py ClaimPlan.params): name, kind,
+-- queue, key source ('args', 'kind' or 'queue'), args path (a text[] literal), max_running,
+-- rate count and rate window in seconds (NULL: no rate). A kind limit wins over a queue one.
+
+-- name: claim_limited_candidates
+-- Step 1: the candidates, best first: (id, limit name, key); limit and key NULL when no
+-- limit selects the job (such jobs are not round-robined: their rank counts as 1).
+WITH lim AS (
+    SELECT l.name, l.kind, l.queue, l.source, l.path::text[] AS path, l.max_running, l.rate_n,
+           l.rate_w
+    FROM unnest(%(l_names)s::text[], %(l_kinds)s::text[], %(l_queues)s::text[],
+                %(l_sources)s::text[], %(l_paths)s::text[], %(l_max)s::int[],
+                %(l_rate_n)s::int[], %(l_rate_w)s::float8[])
+        AS l(name, kind, queue, source, path, max_running, rate_n, rate_w)
+), waiting AS MATERIALIZED (  -- narrow rows for the ranking's sort
+    -- the limit that selects a job: its kind's (lk), else its queue's (lq); at most one each
+    SELECT j.id, j.run_at, coalesce(lk.name, lq.name) AS limit_name,
+           coalesce(lk.max_running, lq.max_running) AS max_running,
+           coalesce(lk.rate_n, lq.rate_n) AS rate_n,
+           CASE WHEN coalesce(lk.name, lq.name) IS NOT NULL THEN
+               coalesce(j.concurrency_key,
+                        CASE coalesce(lk.source, lq.source) WHEN 'kind' THEN j.kind
+                             WHEN 'queue' THEN j.queue
+                             ELSE j.args #>> coalesce(lk.path, lq.path) END, '') END AS key,
+           GREATEST(1, j.priority - CASE WHEN %(aging)s::float8 > 0
+                THEN floor(extract(epoch FROM now() - j.run_at) / %(aging)s::float8)::int
+                ELSE 0 END) AS eff
+    FROM awa.jobs j
+    LEFT JOIN lim lk ON lk.kind = j.kind
+    LEFT JOIN lim lq ON lk.name IS NULL AND lq.kind IS NULL AND lq.queue = j.queue
+    WHERE j.queue = %(queue)s AND j.state IN ('available', 'scheduled', 'retryable')
+      AND j.run_at <= now()
+      -- a paused queue yields nothing, as in claim_by_queue
+      AND NOT EXISTS (SELECT 1 FROM awa.queues AS q WHERE q.name = %(queue)s AND q.paused)
+), held AS (
+    -- the slots in use: running jobs, and those waiting inside their handler (two partial
+    -- indexes, so the scan costs the running jobs, not the table)
+    SELECT coalesce(lk.name, lq.name) AS limit_name,
+           coalesce(j.concurrency_key,
+                    CASE coalesce(lk.source, lq.source) WHEN 'kind' THEN j.kind
+                         WHEN 'queue' THEN j.queue
+                         ELSE j.args #>> coalesce(lk.path, lq.path) END, '') AS key,
+           count(*) AS running
+    FROM (SELECT kind, queue, args, concurrency_key FROM awa.jobs WHERE state = 'running'
+          UNION ALL
+          SELECT kind, queue, args, concurrency_key FROM awa.jobs
+          WHERE state = 'waiting_external' AND callback_in_handler) j
+    LEFT JOIN lim lk ON lk.kind = j.kind
+    LEFT JOIN lim lq ON lk.name IS NULL AND lq.kind IS NULL AND lq.queue = j.queue
+    WHERE coalesce(lk.name, lq.name) IS NOT NULL
+    GROUP BY 1, 2
+), started AS (
+    SELECT s.limit_name, s.key, count(*) AS starts
+    FROM awa.limit_starts s JOIN lim l ON l.name = s.limit_name
+    WHERE l.rate_n IS NOT NULL AND s.started_at > clock_timestamp() - l.rate_w * interval '1 second'
+    GROUP BY 1, 2
+), ranked AS (
+    SELECT w.*, CASE WHEN w.limit_name IS NULL THEN 1
+                     -- bytewise ("C") sorting of the keys: the ranking sorts the backlog
+                     ELSE row_number() OVER (PARTITION BY w.limit_name COLLATE "C",
+                                                          w.key COLLATE "C"
+                                             ORDER BY w.eff, w.run_at, w.id) END AS rank
+    FROM waiting w
+)
+SELECT r.id, r.limit_name, r.key
+FROM ranked r
+LEFT JOIN held h ON h.limit_name = r.limit_name AND h.key = r.key
+LEFT JOIN started s ON s.limit_name = r.limit_name AND s.key = r.key
+WHERE r.limit_name IS NULL
+   OR (r.rank <= r.max_running - coalesce(h.running, 0)
+       AND (r.rate_n IS NULL OR r.rank <= r.rate_n - coalesce(s.starts, 0)))
+ORDER BY r.rank, r.eff, r.run_at, r.id
+LIMIT %(fetch)s;
+
+-- name: claim_limited_lock
+-- Step 2: the advisory transaction lock of each (limit, key), in sorted order.
+SELECT s.h, pg_advisory_xact_lock(%(lock_class)s::int, s.h)
+FROM (SELECT DISTINCT hashtext(u.n || chr(31) || u.k) AS h
+      FROM unnest(%(names)s::text[], %(keys)s::text[]) AS u(n, k)
+      ORDER BY 1) s;
+
+-- name: claim_limited_take
+-- Step 3, under the locks: recount, claim what the limits leave, log the starts. The
+-- RETURNING list is JOB_ROW_FIELDS in order (awa_cli/jobs.py).
+-- A pause that committed after step 1 is seen here too (the `locked` probe checks it).
+WITH lim AS (
+    SELECT l.name, l.kind, l.queue, l.source, l.path::text[] AS path, l.max_running, l.rate_n,
+           l.rate_w
+    FROM unnest(%(l_names)s::text[], %(l_kinds)s::text[], %(l_queues)s::text[],
+                %(l_sources)s::text[], %(l_paths)s::text[], %(l_max)s::int[],
+                %(l_rate_n)s::int[], %(l_rate_w)s::float8[])
+        AS l(name, kind, queue, source, path, max_running, rate_n, rate_w)
+), clock AS (
+    SELECT clock_timestamp() AS at
+), cand AS (
+    SELECT * FROM unnest(%(ids)s::bigint[], %(names)s::text[], %(keys)s::text[])
+        WITH ORDINALITY AS c(id, limit_name, key, ord)
+), keys AS (
+    SELECT DISTINCT limit_name, key FROM cand WHERE limit_name IS NOT NULL
+), held AS (
+    -- the slots in use: running jobs, and those waiting inside their handler (two partial
+    -- indexes, so the scan costs the running jobs, not the table)
+    SELECT coalesce(lk.name, lq.name) AS limit_name,
+           coalesce(j.concurrency_key,
+                    CASE coalesce(lk.source, lq.source) WHEN 'kind' THEN j.kind
+                         WHEN 'queue' THEN j.queue
+                         ELSE j.args #>> coalesce(lk.path, lq.path) END, '') AS key,
+           count(*) AS running
+    FROM (SELECT kind, queue, args, concurrency_key FROM awa.jobs WHERE state = 'running'
+          UNION ALL
+          SELECT kind, queue, args, concurrency_key FROM awa.jobs
+          WHERE state = 'waiting_external' AND callback_in_handler) j
+    LEFT JOIN lim lk ON lk.kind = j.kind
+    LEFT JOIN lim lq ON lk.name IS NULL AND lq.kind IS NULL AND lq.queue = j.queue
+    WHERE coalesce(lk.name, lq.name) IS NOT NULL
+    GROUP BY 1, 2
+), started AS (
+    SELECT s.limit_name, s.key, count(*) AS starts
+    FROM awa.limit_starts s
+    JOIN keys k ON k.limit_name = s.limit_name AND k.key = s.key
+    JOIN lim l ON l.name = s.limit_name
+    WHERE l.rate_n IS NOT NULL
+      AND s.started_at > (SELECT at FROM clock) - l.rate_w * interval '1 second'
+    GROUP BY 1, 2
+), locked AS (
+    -- one primary-key probe per candidate, whatever the statistics say
+    SELECT l.id FROM cand c CROSS JOIN LATERAL (
+        SELECT j.id FROM awa.jobs j
+        WHERE j.id = c.id AND j.queue = %(queue)s
+          AND j.state IN ('available', 'scheduled', 'retryable') AND j.run_at <= now()
+          AND NOT EXISTS (SELECT 1 FROM awa.queues AS q WHERE q.name = %(queue)s AND q.paused)
+        FOR UPDATE SKIP LOCKED
+    ) l
+), pick AS (
+    SELECT c.id, c.limit_name, c.key, c.ord,
+           row_number() OVER (PARTITION BY c.limit_name, c.key ORDER BY c.ord) AS rn
+    FROM cand c JOIN locked ON locked.id = c.id
+), chosen AS (
+    SELECT p.id, p.limit_name, p.key, l.rate_n
+    FROM pick p
+    LEFT JOIN lim l ON l.name = p.limit_name
+    LEFT JOIN held h ON h.limit_name = p.limit_name AND h.key = p.key
+    LEFT JOIN started s ON s.limit_name = p.limit_name AND s.key = p.key
+    WHERE p.limit_name IS NULL
+       OR (p.rn <= l.max_running - coalesce(h.running, 0)
+           AND (l.rate_n IS NULL OR p.rn <= l.rate_n - coalesce(s.starts, 0)))
+    ORDER BY p.ord
+    LIMIT %(limit)s
+), logged AS (
+    INSERT INTO awa.limit_starts (limit_name, key, started_at)
+    SELECT c.limit_name, c.key, (SELECT at FROM clock) FROM chosen c WHERE c.rate_n IS NOT NULL
+), pruned AS (
+    DELETE FROM awa.limit_starts s USING keys k, lim l
+    WHERE s.limit_name = k.limit_name AND s.key = k.key AND l.name = s.limit_name
+      AND l.rate_n IS NOT NULL
+      AND s.started_at <= (SELECT at FROM clock) - l.rate_w * interval '1 second'
+)
+UPDATE awa.jobs AS j SET
+    state = 'running',
+    attempt = j.attempt + 1,
+    run_lease = j.run_lease + 1,
+    attempted_at = now(),
+    heartbeat_at = now(),
+    deadline_at = CASE WHEN coalesce(j.deadline_duration, %(deadline)s) > 0
+                       THEN now() + coalesce(j.deadline_duration, %(deadline)s) * interval '1 second' END
+FROM chosen
+WHERE j.id = chosen.id
+RETURNING j.id, j.kind, j.queue, j.args, j.state, j.priority, j.attempt, j.max_attempts,
+          j.run_at, j.run_lease, j.heartbeat_at, j.deadline_at, j.deadline_duration,
+          j.callback_id, j.callback_timeout_at, j.callback_result, j.errors, j.metadata, j.tags,
+          j.unique_key, j.unique_states, j.output, j.ordering_key, j.created_at,
+          j.attempted_at, j.finalized_at;
+
+-- name: limit_publish
+-- A worker announces its [limits.NAME] tables (the last worker to start wins): for
+-- awa job show, the Client and the leader's gauge, never for the claim.
+WITH given AS (
+    SELECT * FROM unnest(%(names)s::text[], %(kinds)s::text[], %(queues)s::text[],
+                         %(keys)s::text[], %(max)s::int[], %(rate_n)s::int[], %(rate_w)s::float8[])
+        AS g(name, kind, queue, key, max_running, rate_count, rate_window)
+), gone AS (
+    DELETE FROM awa.limits WHERE name <> ALL (%(names)s::text[])
+)
+INSERT INTO awa.limits (name, kind, queue, key, max_running, rate_count, rate_window, updated_at)
+SELECT name, kind, queue, key, max_running, rate_count, rate_window, now() FROM given
+ON CONFLICT (name) DO UPDATE SET
+    kind = excluded.kind, queue = excluded.queue, key = excluded.key,
+    max_running = excluded.max_running, rate_count = excluded.rate_count,
+    rate_window = excluded.rate_window, updated_at = now();
+
+-- name: limit_explain
+-- Why one available job is not running: its schedule, its queue's pause, and the limit that
+-- selects it (from awa.limits) with its key's running count and rate window. One row, or
+-- none for an unknown id.
+WITH j AS (
+    SELECT * FROM awa.jobs WHERE id = %(id)s
+), lim AS (
+    SELECT name, kind, queue, max_running, rate_count, rate_window,
+           CASE WHEN key LIKE 'args.%%' THEN 'args' ELSE key END AS source,
+           CASE WHEN key LIKE 'args.%%' THEN '{' || replace(substr(key, 6), '.', ',') || '}'
+                ELSE '{}' END AS path
+    FROM awa.limits
+), m AS (
+    SELECT l.*, coalesce(j.concurrency_key,
+                         CASE l.source WHEN 'kind' THEN j.kind WHEN 'queue' THEN j.queue
+                              ELSE j.args #>> l.path::text[] END, '') AS key
+    FROM j, lim l WHERE l.kind = j.kind OR (l.kind IS NULL AND l.queue = j.queue)
+    ORDER BY l.kind IS NULL LIMIT 1
+), same_key AS (
+    SELECT count(*) AS running
+    FROM awa.jobs o, m
+    WHERE o.state IN ('running', 'waiting_external')
+      AND (o.state = 'running' OR o.callback_in_handler)
+      AND (o.kind = m.kind OR (m.kind IS NULL AND o.queue = m.queue
+                               AND NOT EXISTS (SELECT 1 FROM lim l2 WHERE l2.kind = o.kind)))
+      AND coalesce(o.concurrency_key,
+                   CASE m.source WHEN 'kind' THEN o.kind WHEN 'queue' THEN o.queue
+                        ELSE o.args #>> m.path::text[] END, '') = m.key
+), window_starts AS (
+    SELECT s.started_at FROM awa.limit_starts s, m
+    WHERE m.rate_count IS NOT NULL AND s.limit_name = m.name AND s.key = m.key
+      AND s.started_at > clock_timestamp() - m.rate_window * interval '1 second'
+)
+SELECT j.state::text AS state, j.run_at, j.concurrency_key, now() AS now,
+       coalesce((SELECT q.paused FROM awa.queues q WHERE q.name = j.queue), false) AS paused,
+       m.name AS limit_name, m.key, m.max_running, (SELECT running FROM same_key) AS running,
+       m.rate_count, (SELECT count(*) FROM window_starts) AS starts,
+       (SELECT w.started_at + m.rate_window * interval '1 second' FROM window_starts w
+        ORDER BY w.started_at DESC OFFSET m.rate_count - 1 LIMIT 1) AS rate_until
+FROM j LEFT JOIN m ON true;
+
+-- name: limit_waiting
+-- The maintenance leader's gauge: per limit (awa.limits), the due available jobs whose key
+-- is at max_running or out of rate budget. One statement per interval.
+WITH lim AS (
+    SELECT name, kind, queue, max_running, rate_count, rate_window,
+           CASE WHEN key LIKE 'args.%%' THEN 'args' ELSE key END AS source,
+           CASE WHEN key LIKE 'args.%%' THEN '{' || replace(substr(key, 6), '.', ',') || '}'
+                ELSE '{}' END AS path
+    FROM awa.limits
+), keyed AS (
+    SELECT j.state, j.run_at, j.callback_in_handler, m.name, m.key
+    FROM awa.jobs j
+    CROSS JOIN LATERAL (
+        SELECT l.name,
+               coalesce(j.concurrency_key,
+                        CASE l.source WHEN 'kind' THEN j.kind WHEN 'queue' THEN j.queue
+                             ELSE j.args #>> l.path::text[] END, '') AS key
+        FROM lim l WHERE l.kind = j.kind OR (l.kind IS NULL AND l.queue = j.queue)
+        ORDER BY l.kind IS NULL LIMIT 1
+    ) m
+    WHERE j.state IN ('available', 'scheduled', 'retryable', 'running', 'waiting_external')
+      AND (j.kind IN (SELECT kind FROM lim) OR j.queue IN (SELECT queue FROM lim))
+), per_key AS (
+    SELECT name, key,
+           count(*) FILTER (WHERE state = 'running' OR (state = 'waiting_external' AND callback_in_handler)) AS running,
+           count(*) FILTER (WHERE state IN ('available', 'scheduled', 'retryable') AND run_at <= now()) AS due
+    FROM keyed GROUP BY 1, 2
+), starts AS (
+    SELECT s.limit_name AS name, s.key, count(*) AS n
+    FROM awa.limit_starts s JOIN lim l ON l.name = s.limit_name
+    WHERE l.rate_count IS NOT NULL
+      AND s.started_at > clock_timestamp() - l.rate_window * interval '1 second'
+    GROUP BY 1, 2
+)
+SELECT l.name, coalesce(sum(p.due) FILTER (
+           WHERE p.running >= l.max_running OR coalesce(s.n, 0) >= l.rate_count), 0)::bigint
+FROM lim l
+LEFT JOIN per_key p ON p.name = l.name
+LEFT JOIN starts s ON s.name = p.name AND s.key = p.key
+GROUP BY l.name ORDER BY l.name;
+
+-- name: limit_starts_prune
+-- The leader's sweep: starts older than the longest window a limit may have (a day).
+DELETE FROM awa.limit_starts WHERE started_at < now() - interval '1 day';

@@ -1,0 +1,212 @@
+"""Concurrency keys and rate limits (DESIGN §13): the ``[limits.NAME]`` model, pure.
+
+A :class:`Limit` selects jobs by ``kind`` or by ``queue``; each selected job has a key (its
+explicit ``concurrency_key``, else the one ``key`` computes: a dotted path into the args,
+the kind or the queue) and at most ``max_running`` jobs of one key run at once across the
+fleet; with ``rate``, at most ``rate_count`` attempts of one key start in any span of
+``rate_window`` seconds. A job selected by a kind limit is not also under its queue's limit:
+the kind limit is the more specific one.
+
+:class:`ClaimPlan` is what one queue's claim needs: the limits that can select its jobs and
+its priority aging, turned into the array parameters of the ``claim_limited_*`` statements
+(``awa_cli/db/sql/claim_limits.sql``).
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from awa_cli.durations import format_duration, parse_duration
+from awa_cli.errors import ConfigError
+
+MAX_CONCURRENCY_KEY_LENGTH = 200
+MAX_RATE_WINDOW = 86_400.0  # a day: the leader prunes starts older than this
+# The first key of the two-int advisory lock a claim takes per (limit, key): 'awa' in ASCII.
+# The two-int form never collides with the one-bigint locks awa takes elsewhere.
+LIMIT_LOCK_CLASS = 0x617761
+
+# How long one candidates scan serves a queue's claims (seconds), and how many it keeps.
+CANDIDATES_MAX_AGE = 0.5
+CANDIDATES_PER_SCAN = 2000
+
+_PATH_PART = re.compile(r"[A-Za-z0-9_-]+")
+_RATE = re.compile(r"\s*(\d+)\s*/\s*(\S+)\s*")
+
+
+@dataclass(frozen=True)
+class Limit:
+    """One ``[limits.NAME]`` table."""
+
+    name: str
+    key: str  # "args.<dotted path>", "kind" or "queue"
+    max_running: int
+    kind: str | None = None
+    queue: str | None = None
+    rate_count: int | None = None
+    rate_window: float | None = None  # seconds
+
+    @property
+    def key_path(self) -> tuple[str, ...]:
+        """The args path of an ``args.`` key; () for "kind" and "queue"."""
+        return tuple(self.key.split(".")[1:]) if self.key.startswith("args.") else ()
+
+    @property
+    def rate(self) -> str | None:
+        if self.rate_count is None or self.rate_window is None:
+            return None
+        return f"{self.rate_count}/{format_duration(self.rate_window)}"
+
+    def selects(self, kind: str, queue: str) -> bool:
+        return self.kind == kind if self.kind is not None else self.queue == queue
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "kind": self.kind,
+            "queue": self.queue,
+            "key": self.key,
+            "max_running": self.max_running,
+            "rate": self.rate,
+        }
+
+
+def parse_key(value: Any, field: str) -> str:
+    """``"kind"``, ``"queue"`` or ``"args.<dotted path>"`` (each part letters, digits, _ or -)."""
+    if isinstance(value, str):
+        if value in ("kind", "queue"):
+            return value
+        parts = value.split(".")
+        if (
+            len(parts) >= 2
+            and parts[0] == "args"
+            and all(_PATH_PART.fullmatch(p) for p in parts[1:])
+        ):
+            return value
+    raise ConfigError(
+        f'{field}: expected "args.<dotted path>", "kind" or "queue", got {value!r}', key=field
+    )
+
+
+def parse_rate(value: Any, field: str) -> tuple[int, float]:
+    """``"N/DURATION"`` such as ``"100/1m"``: (N, seconds); N ≥ 1, 0 < DURATION ≤ 1 day."""
+    match = _RATE.fullmatch(value) if isinstance(value, str) else None
+    if match is None or int(match.group(1)) < 1:
+        raise ConfigError(f'{field}: expected "N/DURATION" like "100/1m", got {value!r}', key=field)
+    try:
+        window = parse_duration(match.group(2), field)
+    except ConfigError:
+        raise ConfigError(
+            f'{field}: expected "N/DURATION" like "100/1m", got {value!r}', key=field
+        ) from None
+    if not 0 < window <= MAX_RATE_WINDOW:
+        raise ConfigError(f"{field}: the window must be more than 0 and at most 1d", key=field)
+    return int(match.group(1)), window
+
+
+def check_limits(limits: Iterable[Limit]) -> None:
+    """Two limits may not select the same kind, or the same queue."""
+    seen: dict[tuple[str, str], str] = {}
+    for limit in limits:
+        selector = ("kind", limit.kind) if limit.kind is not None else ("queue", limit.queue or "")
+        other = seen.setdefault(selector, limit.name)
+        if other != limit.name:
+            key = f"[limits.{limit.name}] {selector[0]}"
+            raise ConfigError(
+                f"{key}: {selector[1]!r} is already limited by [limits.{other}]", key=key
+            )
+
+
+def _path_literal(path: Sequence[str]) -> str:
+    """A text[] literal for ``args #>> path`` (parts are plain names: no quoting needed)."""
+    return "{" + ",".join(path) + "}"
+
+
+@dataclass(frozen=True)
+class ClaimPlan:
+    """What one queue's limit-aware claim needs: the limits that can select its jobs (every
+    kind limit, and the queue's own) and its priority aging in seconds (0: none)."""
+
+    limits: tuple[Limit, ...] = ()
+    priority_aging: float = 0.0
+
+    @classmethod
+    def for_queue(
+        cls, queue: str, limits: Iterable[Limit], priority_aging: float = 0.0
+    ) -> ClaimPlan:
+        chosen = tuple(lim for lim in limits if lim.kind is not None or lim.queue == queue)
+        return cls(chosen, priority_aging)
+
+    @property
+    def needed(self) -> bool:
+        """False: the plain claim does the same (no limit, no aging)."""
+        return bool(self.limits) or self.priority_aging > 0
+
+    @functools.cached_property
+    def params(self) -> dict[str, Any]:
+        """The limit arrays shared by the ``claim_limited_*`` statements (built once)."""
+        limits = self.limits
+        return {
+            "aging": self.priority_aging,
+            "l_names": [lim.name for lim in limits],
+            "l_kinds": [lim.kind for lim in limits],
+            "l_queues": [lim.queue for lim in limits],
+            "l_sources": [lim.key if not lim.key_path else "args" for lim in limits],
+            "l_paths": [_path_literal(lim.key_path) for lim in limits],
+            "l_max": [lim.max_running for lim in limits],
+            "l_rate_n": [lim.rate_count for lim in limits],
+            "l_rate_w": [lim.rate_window for lim in limits],
+        }
+
+
+Candidate = tuple[int, str | None, str | None]  # job id, limit name, key
+
+
+class Candidates:
+    """One queue's ranked candidates from the last ``claim_limited_candidates`` scan, taken
+    a chunk per claim until they run out, grow old, or a chunk claims less than asked.
+
+    The scan ranks every runnable job of the queue, which costs as much as its backlog; the
+    take re-checks each candidate (state, counts, rate) under the key locks, so a candidate
+    that went stale is only skipped, never wrongly claimed. ``max_age`` bounds how long a key
+    that appeared after the scan can wait for its first job (round-robin is by scan).
+    """
+
+    def __init__(self, max_age: float = CANDIDATES_MAX_AGE) -> None:
+        self.max_age = max_age
+        self._rows: list[Candidate] = []
+        self._taken_at = float("-inf")
+
+    def usable(self, now: float) -> bool:
+        return bool(self._rows) and now - self._taken_at <= self.max_age
+
+    def refill(self, rows: Sequence[Candidate], now: float) -> None:
+        self._rows = list(rows)
+        self._taken_at = now
+
+    def take(self, count: int) -> list[Candidate]:
+        chunk, self._rows = self._rows[:count], self._rows[count:]
+        return chunk
+
+    def put_back(self, rows: Sequence[Candidate]) -> None:
+        """Candidates a full claim did not need: first in line for the next one."""
+        self._rows[:0] = rows
+
+    def clear(self) -> None:
+        self._rows = []
+
+
+__all__ = [
+    "LIMIT_LOCK_CLASS",
+    "MAX_CONCURRENCY_KEY_LENGTH",
+    "Candidate",
+    "Candidates",
+    "ClaimPlan",
+    "Limit",
+    "check_limits",
+    "parse_key",
+    "parse_rate",
+]
