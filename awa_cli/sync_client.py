@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from awa_cli.app import App
     from awa_cli.db.migrations import Migration
     from awa_cli.dispatch import Dispatcher, EventHook
+    from awa_cli.history import JobTimeline
     from awa_cli.jobs import JobRow, JobState
     from awa_cli.outcomes import OutcomeCore
 
@@ -125,6 +126,15 @@ class Client:
     def get_job(self, job_id: int) -> JobRow:
         """The job with this id (``JobNotFound`` if there is none)."""
         return self._runner.run(self._async.get_job(job_id))
+
+    def wait_for_job(self, job_id: int, timeout: float | timedelta | None = None) -> JobRow:
+        """The job once it is completed, failed or cancelled (``TimeoutError``,
+        ``JobNotFound``); see :meth:`AsyncClient.wait_for_job`."""
+        return self._runner.run(self._async.wait_for_job(job_id, timeout))
+
+    def job_history(self, job_id: int) -> JobTimeline:
+        """The job's timeline (``JobNotFound`` if there is no such job)."""
+        return self._runner.run(self._async.job_history(job_id))
 
     def list_jobs(
         self,

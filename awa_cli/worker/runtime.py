@@ -33,6 +33,7 @@ from awa_cli.worker.callbacks import CallbackServices
 from awa_cli.worker.executor import execute
 from awa_cli.worker.finalizer import Finalizer
 from awa_cli.worker.heartbeat import Heartbeat
+from awa_cli.worker.progress import ProgressFlush
 from awa_cli.worker.listener import Listener
 from awa_cli.worker.queues import QueueRunner, QueueSpec
 from awa_cli.worker.services import RunnerContext, RunningJobs, WorkerStats
@@ -133,6 +134,7 @@ class Worker:
             self.timings.heartbeat_interval,
             functools.partial(recheck, self.claim_pool),
         )
+        self.progress = ProgressFlush(self.core.heartbeat, self.running)
 
     @property
     def stopping(self) -> bool:
@@ -169,6 +171,7 @@ class Worker:
         self._tasks = [
             loop.create_task(self.listener.run(self._stopping), name="awa-listener"),
             loop.create_task(self.heartbeat.run(self._stopping), name="awa-heartbeat"),
+            loop.create_task(self.progress.run(self._stopping), name="awa-progress"),
         ]
         if self.maintenance_enabled:
             from awa_cli.maintenance import Maintenance
