@@ -75,8 +75,8 @@ class JobWaiters:
     async def close(self) -> None:
         if self._task is not None:
             self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            with contextlib.suppress(asyncio.CancelledError, TimeoutError):
+                await asyncio.wait_for(self._task, 5)
             self._task = None
 
     def _start(self) -> None:
@@ -87,7 +87,9 @@ class JobWaiters:
         delay = 0.1
         while True:
             try:
-                conn = await psycopg.AsyncConnection.connect(self.dsn, autocommit=True)
+                conn = await psycopg.AsyncConnection.connect(
+                    self.dsn, autocommit=True, connect_timeout=10
+                )
             except (psycopg.OperationalError, OSError) as exc:
                 log.warning("wait_for_job cannot listen: %s", exc, extra={"action": "wait_listen"})
                 await asyncio.sleep(delay)
