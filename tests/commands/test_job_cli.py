@@ -131,7 +131,10 @@ def test_enqueue_json_then_list_and_show(awa: Any, db: psycopg.Connection) -> No
 
     shown_json = awa("job", "show", str(job["id"]), "--json")
     assert shown_json.exit_code == 0
-    assert json.loads(shown_json.stdout) == job
+    shown_data = json.loads(shown_json.stdout)
+    timeline = shown_data.pop("timeline")  # the row, plus its history (DESIGN §11)
+    assert shown_data == job
+    assert timeline["id"] == job["id"] and timeline["attempts"] == []
     assert json.loads(awa("--json", "job", "show", str(job["id"])).stdout)["id"] == job["id"]
 
 
