@@ -89,6 +89,13 @@ class ProgressTracker:
             self._dirty, self._written_at = False, now
             return self._text
 
+    def untake(self) -> None:
+        """The write of the last value taken failed: offer it again (unless a newer one
+        waits already)."""
+        with self._lock:
+            if self._text is not None:
+                self._dirty, self._written_at = True, -math.inf
+
     def final(self) -> str | None:
         """The JSON the attempt's outcome writes: the latest value reported in this attempt
         (None: the handler reported nothing, the row's progress stays)."""

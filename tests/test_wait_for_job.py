@@ -89,6 +89,21 @@ async def test_woken_by_a_completion_in_another_process_before_the_backstop(
 
 
 @pytest.mark.asyncio
+async def test_a_real_worker_process_resumes_from_the_checkpoint_after_a_retry(
+    dsn: str, worker_process: subprocess.Popen[bytes]
+) -> None:
+    async with awa.AsyncClient(dsn) as client:
+        job = await client.insert(Steps(total=6, fail_after=3))
+        # attempt 1 fails after 3 steps; the retry (after its ~2 s backoff) resumes at step 3
+        row = await client.wait_for_job(job.id, timeout=60)
+    assert row.state == "completed" and row.attempt == 2
+    assert row.output == {"resumed_from": 3, "attempt": 2}
+    assert row.progress is not None and row.progress["checkpoint"] == {"done": 6}
+    assert row.errors[0]["error"] == "RuntimeError: failed at step 3"
+    assert row.errors[0]["worker"] == row.attempted_by
+
+
+@pytest.mark.asyncio
 async def test_timeout_unknown_id_and_an_already_finished_job(dsn: str, tmp_path: Path) -> None:
     async with awa.AsyncClient(dsn) as client:
         client._waiters.poll_interval = LONG_BACKSTOP

@@ -44,7 +44,12 @@ class ProgressFlush:
             return
         progress = [j.control.progress.take(now) for j in jobs]
         self.writes += 1
-        alive = await self.beat([(j.id, j.run_lease) for j in jobs], progress)
+        try:
+            alive = await self.beat([(j.id, j.run_lease) for j in jobs], progress)
+        except Exception:
+            for job in jobs:  # written by the next tick (or the outcome) instead
+                job.control.progress.untake()
+            raise
         for job in jobs:
             if job.id not in alive:
                 self.running.fence(job.id, job.run_lease)

@@ -164,3 +164,13 @@ def test_the_timeline_of_a_failed_job_and_of_a_waiting_one() -> None:
     assert tl.attempts[0].outcome == "waiting_external" and tl.attempts[0].ended_at is None
     assert tl.callback == {"id": str(callback), "timeout_at": NOW.isoformat(), "waiting": True}
     assert trigger_of(_row(metadata={"awa.trigger_id": "x"})) is None
+
+
+def test_a_failed_write_offers_the_value_again() -> None:
+    tracker = ProgressTracker()
+    tracker.untake()  # nothing reported: nothing to offer
+    assert tracker.take(10.0) is None
+    tracker.report({"percent": 1}, "1")
+    assert tracker.take(10.0) == "1"
+    tracker.untake()
+    assert tracker.take(10.1) == "1"  # at once, not a second later
