@@ -171,6 +171,11 @@ def test_awa_job_wait_exit_codes(dsn: str, tmp_path: Path, monkeypatch: pytest.M
         )
     flag.touch()
     asyncio.run(_work_until_finished(dsn, [ok.id, bad.id]))
+    with awa.Client(dsn) as client:  # the synchronous twins
+        assert client.wait_for_job(ok.id, timeout=5).output == {"opened": str(flag)}
+        with pytest.raises(TimeoutError):
+            client.wait_for_job(never.id, timeout=0.2)
+        assert [a.outcome for a in client.job_history(bad.id).attempts] == ["failed"]
     done = runner.awa("job", "wait", str(ok.id), "--json")
     assert done.exit_code == 0, done.output
     assert json.loads(done.stdout)["output"] == {"opened": str(flag)}
