@@ -8,6 +8,7 @@ Nothing here does I/O: the table is tested directly, without a database
 
 from __future__ import annotations
 
+import json
 import random
 import traceback
 from collections.abc import Mapping
@@ -96,6 +97,7 @@ class AttemptRecord:
     registered_callback: UUID | None = None
     staged: tuple[PreparedJob, ...] = ()
     staging_failure: BaseException | None = None
+    progress: str | None = None  # the JSON of the last set_progress (None: none this attempt)
 
 
 NOTHING_RECORDED = AttemptRecord()
@@ -120,6 +122,7 @@ class AttemptResult:
     discarded: int = 0  # staged follow-ups dropped by a WaitForCallback park
     silent: bool = False  # no event (unknown kind)
     terminal: bool = False  # a TerminalError or awa's refusal (bad args, misuse): no retry asked
+    progress: str | None = None  # JSON written with the outcome (None: the row's stays)
 
     @property
     def outcome(self) -> Outcome | None:
@@ -148,7 +151,13 @@ class Finalized:
 
 
 def _failure(job: JobRow, message: str, *, terminal: bool, tb: str | None = None) -> dict[str, Any]:
-    return error_entry(message, job.attempt, terminal=terminal, tb=tb)
+    entry = error_entry(message, job.attempt, terminal=terminal, tb=tb)
+    # The attempt's start and worker, for the job's timeline (awa_cli.history).
+    if job.attempted_by is not None:
+        entry["worker"] = job.attempted_by
+    if job.attempted_at is not None:
+        entry["started_at"] = job.attempted_at.isoformat()
+    return entry
 
 
 def _raised(job: JobRow, exc: BaseException, last_attempt: bool) -> dict[str, Any]:
@@ -236,7 +245,7 @@ def decide(
         fields = _raised(job, exc, last_attempt)
     else:
         fields = _returned(job, result, record, last_attempt)
-    return AttemptResult(job=job, args=args, duration=duration, **fields)
+    return AttemptResult(job=job, args=args, duration=duration, progress=record.progress, **fields)
 
 
 def unknown_kind(job: JobRow) -> AttemptResult:
@@ -300,6 +309,7 @@ def committed_row(result: AttemptResult, changed: Mapping[str, Any]) -> JobRow:
         finalized_at=changed["finalized_at"],
         callback_id=changed["callback_id"],
         callback_timeout_at=changed["callback_timeout_at"],
+        progress=claimed.progress if result.progress is None else json.loads(result.progress),
     )
 
 

@@ -22,10 +22,13 @@ from psycopg_pool import AsyncConnectionPool
 from awa_cli.app import prepare_job
 from awa_cli.client_ops import OperatorMethods
 from awa_cli.db.copy import copy_encoder
+from awa_cli.db.history import read_timeline
 from awa_cli.db.params import insert_many_params, insert_params
 from awa_cli.db.statements import SQL
 from awa_cli.db.migrations import Migration, migrate_dsn
+from awa_cli.db.waiting import JobWaiters
 from awa_cli.dispatch import Dispatcher, EventHook
+from awa_cli.history import JobTimeline
 from awa_cli.enqueue import InsertOpts, UniqueOpts, prepare_many
 from awa_cli.jobs import JobRow, JobState, PreparedJob
 from awa_cli.jsonvalues import to_json
@@ -148,6 +151,9 @@ class AsyncClient(InspectReads, OperatorMethods):
         self._opened = False
         self.dispatcher = Dispatcher(app, list(plugin_hooks)) if (app or plugin_hooks) else None
         self.core = OutcomeCore(self._pool, app, self.dispatcher)
+        # wait_for_job: one LISTEN connection for all of this client's waiters, opened on
+        # first use; its backstop poll interval may be changed before the first wait.
+        self._waiters = JobWaiters(dsn, self._pool)
 
     @property
     def pool(self) -> AsyncConnectionPool:
@@ -170,6 +176,7 @@ class AsyncClient(InspectReads, OperatorMethods):
         """Wait up to ``hook_timeout`` for dispatched hooks, then close the pool."""
         if self.dispatcher is not None:
             await self.dispatcher.drain(hook_timeout)
+        await self._waiters.close()
         if self._opened:
             await self._pool.close()
             self._opened = False
@@ -257,6 +264,26 @@ class AsyncClient(InspectReads, OperatorMethods):
         None when nothing holds it back (or it is not runnable). ``JobNotFound`` if none."""
         reason: str | None = (await self.limit_status(job_id))["reason"]
         return reason
+
+    async def wait_for_job(self, job_id: int, timeout: float | timedelta | None = None) -> JobRow:
+        """The job once it is completed, failed or cancelled (with ``.output``).
+
+        Woken by a notification from the finishing transaction, from any process or host;
+        polling only as a backstop. Raises ``TimeoutError`` after ``timeout`` (None: wait
+        forever) and ``JobNotFound`` for an unknown id. A dead-lettered job counts as failed.
+        Never call it inside a handler to wait for another job: it holds the worker's slot and
+        can deadlock the queue."""
+        limit = None if timeout is None else seconds(timeout, "timeout")
+        await self.ensure_open()
+        return await self._waiters.wait(int(job_id), limit)
+
+    async def job_history(self, job_id: int) -> JobTimeline:
+        """The job's timeline: attempts (start, worker, outcome, error, rescue reason), its
+        callback, output and progress, the follow-ups it produced and the job that produced
+        it (``JobNotFound`` if there is no such job)."""
+        row = await self.get_job(job_id)
+        async with self._pool.connection() as conn:
+            return await read_timeline(conn, row)
 
     async def list_jobs(
         self,

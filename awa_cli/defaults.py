@@ -23,6 +23,10 @@ LEADER_ELECTION_INTERVAL = 5.0
 POLL_INTERVAL = 1.0
 """Seconds a queue runner waits for a notification before it polls anyway."""
 
+WAIT_POLL = 5.0
+"""Seconds between ``wait_for_job``'s backstop reads of the jobs it waits for (it is woken by a
+notification from the finishing transaction; the read only covers a lost one)."""
+
 SHUTDOWN_TIMEOUT = 30.0
 """Seconds a stopping worker waits for its running handlers."""
 

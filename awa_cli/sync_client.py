@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from awa_cli.app import App
     from awa_cli.db.migrations import Migration
     from awa_cli.dispatch import Dispatcher, EventHook
+    from awa_cli.history import JobTimeline
     from awa_cli.jobs import JobRow, JobState
     from awa_cli.periodic import PeriodicJob
     from awa_cli.admin import AuditEntry, QueueInfo
@@ -140,6 +141,15 @@ class Client(SyncInspectReads):
     def why_not_running(self, job_id: int) -> str | None:
         """Why a runnable job is not running (see ``AsyncClient.why_not_running``)."""
         return self._runner.run(self._async.why_not_running(job_id))
+
+    def wait_for_job(self, job_id: int, timeout: float | timedelta | None = None) -> JobRow:
+        """The job once it is completed, failed or cancelled (``TimeoutError``,
+        ``JobNotFound``); see :meth:`AsyncClient.wait_for_job`."""
+        return self._runner.run(self._async.wait_for_job(job_id, timeout))
+
+    def job_history(self, job_id: int) -> JobTimeline:
+        """The job's timeline (``JobNotFound`` if there is no such job)."""
+        return self._runner.run(self._async.job_history(job_id))
 
     def list_jobs(
         self,

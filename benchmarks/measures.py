@@ -189,7 +189,7 @@ def drain_concurrency_100(server: BenchServer, dsn: str, jobs: int) -> dict[str,
 def claim_complete_sql(server: BenchServer, dsn: str, jobs: int) -> dict[str, Any]:
     """Reference: awa's own claim and completion statements in a bare loop, 10 jobs a time."""
     pre_enqueue(dsn, [Noop(i) for i in range(jobs)])
-    params = {"queue": "bench", "limit": 10, "deadline": 0.0}
+    params = {"queue": "bench", "limit": 10, "deadline": 0.0, "worker": "bench:1"}
 
     def run() -> float:
         with (

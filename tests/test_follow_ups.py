@@ -192,7 +192,12 @@ async def test_enqueue_request_options_and_with_opts_replacing_everything(dsn: s
     await run_signup(dsn, app, Signup(1))
     chained_row, replaced_row = follow_ups(dsn)
     assert (chained_row.queue, chained_row.priority, chained_row.max_attempts) == ("vip", 1, 3)
-    assert chained_row.metadata == {"source": "signup"}
+    # the core names the trigger in every follow-up's metadata (DESIGN §11)
+    assert chained_row.metadata == {
+        "source": "signup",
+        "awa.trigger_id": chained_row.metadata["awa.trigger_id"],
+    }
+    assert isinstance(chained_row.metadata["awa.trigger_id"], int)
     # with_opts replaced the earlier .queue() and .priority(): defaults again
     assert (replaced_row.queue, replaced_row.priority, replaced_row.max_attempts) == ("email", 2, 7)
 
@@ -411,7 +416,8 @@ async def claim_all(dsn: str, queue: str, count: int) -> list[awa.JobRow]:
 
     async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
         cur = await conn.execute(
-            SQL["claim_by_queue"], {"queue": queue, "limit": count, "deadline": None}
+            SQL["claim_by_queue"],
+            {"queue": queue, "limit": count, "deadline": None, "worker": "h:1"},
         )
         rows = [awa.JobRow.from_values(r) for r in await cur.fetchall()]
     assert len(rows) == count

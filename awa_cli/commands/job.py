@@ -1,4 +1,5 @@
-"""`awa job`: enqueue, list, show, cancel and retry jobs; retry, cancel and purge in bulk."""
+"""`awa job`: enqueue, list, show, wait for, cancel and retry jobs; retry, cancel and purge in
+bulk."""
 
 from __future__ import annotations
 
@@ -229,13 +230,19 @@ def list_jobs(
 @json_option
 @pass_context
 def show(ctx: CliContext, job_id: int, json_flag: bool) -> None:
-    """Show one job: args, errors, output and callback state, and why an available job is
-    not running (scheduled, queue paused, its key at a limit's max_running or rate)."""
+    """Show one job: args, errors, output, progress, callback state, its timeline, and why an
+    available job is not running (scheduled, queue paused, its key at a limit's max_running or
+    rate).
 
-    async def fetch(client: Any) -> tuple[JobRow, dict[str, Any]]:
-        return await client.get_job(job_id), await client.limit_status(job_id)
+    The timeline lists each attempt (start, worker, outcome, error, rescue reason), the
+    callback it waits on, its output and progress, the follow-ups it produced and the job
+    that produced it. --json prints the row with the same under "timeline"."""
 
-    row, status = run_with_client(ctx, fetch)
+    async def fetch(client: Any) -> tuple[Any, dict[str, Any]]:
+        return await client.job_history(job_id), await client.limit_status(job_id)
+
+    history, status = run_with_client(ctx, fetch)
+    row = history.job
     limit = None
     if status["limit_name"] is not None:
         limit = {
@@ -250,35 +257,11 @@ def show(ctx: CliContext, job_id: int, json_flag: bool) -> None:
         "limit": limit,
     }
     if ctx.wants_json(json_flag):
-        ctx.terminal.json({**row.to_json(), **extra})
+        ctx.terminal.json({**row.to_json(), **extra, "timeline": history.to_json()})
         return
-    data = {**row.to_json(), **extra}
-    for key in (
-        "id",
-        "kind",
-        "queue",
-        "state",
-        "priority",
-        "attempt",
-        "max_attempts",
-        "run_at",
-        "run_lease",
-        "created_at",
-        "attempted_at",
-        "finalized_at",
-        "heartbeat_at",
-        "deadline_at",
-        "callback_id",
-        "callback_timeout_at",
-        "tags",
-        "ordering_key",
-        "concurrency_key",
-    ):
-        value = data[key]
-        if value not in (None, [], ""):
-            ctx.terminal.data(
-                f"{key}: {value if not isinstance(value, list) else ', '.join(value)}"
-            )
+    print_fields(ctx, row)
+    if status["concurrency_key"] is not None:
+        ctx.terminal.data(f"concurrency_key: {status['concurrency_key']}")
     if limit is not None:
         ctx.terminal.data(
             f"limit: {limit['name']} key {limit['key']!r} "
@@ -286,9 +269,50 @@ def show(ctx: CliContext, job_id: int, json_flag: bool) -> None:
         )
     if status["reason"] is not None:
         ctx.terminal.data(f"waiting: {status['reason']}")
+    ctx.terminal.data("timeline:")
+    for line in history.lines():
+        ctx.terminal.data(f"  {line}")
+
+
+_SHOWN_FIELDS = (
+    "id",
+    "kind",
+    "queue",
+    "state",
+    "priority",
+    "attempt",
+    "max_attempts",
+    "run_at",
+    "run_lease",
+    "created_at",
+    "attempted_at",
+    "attempted_by",
+    "finalized_at",
+    "heartbeat_at",
+    "deadline_at",
+    "callback_id",
+    "callback_timeout_at",
+    "tags",
+    "ordering_key",
+)
+
+
+def print_fields(ctx: CliContext, row: JobRow) -> None:
+    """The row's fields, one ``name: value`` line each (``awa job show``, ``awa job wait``)."""
+    from awa_cli.history import format_progress
+
+    data = row.to_json()
+    for key in _SHOWN_FIELDS:
+        value = data[key]
+        if value not in (None, [], ""):
+            ctx.terminal.data(
+                f"{key}: {value if not isinstance(value, list) else ', '.join(value)}"
+            )
     ctx.terminal.data(f"args: {json.dumps(row.args, sort_keys=True)}")
     if row.metadata:
         ctx.terminal.data(f"metadata: {json.dumps(row.metadata, sort_keys=True)}")
+    if row.progress is not None:
+        ctx.terminal.data(f"progress: {format_progress(row.progress)}")
     if row.output is not None:
         ctx.terminal.data(f"output: {json.dumps(row.output, sort_keys=True)}")
     if row.callback_result is not None:
@@ -304,6 +328,42 @@ def _no_id_no_filter(job_id: int | None, all_: bool, **filters: Any) -> bool:
     """True when the single action is asked for (an ID, no filter)."""
     refuse_mixed(job_id, all=all_, **filters)
     return job_id is not None
+
+
+EXIT_TIMED_OUT = 124  # as timeout(1)
+
+
+@command.command(name="wait")
+@click.argument("job_id", type=int)
+@click.option(
+    "--timeout", metavar="DURATION", help="Give up after this long (e.g. 30s, 5m); default never."
+)
+@json_option
+@pass_context
+def wait(ctx: CliContext, job_id: int, timeout: str | None, json_flag: bool) -> None:
+    """Wait until job JOB_ID is completed, failed or cancelled, then print it.
+
+    Exit 0 completed, 1 failed or cancelled, 124 timed out, 4 no such job. Woken by a
+    notification from the transaction that finishes the job (any worker, any host)."""
+    limit = None
+    if timeout is not None:
+        from awa_cli.config import ConfigError, parse_duration
+
+        try:
+            limit = parse_duration(timeout, "--timeout")
+        except ConfigError as exc:
+            raise ValidationError("--timeout", exc.message.removeprefix("--timeout: ")) from None
+    try:
+        row = run_with_client(ctx, lambda c: c.wait_for_job(job_id, limit))
+    except TimeoutError:
+        ctx.terminal.error(f"job {job_id} did not finish within {timeout}")
+        click.get_current_context().exit(EXIT_TIMED_OUT)
+    if ctx.wants_json(json_flag):
+        ctx.terminal.json(row.to_json())
+    else:
+        print_fields(ctx, row)
+    if row.state is not JobState.COMPLETED:
+        click.get_current_context().exit(1)
 
 
 @command.command(name="cancel")

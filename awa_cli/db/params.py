@@ -79,4 +79,5 @@ def finalize_params(results: Sequence[AttemptResult]) -> dict[str, Any]:
         ],
         "refunds": [1 if r.action == "snooze" else 0 for r in results],
         "callback_ids": [r.callback_id for r in results],
+        "progress": [r.progress for r in results],
     }

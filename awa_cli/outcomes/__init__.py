@@ -181,9 +181,14 @@ class OutcomeCore(CoreState):
         return await claims.seconds_until_due(self, queue)
 
     # -- a running attempt (outcomes/running.py) ---------------------------------------------
-    async def heartbeat(self, attempts: Sequence[tuple[int, int]]) -> set[int]:
-        """Touch these (id, run_lease) running attempts; the ids still ours."""
-        return await running.heartbeat(self, attempts)
+    async def heartbeat(
+        self,
+        attempts: Sequence[tuple[int, int]],
+        progress: Sequence[str | None] | None = None,
+    ) -> set[int]:
+        """Touch these (id, run_lease) running attempts, writing their reported progress
+        (JSON, None: unchanged) in the same statement; the ids still ours."""
+        return await running.heartbeat(self, attempts, progress)
 
     async def register_callback(
         self, job_id: int, run_lease: int, callback_id: UUID, timeout: float

@@ -13,6 +13,9 @@ import time
 from typing import Any
 
 from psycopg import AsyncConnection
+import os
+import socket
+
 from psycopg.rows import dict_row
 
 from awa_cli.db.statements import SQL
@@ -27,6 +30,19 @@ from awa_cli.limits import (
 from awa_cli.outcomes.transaction import CoreState
 
 
+_IDENTITY: tuple[int, str] | None = None
+
+
+def worker_identity() -> str:
+    """``host:pid`` of this process, recorded on each attempt it claims (``attempted_by``).
+    Computed once per process (a forked worker has its own pid)."""
+    global _IDENTITY
+    pid = os.getpid()
+    if _IDENTITY is None or _IDENTITY[0] != pid:
+        _IDENTITY = (pid, f"{socket.gethostname()}:{pid}")
+    return _IDENTITY[1]
+
+
 async def claim_by_queue(
     core: CoreState, queue: str, limit: int, deadline: float | None
 ) -> list[JobRow]:
@@ -34,7 +50,13 @@ async def claim_by_queue(
     ``deadline`` is the queue's deadline in seconds for jobs without their own (0: none)."""
     async with core.claim_pool.connection() as conn, conn.cursor() as cur:
         await cur.execute(
-            SQL["claim_by_queue"], {"queue": queue, "limit": limit, "deadline": deadline}
+            SQL["claim_by_queue"],
+            {
+                "queue": queue,
+                "limit": limit,
+                "deadline": deadline,
+                "worker": worker_identity(),
+            },
         )
         rows = [JobRow.from_values(r) for r in await cur.fetchall()]
     rows.sort(key=lambda r: (r.priority, r.run_at, r.id))
@@ -107,6 +129,7 @@ async def claim_limited_on(
             "queue": queue,
             "limit": limit,
             "deadline": deadline,
+            "worker": worker_identity(),
             "ids": ids,
             "names": names,
             "keys": keys,
@@ -125,7 +148,14 @@ async def claim_by_kind(core: CoreState, kind: str, queue: str | None = None) ->
     """Claim one job of ``kind`` (in any queue, or ``queue``) the way a worker does."""
     async with core.claim_pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
         await cur.execute(
-            SQL["claim_by_kind"], {"kind": kind, "queue": queue, "limit": 1, "deadline": 0}
+            SQL["claim_by_kind"],
+            {
+                "kind": kind,
+                "queue": queue,
+                "limit": 1,
+                "deadline": 0,
+                "worker": worker_identity(),
+            },
         )
         record = await cur.fetchone()
     return None if record is None else JobRow.from_record(record)

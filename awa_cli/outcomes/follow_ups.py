@@ -3,7 +3,9 @@ transition's transaction (a held unique key skips the insert, not the commit).""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import json
 
 import logging
 from collections.abc import Sequence
@@ -84,6 +86,19 @@ def _args_for(args_type: type | None, event: AnyEvent, spec_name: str) -> Any:
         return _SKIPPED
 
 
+TRIGGER_KEY = "awa.trigger_id"
+"""Metadata key naming the job whose outcome enqueued a follow-up (DESIGN §11)."""
+
+
+def with_trigger(job: PreparedJob, trigger_id: int) -> PreparedJob:
+    """``job`` with ``awa.trigger_id`` = ``trigger_id`` in its metadata (the core's, always)."""
+    if not trigger_id:
+        return job
+    metadata = json.loads(job.metadata_json)
+    metadata[TRIGGER_KEY] = trigger_id
+    return dataclasses.replace(job, metadata_json=json.dumps(metadata, separators=(",", ":")))
+
+
 async def insert_follow_ups(
     conn: psycopg.AsyncConnection[Any], jobs: Sequence[PreparedJob]
 ) -> list[int | None]:
@@ -101,7 +116,8 @@ async def insert_counted(
     """Insert follow-ups (item, job, staged?) in one statement and count them on their items."""
     if not pending:
         return
-    ids = await insert_follow_ups(conn, [prepared for _, prepared, _ in pending])
+    jobs = [with_trigger(prepared, item.job_id) for item, prepared, _ in pending]
+    ids = await insert_follow_ups(conn, jobs)
     for (item, prepared, staged), new_id in zip(pending, ids, strict=True):
         if new_id is None:
             if staged:

@@ -23,14 +23,21 @@ class WaitState(NamedTuple):
     run_lease: int
 
 
-async def heartbeat(core: CoreState, attempts: Sequence[tuple[int, int]]) -> set[int]:
-    """Touch the running rows of these (id, run_lease) attempts in one statement; the ids
-    still ours (the others were cancelled, rescued or claimed again: fence them)."""
+async def heartbeat(
+    core: CoreState,
+    attempts: Sequence[tuple[int, int]],
+    progress: Sequence[str | None] | None = None,
+) -> set[int]:
+    """Touch the running rows of these (id, run_lease) attempts in one statement, writing
+    each one's ``progress`` JSON where given (None: unchanged); the ids still ours (the
+    others were cancelled, rescued or claimed again: fence them)."""
+    params = {
+        "ids": [job_id for job_id, _ in attempts],
+        "leases": [lease for _, lease in attempts],
+        "progress": list(progress) if progress is not None else [None] * len(attempts),
+    }
     async with core.claim_pool.connection() as conn:
-        cur = await conn.execute(
-            SQL["heartbeat"],
-            {"ids": [job_id for job_id, _ in attempts], "leases": [lease for _, lease in attempts]},
-        )
+        cur = await conn.execute(SQL["heartbeat"], params)
         return {row[0] for row in await cur.fetchall()}
 
 

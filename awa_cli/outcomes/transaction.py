@@ -161,6 +161,7 @@ async def transition(core: CoreState, change: Transition) -> JobRow | None:
                 await change.missing(cur)
                 return None
             row = JobRow.from_record(record)
+            item.job_id = row.id  # the trigger its follow-ups name (awa.trigger_id)
             event = change.event(row, record) if change.event is not None else None
             if event is not None:
                 await core.run_specs(conn, event, item)

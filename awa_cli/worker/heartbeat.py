@@ -1,5 +1,5 @@
 """The heartbeat: every ``heartbeat_interval`` one statement touches all running attempts of
-this worker (``OutcomeCore.heartbeat``); an attempt whose row is no longer ours (cancelled,
+this worker (``OutcomeCore.heartbeat``) and writes the progress they reported since; an attempt whose row is no longer ours (cancelled,
 rescued, claimed again) is fenced, so its handler's ``job.is_cancelled()`` turns true."""
 
 from __future__ import annotations
@@ -12,8 +12,9 @@ from awa_cli.worker.services import RunningJobs
 
 log = logging.getLogger("awa.worker")
 
-Beat = Callable[[Sequence[tuple[int, int]]], Awaitable[set[int]]]
-"""Touch these (id, run_lease) attempts; return the ids still ours (``OutcomeCore.heartbeat``)."""
+Beat = Callable[[Sequence[tuple[int, int]], Sequence[str | None]], Awaitable[set[int]]]
+"""Touch these (id, run_lease) attempts, writing their progress JSON (None: unchanged); return
+the ids still ours (``OutcomeCore.heartbeat``)."""
 
 
 class Heartbeat:
@@ -47,7 +48,9 @@ class Heartbeat:
         jobs = self.running.beating()
         if not jobs:
             return
-        alive = await self.beat([(j.id, j.run_lease) for j in jobs])
+        # Progress reported since its last write rides along (at most once a second per job).
+        progress = [j.control.progress.take() for j in jobs]
+        alive = await self.beat([(j.id, j.run_lease) for j in jobs], progress)
         for job in jobs:
             if job.id not in alive:
                 self.running.fence(job.id, job.run_lease)

@@ -13,6 +13,7 @@ from awa_cli.app import prepare_job
 from awa_cli.attempts import AttemptRecord
 from awa_cli.jobs import CallbackToken, JobRow, to_json
 from awa_cli.callbacks import callback_urls
+from awa_cli.progress import progress_value
 from awa_cli.results import ValidationError, seconds
 from awa_cli.worker.services import AttemptServices, JobControl
 from awa_cli.worker.staging import (
@@ -69,6 +70,7 @@ class Job:
         self.callback_id: uuid.UUID | None = row.callback_id
         self.callback_result: Any = row.callback_result
         self.control = control if control is not None else JobControl()
+        self.control.progress.value = row.progress
         self._services = services
         self._output: Any = None
         self._has_output = False
@@ -92,6 +94,21 @@ class Job:
         """Record a JSON-serialisable output, stored with the completion."""
         # Stored as its JSON form: what passes here is exactly what the completion writes.
         self._output, self._has_output = json.loads(to_json(value, "output")), True
+
+    # -- progress ------------------------------------------------------------------------
+    @property
+    def progress(self) -> dict[str, Any] | None:
+        """The last progress reported: ``{"percent", "message", "checkpoint", "at"}`` — by this
+        attempt, else by an earlier one (resume from ``job.progress["checkpoint"]``), else None."""
+        return self.control.progress.value
+
+    def set_progress(self, percent: float, message: str | None = None, **checkpoint: Any) -> None:
+        """Report progress (percent 0–100, an optional message, JSON-serialisable checkpoint
+        fields; at most 64 KiB in all). Costs no round trip: the worker writes the latest value
+        at most once a second and always with the attempt's outcome. A bad value raises
+        ``ValidationError`` naming the field and records nothing."""
+        value, text = progress_value(percent, message, checkpoint)
+        self.control.progress.report(value, text)
 
     # -- staged follow-ups ---------------------------------------------------------------
     def enqueue_on_completion(self, args: Any, **insert_options: Any) -> None:
@@ -135,6 +152,7 @@ class Job:
             registered_callback=self._registered_callback,
             staged=tuple(self._staged.items),
             staging_failure=self._staged.failure,
+            progress=self.control.progress.final(),
         )
 
     def finish(self) -> AttemptRecord:

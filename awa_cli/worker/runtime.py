@@ -36,6 +36,7 @@ from awa_cli.worker.callbacks import CallbackServices
 from awa_cli.worker.executor import execute
 from awa_cli.worker.finalizer import Finalizer
 from awa_cli.worker.heartbeat import Heartbeat
+from awa_cli.worker.progress import ProgressFlush
 from awa_cli.worker.listener import Listener
 from awa_cli.worker.presence import Presence
 from awa_cli.worker.queues import QueueRunner, QueueSpec
@@ -158,6 +159,7 @@ class Worker:
             lambda: len(self.running),
             self.timings.heartbeat_interval,
         )
+        self.progress = ProgressFlush(self.core.heartbeat, self.running)
 
     @property
     def stopping(self) -> bool:
@@ -199,6 +201,7 @@ class Worker:
             loop.create_task(self._register_schedules(), name="awa-schedules"),
             loop.create_task(self.presence.run(self._stopping), name="awa-presence"),
             loop.create_task(self._announce_queues(), name="awa-announce-queues"),
+            loop.create_task(self.progress.run(self._stopping), name="awa-progress"),
         ]
         if self.maintenance_enabled:
             from awa_cli.maintenance import Maintenance

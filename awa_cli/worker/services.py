@@ -17,23 +17,27 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 from uuid import UUID
 
+from awa_cli.progress import ProgressTracker
+
 if TYPE_CHECKING:
     from awa_cli.attempts import AttemptResult
     from awa_cli.jobs import CallbackToken, JobRow
 
 
 class JobControl:
-    """The runtime-owned handle of one running attempt: its cancellation flag, and whether
-    its handler is waiting inside ``wait_for_callback`` (no heartbeat then).
+    """The runtime-owned handle of one running attempt: its cancellation flag, whether
+    its handler is waiting inside ``wait_for_callback`` (no heartbeat then), and the progress
+    it reported (written by the heartbeat and the progress flush).
 
     Set from the event loop, read from any thread: plain attributes will do.
     """
 
-    __slots__ = ("_cancelled", "waiting")
+    __slots__ = ("_cancelled", "progress", "waiting")
 
     def __init__(self) -> None:
         self._cancelled = False
         self.waiting = False
+        self.progress = ProgressTracker()
 
     def cancel(self) -> None:
         """Make ``job.is_cancelled()`` true (the attempt is no longer ours)."""

@@ -132,10 +132,12 @@ def test_enqueue_json_then_list_and_show(awa: Any, db: psycopg.Connection) -> No
     shown_json = awa("job", "show", str(job["id"]), "--json")
     assert shown_json.exit_code == 0
     shown_data = json.loads(shown_json.stdout)
-    assert {key: shown_data[key] for key in job} == job
+    timeline = shown_data.pop("timeline")  # the row, plus its history (DESIGN §11)
     # show adds where the job stands under the limits (DESIGN §13)
-    assert shown_data["why_not_running"].startswith("scheduled for ")
-    assert shown_data["limit"] is None and shown_data["concurrency_key"] is None
+    assert shown_data.pop("why_not_running").startswith("scheduled for ")
+    assert shown_data.pop("limit") is None and shown_data.pop("concurrency_key") is None
+    assert shown_data == job
+    assert timeline["id"] == job["id"] and timeline["attempts"] == []
     assert json.loads(awa("--json", "job", "show", str(job["id"])).stdout)["id"] == job["id"]
 
 

@@ -236,7 +236,8 @@ def test_claim_uses_the_claim_index(dsn: str) -> None:
         plan = "\n".join(
             r[0]
             for r in conn.execute(
-                "EXPLAIN " + SQL["claim_by_queue"], {"queue": "q7", "limit": 10, "deadline": 0}
+                "EXPLAIN " + SQL["claim_by_queue"],
+                {"queue": "q7", "limit": 10, "deadline": 0, "worker": "h:1"},
             ).fetchall()
         )
     assert "jobs_claim_idx" in plan, plan

@@ -23,6 +23,7 @@ UPDATE awa.jobs AS j SET
     attempt = j.attempt + 1,
     run_lease = j.run_lease + 1,
     attempted_at = now(),
+    attempted_by = %(worker)s,
     heartbeat_at = now(),
     deadline_at = CASE WHEN coalesce(j.deadline_duration, %(deadline)s) > 0
                        THEN now() + coalesce(j.deadline_duration, %(deadline)s) * interval '1 second' END
@@ -32,7 +33,7 @@ RETURNING j.id, j.kind, j.queue, j.args, j.state, j.priority, j.attempt, j.max_a
           j.run_at, j.run_lease, j.heartbeat_at, j.deadline_at, j.deadline_duration,
           j.callback_id, j.callback_timeout_at, j.callback_result, j.errors, j.metadata, j.tags,
           j.unique_key, j.unique_states, j.output, j.ordering_key, j.created_at,
-          j.attempted_at, j.finalized_at;
+          j.attempted_at, j.finalized_at, j.progress, j.attempted_by;
 
 -- name: claim_by_kind
 -- The test harness's claim: one kind in any queue (or the given one), never from a paused queue.
@@ -50,6 +51,7 @@ UPDATE awa.jobs AS j SET
     attempt = j.attempt + 1,
     run_lease = j.run_lease + 1,
     attempted_at = now(),
+    attempted_by = %(worker)s,
     heartbeat_at = now(),
     deadline_at = CASE WHEN coalesce(j.deadline_duration, %(deadline)s) > 0
                        THEN now() + coalesce(j.deadline_duration, %(deadline)s) * interval '1 second' END
@@ -59,7 +61,7 @@ RETURNING j.id, j.kind, j.queue, j.args, j.state, j.priority, j.attempt, j.max_a
           j.run_at, j.run_lease, j.heartbeat_at, j.deadline_at, j.deadline_duration,
           j.callback_id, j.callback_timeout_at, j.callback_result, j.errors, j.metadata, j.tags,
           j.unique_key, j.unique_states, j.output, j.ordering_key, j.created_at,
-          j.attempted_at, j.finalized_at;
+          j.attempted_at, j.finalized_at, j.progress, j.attempted_by;
 
 -- name: next_due
 -- Seconds until the queue's next scheduled or retryable job falls due (NULL: none).

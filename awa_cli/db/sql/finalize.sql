@@ -6,7 +6,8 @@
 -- A park whose callback was resumed before the handler returned (callback_result already set)
 -- re-enters execution instead of waiting: it becomes available with its attempt refunded.
 -- Returns only what the UPDATE changed; the committed row is the claimed row with those
--- changes (awa_cli.attempts.committed_row).
+-- changes (awa_cli.attempts.committed_row). %(progress)s: the attempt's last reported progress
+-- (NULL: the row's stays), so the outcome always carries the latest progress.
 UPDATE awa.jobs AS j SET
     state = CASE WHEN v.state = 'waiting_external' AND j.callback_result IS NOT NULL
                  THEN 'available'::awa.job_state ELSE v.state END,
@@ -24,11 +25,12 @@ UPDATE awa.jobs AS j SET
                        THEN j.callback_id END,
     callback_timeout_at = CASE WHEN v.state = 'waiting_external' AND j.callback_result IS NULL
                                THEN j.callback_timeout_at END,
-    callback_in_handler = false
+    callback_in_handler = false,
+    progress = coalesce(v.progress, j.progress)
 FROM unnest(%(ids)s::bigint[], %(leases)s::bigint[], %(states)s::awa.job_state[],
             %(delays)s::float8[], %(errors)s::jsonb[], %(outputs)s::jsonb[], %(refunds)s::int[],
-            %(callback_ids)s::uuid[])
-     AS v(id, lease, state, delay, error, output, refund, callback_id)
+            %(callback_ids)s::uuid[], %(progress)s::jsonb[])
+     AS v(id, lease, state, delay, error, output, refund, callback_id, progress)
 WHERE j.id = v.id AND j.run_lease = v.lease AND j.state = 'running'
   AND (v.callback_id IS NULL OR j.callback_id = v.callback_id)
 RETURNING j.id, j.state::text AS state, j.run_at, j.attempt, j.finalized_at, j.callback_id, j.callback_timeout_at;

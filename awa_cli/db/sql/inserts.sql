@@ -16,7 +16,7 @@ RETURNING j.id, j.kind, j.queue, j.args, j.state, j.priority, j.attempt, j.max_a
           j.run_at, j.run_lease, j.heartbeat_at, j.deadline_at, j.deadline_duration,
           j.callback_id, j.callback_timeout_at, j.callback_result, j.errors, j.metadata, j.tags,
           j.unique_key, j.unique_states, j.output, j.ordering_key, j.created_at,
-          j.attempted_at, j.finalized_at;
+          j.attempted_at, j.finalized_at, j.progress, j.attempted_by;
 
 -- name: insert_many
 -- One statement for a whole batch: per-row columns as arrays, shared options as scalars.
