@@ -82,6 +82,7 @@ async def finalize_into_dlq(
         "leases": [r.job.run_lease for r in results],
         "errors": [None if r.error_entry is None else json.dumps(r.error_entry) for r in results],
         "reasons": [str(reasons[r.job.id]) for r in results],
+        "progress": [r.progress for r in results],  # the attempt's latest, as finalize_changed
     }
     async with conn.cursor(row_factory=dict_row) as cur:
         await cur.execute(SQL["dead_letter_finalize"], params)

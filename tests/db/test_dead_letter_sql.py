@@ -182,6 +182,7 @@ def test_finalize_fails_running_attempts_into_the_dlq(db: psycopg.Connection) ->
         leases=[3, 3, 3, 3],  # the stale attempt's lease is an older one
         errors=[Jsonb(entry), None, Jsonb(entry), Jsonb(entry)],
         reasons=["exhausted", "terminal_error", "exhausted", "exhausted"],
+        progress=[Jsonb({"percent": 40}), None, None, None],  # the attempt's latest, if any
     )
     db.commit()
     assert sorted(m["id"] for m in moved) == live
@@ -195,6 +196,7 @@ def test_finalize_fails_running_attempts_into_the_dlq(db: psycopg.Connection) ->
     )
     assert first.heartbeat_at is None and first.deadline_at is None and first.callback_id is None
     assert first.output == {"partial": 1} and first.attempt == 25 and first.run_lease == 3
+    assert first.progress == {"percent": 40} and second.progress is None
 
 
 def test_move_failed_by_filter_in_bounded_batches(db: psycopg.Connection) -> None:

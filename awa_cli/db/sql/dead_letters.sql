@@ -39,15 +39,16 @@ RETURNING *
 -- (id, run_lease, state running: a stale attempt changes nothing) and the move, so the job
 -- is failed and dead-lettered in the same transaction without an extra commit. Per attempt:
 -- %(ids)s, %(leases)s, %(errors)s (the error entry to append, or NULL) and %(reasons)s
--- (exhausted or terminal_error). The row is what the batched FINALIZE makes of a failure
+-- (exhausted or terminal_error), %(progress)s (the attempt's latest progress JSON, or NULL:
+-- the row's stays). The row is what the batched FINALIZE makes of a failure
 -- (state failed, finalized, heartbeat, deadline and callback cleared, output kept). Returns
 -- the dead letters; their job rows are the committed rows for the Exhausted events.
 WITH moved AS (
     DELETE FROM awa.jobs AS j
     USING unnest(%(ids)s::bigint[], %(leases)s::bigint[], %(errors)s::jsonb[],
-                 %(reasons)s::text[]) AS v(id, lease, error, reason)
+                 %(reasons)s::text[], %(progress)s::jsonb[]) AS v(id, lease, error, reason, progress)
     WHERE j.id = v.id AND j.run_lease = v.lease AND j.state = 'running'
-    RETURNING j.*, v.error AS awa_error, v.reason AS awa_dead_reason
+    RETURNING j.*, v.error AS awa_error, v.reason AS awa_dead_reason, v.progress AS awa_progress
 )
 INSERT INTO awa.dead_letters
 SELECT d.*
@@ -62,6 +63,7 @@ FROM moved, LATERAL jsonb_populate_record(NULL::awa.dead_letters,
         'callback_id', NULL::uuid,
         'callback_timeout_at', NULL::timestamptz,
         'callback_in_handler', false,
+        'progress', coalesce(moved.awa_progress, moved.progress),
         'dead_at', now(),
         'dead_reason', moved.awa_dead_reason)) AS d
 RETURNING *
