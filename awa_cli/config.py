@@ -10,14 +10,16 @@ from __future__ import annotations
 import json
 import re
 import tomllib
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from awa_cli import defaults
 from awa_cli.db.dsn import redact
-from awa_cli.durations import format_duration, parse_duration, show_value
+from awa_cli import config_values as values
+from awa_cli.config_values import Parser
+from awa_cli.durations import format_duration, parse_duration
 from awa_cli.enqueue import InsertOpts, check_name, prepare
 from awa_cli.errors import ConfigError, ValidationError
 from awa_cli.errors import ScheduleError
@@ -201,118 +203,8 @@ class Config:
 
 # --- the schema ------------------------------------------------------------------------------
 
-Parser = Callable[[Any, str], Any]
 
-
-_show = show_value
-
-
-def _integer(low: int, high: int) -> Parser:
-    def parse(value: Any, key: str) -> int:
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ConfigError(f"{key}: expected a positive integer, got {_show(value)}", key=key)
-        if not low <= value <= high:
-            raise ConfigError(f"{key}: must be between {low} and {high}, got {value}", key=key)
-        return value
-
-    return parse
-
-
-def _duration(*, zero_allowed: bool) -> Parser:
-    def parse(value: Any, key: str) -> float:
-        seconds = parse_duration(value, key)
-        if seconds == 0 and not zero_allowed:
-            raise ConfigError(f"{key}: must be greater than zero, got {_show(value)}", key=key)
-        return seconds
-
-    return parse
-
-
-def _text(value: Any, key: str) -> str:
-    if not isinstance(value, str) or not value.strip():
-        raise ConfigError(f"{key}: expected a non-empty string, got {_show(value)}", key=key)
-    return value
-
-
-def _boolean(value: Any, key: str) -> bool:
-    if not isinstance(value, bool):
-        raise ConfigError(f"{key}: expected true or false, got {_show(value)}", key=key)
-    return value
-
-
-def _otlp_url(value: Any, key: str) -> str:
-    """An http(s) base URL with a host (the OTLP collector's)."""
-    from urllib.parse import urlsplit
-
-    text = _text(value, key)
-    parts = urlsplit(text)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ConfigError(
-            f'{key}: expected an http(s) URL like "http://127.0.0.1:4318", got {_show(value)}',
-            key=key,
-        )
-    return text.rstrip("/")
-
-
-def _texts(value: Any, key: str) -> tuple[str, ...]:
-    if not isinstance(value, list):
-        raise ConfigError(f"{key}: expected a list of strings, got {_show(value)}", key=key)
-    return tuple(_text(item, f"{key}[{index}]") for index, item in enumerate(value))
-
-
-_HOST_NAME = re.compile(
-    r"(?=.{1,253}$)[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*"
-)
-
-
-def _host(value: Any, key: str) -> str:
-    """An IP address (v4 or v6) or a host name to bind to."""
-    import ipaddress
-
-    if isinstance(value, str):
-        try:
-            return str(ipaddress.ip_address(value))
-        except ValueError:
-            if _HOST_NAME.fullmatch(value):
-                return value
-    raise ConfigError(
-        f'{key}: expected an IP address or host name like "127.0.0.1", got {_show(value)}',
-        key=key,
-    )
-
-
-def _inline_table(value: Any, key: str) -> dict[str, Any]:
-    if not isinstance(value, dict):
-        raise ConfigError(f"{key}: expected a table, got {_show(value)}", key=key)
-    return value
-
-
-_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 SERVE_ROLES = ("viewer", "operator")
-
-
-def _env_name(value: Any, key: str) -> str:
-    if not isinstance(value, str) or not _ENV_NAME.fullmatch(value):
-        raise ConfigError(
-            f"{key}: expected the name of an environment variable, got {_show(value)}", key=key
-        )
-    return value
-
-
-def _env_names(value: Any, key: str) -> tuple[str, ...]:
-    if not isinstance(value, list):
-        raise ConfigError(f"{key}: expected a list of environment variable names", key=key)
-    return tuple(_env_name(item, f"{key}[{index}]") for index, item in enumerate(value))
-
-
-def _http_url(value: Any, key: str) -> str:
-    text = _text(value, key).strip()
-    if not re.fullmatch(r"https?://[^\s/?#]+(/[^\s?#]*)?", text):
-        raise ConfigError(
-            f"{key}: expected an http:// or https:// URL without query, got {_show(value)}",
-            key=key,
-        )
-    return text.rstrip("/")
 
 
 def _serve_tokens(value: Any, key: str) -> tuple[ServeToken, ...]:
@@ -332,28 +224,31 @@ def _serve_tokens(value: Any, key: str) -> tuple[ServeToken, ...]:
         role = entry.get("role", "viewer")
         if role not in SERVE_ROLES:
             raise ConfigError(
-                f"{label} role: expected viewer or operator, got {_show(role)}", key=f"{label} role"
+                f"{label} role: expected viewer or operator, got {values.show(role)}",
+                key=f"{label} role",
             )
-        tokens.append(ServeToken(name, _env_name(entry["token_env"], f"{label} token_env"), role))
+        tokens.append(
+            ServeToken(name, values.env_name(entry["token_env"], f"{label} token_env"), role)
+        )
     return tuple(tokens)
 
 
-_ANY_DURATION = _duration(zero_allowed=True)
-_INTERVAL = _duration(zero_allowed=False)
+_ANY_DURATION = values.duration(zero_allowed=True)
+_INTERVAL = values.duration(zero_allowed=False)
 _DURATIONS = (_ANY_DURATION, _INTERVAL)
 
 # table -> key -> parser; the dataclass defaults are the defaults. "queues.*" is each [queues.NAME].
 _SCHEMA: dict[str, dict[str, Parser]] = {
-    "database": {"url": _text, "embedded_dir": _text},
-    "app": {"modules": _texts, "plugins": _texts},
-    "worker": {"processes": _integer(1, 1024), "shutdown_timeout": _ANY_DURATION},
+    "database": {"url": values.nonempty_text, "embedded_dir": values.nonempty_text},
+    "app": {"modules": values.texts, "plugins": values.texts},
+    "worker": {"processes": values.integer(1, 1024), "shutdown_timeout": _ANY_DURATION},
     "queues.*": {
-        "concurrency": _integer(1, 10_000),
+        "concurrency": values.integer(1, 10_000),
         "deadline": _ANY_DURATION,
-        "dead_letter": _boolean,
+        "dead_letter": values.boolean,
         "priority_aging": _ANY_DURATION,
     },
-    "dead_letter": {"default": _boolean},
+    "dead_letter": {"default": values.boolean},
     "maintenance": {
         "heartbeat_interval": _INTERVAL,
         "heartbeat_staleness": _INTERVAL,
@@ -363,33 +258,33 @@ _SCHEMA: dict[str, dict[str, Parser]] = {
         "failed_retention": _ANY_DURATION,
         "dead_letter_retention": _ANY_DURATION,
     },
-    "metrics": {"prometheus_port": _integer(1, 65535), "host": _host},
+    "metrics": {"prometheus_port": values.integer(1, 65535), "host": values.host},
     "periodic.*": {
-        "cron": _text,
-        "kind": _text,
-        "args": _inline_table,
-        "timezone": _text,
-        "catch_up": _text,
-        "queue": _text,
-        "priority": _integer(1, 4),
-        "max_attempts": _integer(1, 1000),
-        "tags": _texts,
-        "metadata": _inline_table,
+        "cron": values.nonempty_text,
+        "kind": values.nonempty_text,
+        "args": values.inline_table,
+        "timezone": values.nonempty_text,
+        "catch_up": values.nonempty_text,
+        "queue": values.nonempty_text,
+        "priority": values.integer(1, 4),
+        "max_attempts": values.integer(1, 1000),
+        "tags": values.texts,
+        "metadata": values.inline_table,
         "deadline_duration": _ANY_DURATION,
     },
     "serve": {
-        "host": _text,
-        "port": _integer(1, 65535),
+        "host": values.nonempty_text,
+        "port": values.integer(1, 65535),
         "tokens": _serve_tokens,
-        "callback_secrets": _env_names,
-        "callback_base_url": _http_url,
+        "callback_secrets": values.env_names,
+        "callback_base_url": values.http_url,
     },
-    "telemetry": {"otlp_endpoint": _otlp_url, "service_name": _text},
+    "telemetry": {"otlp_endpoint": values.otlp_url, "service_name": values.nonempty_text},
     "limits.*": {
-        "kind": _text,
-        "queue": _text,
+        "kind": values.nonempty_text,
+        "queue": values.nonempty_text,
         "key": parse_key,
-        "max_running": _integer(1, 100_000),
+        "max_running": values.integer(1, 100_000),
         "rate": parse_rate,
     },
 }
@@ -415,7 +310,7 @@ def _table_label(*path: str) -> str:
 
 def _as_table(value: Any, label: str) -> dict[str, Any]:
     if not isinstance(value, dict):
-        raise ConfigError(f"{label}: expected a table, got {_show(value)}", key=label)
+        raise ConfigError(f"{label}: expected a table, got {values.show(value)}", key=label)
     return value
 
 
