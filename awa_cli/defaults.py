@@ -37,3 +37,10 @@ QUEUE_CONCURRENCY = 10
 
 DEAD_LETTER_RETENTION = 2592000.0
 """Seconds a dead letter is kept before the sweep prunes it (30 days)."""
+
+LOOP_BACKOFF_MIN = 0.1
+"""Seconds a worker loop (claim, finalise, heartbeat, listener, maintenance) first waits after
+a database error; the wait doubles on each further error."""
+
+LOOP_BACKOFF_MAX = 30.0
+"""The cap of a worker loop's backoff after repeated database errors."""

@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import psycopg
 
+from awa_cli import defaults
+from awa_cli.db.retry import Backoff, first_line
 from awa_cli.db.statements import SQL
 from awa_cli.depth import QueueDepth, queue_depth
 from awa_cli.events import RescueReason
@@ -120,6 +122,7 @@ class Maintenance:
         self.timings = timings
         self.on_rescued = on_rescued
         self.is_leader = False
+        self._worked = False  # a lock query succeeded on the current connection
         if timings.heartbeat_staleness < 3 * timings.heartbeat_interval:
             log.warning(
                 "heartbeat_staleness (%ss) is below 3x heartbeat_interval (%ss): live jobs may be rescued",
@@ -129,6 +132,9 @@ class Maintenance:
             )
 
     async def run(self, stopping: asyncio.Event) -> None:
+        """Elect, sweep, repeat until ``stopping``. Any database error is logged at ERROR
+        and retried with backoff (DESIGN §15.7), capped at ``leader_election_interval``."""
+        backoff = Backoff(cap=max(defaults.LOOP_BACKOFF_MIN, self.timings.leader_election_interval))
         while not stopping.is_set():
             try:
                 async with await psycopg.AsyncConnection.connect(self.dsn, autocommit=True) as conn:
@@ -137,12 +143,17 @@ class Maintenance:
                 raise
             except (psycopg.Error, OSError) as exc:
                 self.is_leader = False
-                log.warning(
-                    "maintenance connection lost: %s",
-                    exc,
-                    extra={"action": "maintenance_reconnect"},
+                if self._worked:  # the connection did work before it failed: start over
+                    backoff.reset()
+                    self._worked = False
+                delay = backoff.next()
+                log.error(
+                    "maintenance failed, reconnecting in %.1fs: %s",
+                    delay,
+                    first_line(exc),
+                    extra={"action": "maintenance_reconnect", "retry_in": delay},
                 )
-                await _sleep_unless(stopping, self.timings.leader_election_interval)
+                await _sleep_unless(stopping, delay)
 
     async def _lead_or_wait(
         self, conn: psycopg.AsyncConnection[Any], stopping: asyncio.Event
@@ -153,10 +164,12 @@ class Maintenance:
                     cur = await conn.execute(SQL["leader_try_lock"], {"key": LEADER_LOCK_KEY})
                     row = await cur.fetchone()
                     self.is_leader = bool(row and row[0])
+                    self._worked = True
                     if self.is_leader:
                         log.info("became maintenance leader", extra={"action": "leader_elected"})
                 if self.is_leader:
                     await conn.execute(SQL["leader_keepalive"])
+                    self._worked = True
                     await self.sweep()
                     await self._report_depth(conn)
                     await _sleep_unless(stopping, self.timings.rescue_interval)
@@ -192,8 +205,13 @@ class Maintenance:
                 failed_retention=self.timings.failed_retention,
                 on_rescued=self.on_rescued,
             )
-        except (psycopg.OperationalError, psycopg.InterfaceError, OSError) as exc:
-            log.warning("maintenance sweep failed: %s", exc, extra={"action": "sweep_failed"})
+        except (psycopg.Error, OSError) as exc:  # any database error; the next sweep retries
+            log.error(
+                "maintenance sweep failed, retrying in %.1fs: %s",
+                self.timings.rescue_interval,
+                first_line(exc),
+                extra={"action": "sweep_failed", "retry_in": self.timings.rescue_interval},
+            )
             try:
                 await self.pool.check()  # drop connections the server closed while idle
             except Exception:

@@ -59,6 +59,17 @@ def require_app_modules(ctx: CliContext) -> None:
         )
 
 
+def require_handlers(ctx: CliContext, app: Any) -> None:
+    """A worker whose app registers no handler would fail every job it claims (DESIGN
+    §15.5): refuse to start (exit 2)."""
+    if not app.tasks:
+        modules = ", ".join(ctx.config.app.modules)
+        raise ConfigError(
+            f"the modules {modules} register no task: the worker has no handlers",
+            key="app.modules",
+        )
+
+
 def build_worker(ctx: CliContext, queue_options: tuple[str, ...]) -> Any:
     from awa_cli.worker.queues import QueueSpec
     from awa_cli.worker.runtime import Worker
@@ -66,6 +77,7 @@ def build_worker(ctx: CliContext, queue_options: tuple[str, ...]) -> Any:
     config = ctx.config
     require_app_modules(ctx)
     app = ctx.app
+    require_handlers(ctx, app)
     if queue_options:
         specs = {
             name: QueueSpec(name, n, config.queues[name].deadline if name in config.queues else 0.0)
@@ -184,6 +196,7 @@ def command(ctx: CliContext, queues: tuple[str, ...], processes: int | None) -> 
         # The URL goes by environment, not argv (ps shows argv); resolved once, so the
         # children share one embedded server rather than race to start it.
         require_app_modules(ctx)  # config errors (exit 2) before the database (exit 1)
+        require_handlers(ctx, ctx.app)
         dsn = ctx.dsn()
         check_database(dsn)  # one clear line and exit 1, not N children failing in a loop
         env = {**ctx.env, "AWA_DATABASE_URL": dsn}

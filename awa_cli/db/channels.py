@@ -17,6 +17,10 @@ from awa_cli.db.statements import SQL
 CALLBACK_CHANNEL = "awa_callbacks"
 """Handlers waiting inside ``wait_for_callback`` are woken on this channel (payload: job id)."""
 
+CANCEL_CHANNEL = "awa_cancels"
+"""An operator cancel notifies this channel from its transaction (payload: job id); a worker
+running that job flips its ``job.is_cancelled()`` (DESIGN §15.6)."""
+
 
 async def queue_channels(
     conn: psycopg.AsyncConnection[Any], queues: Iterable[str]
