@@ -196,7 +196,6 @@ def command(ctx: CliContext, queues: tuple[str, ...], processes: int | None) -> 
         # The URL goes by environment, not argv (ps shows argv); resolved once, so the
         # children share one embedded server rather than race to start it.
         require_app_modules(ctx)  # config errors (exit 2) before the database (exit 1)
-        require_handlers(ctx, ctx.app)
         dsn = ctx.dsn()
         check_database(dsn)  # one clear line and exit 1, not N children failing in a loop
         env = {**ctx.env, "AWA_DATABASE_URL": dsn}

@@ -200,8 +200,9 @@ async def notify_worker_lifecycle(
 
 
 def _while_claiming(worker: Worker) -> Callable[[], bool]:
-    """Healthy while the claim loops work; during the drain (no claims) the pings go on."""
-    return lambda: worker.stopping or worker.healthy()
+    """Ping once ready (READY sent) and while the claim loops work; during the drain (no
+    claims) the pings go on. Before READY systemd's start timeout applies, not the watchdog."""
+    return lambda: worker.stopping or (worker.is_ready() and worker.healthy())
 
 
 async def _drain_when_orphaned(link: SupervisorLink, stop_requested: asyncio.Event) -> None:
