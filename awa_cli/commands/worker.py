@@ -65,8 +65,9 @@ def require_handlers(ctx: CliContext, app: Any) -> None:
     if not app.tasks:
         modules = ", ".join(ctx.config.app.modules)
         raise ConfigError(
-            f"the modules {modules} register no task: the worker has no handlers",
-            key="app.modules",
+            f"[app] modules: {modules} register no task: the worker has no handlers",
+            key="[app] modules",
+            source=str(ctx.config.path) if ctx.config.path else None,
         )
 
 

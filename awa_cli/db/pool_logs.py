@@ -83,7 +83,9 @@ class OneLineFormatter(logging.Formatter):
     journald or Loki. A traceback (``-v``) keeps its lines."""
 
     def formatMessage(self, record: logging.LogRecord) -> str:
-        text = super().formatMessage(record) + log_keys(record)
+        text = super().formatMessage(record)
+        if "action=" not in text:  # a logfmt message (the supervisor's) carries its own keys
+            text += log_keys(record)
         if "\n" not in text:
             return text
         return " ".join(part.strip() for part in text.splitlines() if part.strip())
