@@ -5,6 +5,7 @@ each attempt ended, with generous liveness bounds rather than tight timings."""
 
 from __future__ import annotations
 
+import itertools
 import os
 import signal
 import subprocess
@@ -89,7 +90,7 @@ def start(dsn: str, tmp_path: Path) -> Iterator[Callable[[str], WorkerProcess]]:
 
 
 def no_overlap(attempts: list[Attempt]) -> None:
-    for (_, _, ended, _), (_, started, _, _) in zip(attempts, attempts[1:], strict=False):
+    for (_, _, ended, _), (_, started, _, _) in itertools.pairwise(attempts):
         assert ended is not None and ended <= started, attempts
 
 
