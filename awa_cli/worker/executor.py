@@ -131,6 +131,8 @@ def _arm_deadline(row: JobRow, control: JobControl) -> asyncio.TimerHandle | Non
 
 
 def _deadline_passed(row: JobRow, control: JobControl) -> None:
+    if control.waited:  # a wait for a callback lifts the deadline (callbacks.sql begin_wait)
+        return
     log.warning(
         "job %s passed its deadline: cancelling it",
         row.id,

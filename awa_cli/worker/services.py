@@ -38,16 +38,36 @@ class JobControl:
     Set from the event loop, read from any thread: plain attributes will do.
     """
 
-    __slots__ = ("_cancelled", "_hard", "hard_cancelled", "is_async", "reason", "task", "waiting")
+    __slots__ = (
+        "_cancelled",
+        "_hard",
+        "_waiting",
+        "hard_cancelled",
+        "is_async",
+        "reason",
+        "task",
+        "waited",
+    )
 
     def __init__(self) -> None:
         self._cancelled = False
-        self.waiting = False
+        self._waiting = False
+        self.waited = False  # waited inside wait_for_callback: no deadline applies any more
         self.reason: str | None = None  # "deadline", "shutdown" or "fenced", once cancelled
         self.task: asyncio.Task[Any] | None = None  # the attempt's task (set by the executor)
         self.is_async = True
         self.hard_cancelled = False
         self._hard: asyncio.TimerHandle | None = None
+
+    @property
+    def waiting(self) -> bool:
+        """Whether the handler waits inside ``wait_for_callback`` now (no heartbeat then)."""
+        return self._waiting
+
+    @waiting.setter
+    def waiting(self, value: bool) -> None:
+        self._waiting = value
+        self.waited = self.waited or value
 
     def cancel(self, reason: str = "fenced", grace: float | None = None) -> None:
         """Make ``job.is_cancelled()`` true (the attempt is no longer ours); with ``grace``,
