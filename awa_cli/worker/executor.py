@@ -2,9 +2,11 @@
 
 Cancellation (DESIGN §15.6): the attempt's :class:`~awa_cli.worker.services.JobControl`
 knows the task running it. At the job's deadline (a timer armed here, from the duration the
-claim computed) ``job.is_cancelled()`` turns true, and an async handler still running
-``CANCEL_GRACE`` later is cancelled as a task; the attempt then ends ``hard deadline
-exceeded``. The same grace applies when the attempt is taken away (operator cancel, rescue,
+claim computed) ``job.is_cancelled()`` turns true, the worker runs the deadline rescue at once
+(``on_deadline``: the job becomes retryable or failed with ``Rescued``, as the leader's sweep
+would make it, without waiting for the sweep), and an async handler still running
+``CANCEL_GRACE`` later is cancelled as a task. The attempt's own result is then
+``hard deadline exceeded`` too: it is what counts if that rescue could not run. The same grace applies when the attempt is taken away (operator cancel, rescue,
 a lost heartbeat). A plain ``def`` handler runs in a daemon thread: when its deadline grace or
 the drain passes, the worker stops waiting for it and logs a warning naming the job.
 """
@@ -50,12 +52,14 @@ async def execute(
     *,
     prepare: Prepare | None = None,
     on_unknown: Callable[[JobRow], None] | None = None,
+    on_deadline: Callable[[JobRow], None] | None = None,
 ) -> AttemptResult:
     """Run the handler of ``row`` and map what it did to an :class:`AttemptResult`.
 
     ``prepare`` validates staged follow-ups (default: for ``app``); the job is registered in
     ``running`` while its handler runs (the caller removes it once the result is final);
-    ``on_unknown`` is told of a job whose kind ``app`` does not register.
+    ``on_unknown`` is told of a job whose kind ``app`` does not register, ``on_deadline`` of
+    an attempt that reached its deadline (the worker rescues it at once, as the sweep would).
     """
     task = app.tasks.get(row.kind)
     if task is None:
@@ -87,7 +91,7 @@ async def execute(
     )
     if running is not None:
         running.add(job)
-    timer = _arm_deadline(row, control)
+    timer = _arm_deadline(row, control, on_deadline)
     started = time.monotonic()
     result: Any = None
     error_raised: BaseException | None = None
@@ -123,14 +127,19 @@ def deadline_seconds(row: JobRow) -> float | None:
     return max(0.0, (row.deadline_at - row.attempted_at).total_seconds())
 
 
-def _arm_deadline(row: JobRow, control: JobControl) -> asyncio.TimerHandle | None:
+def _arm_deadline(
+    row: JobRow, control: JobControl, on_deadline: Callable[[JobRow], None] | None
+) -> asyncio.TimerHandle | None:
     delay = deadline_seconds(row)
     if delay is None:
         return None
-    return asyncio.get_running_loop().call_later(delay, _deadline_passed, row, control)
+    loop = asyncio.get_running_loop()
+    return loop.call_later(delay, _deadline_passed, row, control, on_deadline)
 
 
-def _deadline_passed(row: JobRow, control: JobControl) -> None:
+def _deadline_passed(
+    row: JobRow, control: JobControl, on_deadline: Callable[[JobRow], None] | None
+) -> None:
     if control.waited:  # a wait for a callback lifts the deadline (callbacks.sql begin_wait)
         return
     log.warning(
@@ -139,6 +148,8 @@ def _deadline_passed(row: JobRow, control: JobControl) -> None:
         extra={"action": "deadline_exceeded", "job_id": row.id, "queue": row.queue},
     )
     control.cancel("deadline", grace=CANCEL_GRACE)
+    if on_deadline is not None:
+        on_deadline(row)
 
 
 def _cancelled(row: JobRow, control: JobControl, threads: Executor | None) -> None:

@@ -18,6 +18,8 @@ import functools
 import logging
 import os
 import socket
+
+import psycopg
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -29,6 +31,7 @@ from awa_cli.db.pools import POOL_WAIT_SECONDS, claim_pool, recheck, worker_pool
 from awa_cli.db.retry import first_line
 from awa_cli.dispatch import Dispatcher, EventHook
 from awa_cli.errors import AwaError
+from awa_cli.events import RescueReason
 from awa_cli.outcomes import AttemptResult, Finalized, OutcomeCore
 from awa_cli.worker.callbacks import CallbackServices
 from awa_cli.worker.executor import execute
@@ -97,6 +100,8 @@ class Worker:
         self._runner_tasks: list[asyncio.Task[Any]] = []
         self._failed = asyncio.Event()
         self._failure: str | None = None  # why a supervised task ended (run() raises it)
+        self._deadline_rescue: asyncio.Task[None] | None = None
+        self._deadline_again = False
         self.running = RunningJobs()
         self.unknown_kinds: dict[tuple[str, str], int] = {}  # (kind, queue) -> jobs failed
         total = sum(q.concurrency for q in self.queues.values())
@@ -128,6 +133,7 @@ class Worker:
                 self.running,
                 prepare=prepare,
                 on_unknown=self._unknown_kind,
+                on_deadline=self._deadline_passed,
             ),
             submit=self.finalizer.submit,
             lost=self.running.discard,
@@ -170,6 +176,40 @@ class Worker:
             healthy=self.healthy(),
             unknown_kinds=dict(self.unknown_kinds),
         )
+
+    def _deadline_passed(self, row: JobRow) -> None:
+        """A running attempt reached its deadline: run the deadline rescue now (coalesced),
+        so the job is rescued by the worker running it rather than by the next sweep."""
+        if self._deadline_rescue is not None and not self._deadline_rescue.done():
+            self._deadline_again = True
+            return
+        self._deadline_rescue = asyncio.get_running_loop().create_task(
+            self._rescue_deadlines(), name="awa-deadline-rescue"
+        )
+
+    async def _rescue_deadlines(self) -> None:
+        self._deadline_again = True
+        while self._deadline_again:
+            self._deadline_again = False
+            try:
+                rows = await self.core.rescue(
+                    RescueReason.DEADLINE_EXCEEDED, staleness=self.timings.heartbeat_staleness
+                )
+            except (psycopg.Error, OSError) as exc:  # the attempt's own result still ends it
+                log.error(
+                    "deadline rescue failed: %s",
+                    first_line(exc),
+                    extra={"action": "deadline_rescue_failed"},
+                )
+                return
+            if rows:
+                log.warning(
+                    "rescued %d jobs: %s",
+                    len(rows),
+                    RescueReason.DEADLINE_EXCEEDED,
+                    extra={"action": "rescued", "reason": "deadline_exceeded"},
+                )
+                self.running.fence_rows(rows)
 
     def _unknown_kind(self, row: JobRow) -> None:
         key = (row.kind, row.queue)
