@@ -86,6 +86,7 @@ class Listener:
 
     def _on_notify(self, notify: Any) -> None:
         if notify.channel == CANCEL_CHANNEL:
+            self.services.wake_waiter(notify.payload)  # a waiting handler sees it at once
             if self.on_cancel is not None and notify.payload.isdigit():
                 self.on_cancel(int(notify.payload))
             return

@@ -172,6 +172,8 @@ async def notify_worker_lifecycle(
     tasks: list[asyncio.Task[Any]] = []
     if link is not None:
         tasks.append(asyncio.create_task(_drain_when_orphaned(link, stop_requested)))
+        claims_work = lambda: worker.stopping or worker.healthy()  # noqa: E731
+        tasks.append(asyncio.create_task(report_health(link, claims_work)))
     interval = None if link is not None else watchdog_interval(env)
     if interval:
         tasks.append(
@@ -203,6 +205,25 @@ def _while_claiming(worker: Worker) -> Callable[[], bool]:
     """Ping once ready (READY sent) and while the claim loops work; during the drain (no
     claims) the pings go on. Before READY systemd's start timeout applies, not the watchdog."""
     return lambda: worker.stopping or (worker.is_ready() and worker.healthy())
+
+
+HEALTH_KEY = "AWA_HEALTHY"
+"""A supervised child's report to its supervisor: ``AWA_HEALTHY=0`` while its claims fail,
+``1`` again once they work; the supervisor pings systemd's watchdog only while every child
+reports healthy."""
+
+
+async def report_health(
+    notifier: Notifier, healthy: Callable[[], bool], interval: float = 0.5
+) -> None:
+    """Send ``AWA_HEALTHY`` each time ``healthy()`` changes (checked every ``interval``)."""
+    last = True
+    while True:
+        now = healthy()
+        if now != last:
+            notifier.send(**{HEALTH_KEY: int(now)})
+            last = now
+        await asyncio.sleep(interval)
 
 
 async def _drain_when_orphaned(link: SupervisorLink, stop_requested: asyncio.Event) -> None:

@@ -18,11 +18,11 @@ import functools
 import logging
 import os
 import socket
-
-import psycopg
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+
+import psycopg
 
 from awa_cli import defaults
 from awa_cli.app import prepare_job
@@ -346,6 +346,8 @@ class Worker:
         for task in stuck:
             task.cancel()
         await self._drain(timeout)
+        if self._deadline_rescue is not None:
+            await asyncio.wait([self._deadline_rescue], timeout=5)
         await self.finalizer.stop()
         for task in self._tasks:
             task.cancel()

@@ -86,12 +86,14 @@ def received(server: NotifySocket) -> list[dict[str, str]]:
     return [fields for _, fields in server.messages]
 
 
+@pytest.mark.parametrize("processes", ["1", "2"])
 def test_a_missing_grant_is_logged_retried_and_recovers(
-    dsn: str, role: tuple[str, str], tmp_path: Path, notify_dir: Path
+    dsn: str, role: tuple[str, str], tmp_path: Path, notify_dir: Path, processes: str
 ) -> None:
     """`awa worker` as a role without UPDATE on awa.jobs: every claim fails with a permission
     error (not a connection error). The runner logs it at ERROR and backs off, no READY and no
-    WATCHDOG go out; once granted, READY comes and the job runs, in the same process."""
+    WATCHDOG go out; once granted, READY comes and the job runs, in the same process (or,
+    supervised, the same children)."""
     name, url = role
     run_sql(dsn, "REVOKE UPDATE ON awa.jobs FROM {r}", r=name)
     with awa.Client(dsn) as client:
@@ -104,10 +106,14 @@ def test_a_missing_grant_is_logged_retried_and_recovers(
     env.pop("AWA_CONFIG", None)
     log = tmp_path / "worker.log"
     with log.open("w") as err:
-        proc = subprocess.Popen([AWA, "--config", str(config), "worker"], env=env, stderr=err)
+        proc = subprocess.Popen(
+            [AWA, "--config", str(config), "worker", "--processes", processes],
+            env=env,
+            stderr=err,
+        )
     try:
         deadline = time.monotonic() + 30
-        while log.read_text().count("action=claim_failed") < 3:
+        while log.read_text().count("action=claim_failed") < 3 * int(processes):
             assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
             time.sleep(0.05)
         text = log.read_text()
@@ -124,6 +130,7 @@ def test_a_missing_grant_is_logged_retried_and_recovers(
             assert proc.poll() is None and time.monotonic() < wait, log.read_text()
             time.sleep(0.05)
         assert "action=claim_recovered" in log.read_text()
+        assert "action=child_restarting" not in log.read_text()
     finally:
         proc.send_signal(signal.SIGTERM)
         code = proc.wait(timeout=30)
