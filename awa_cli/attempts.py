@@ -262,6 +262,34 @@ def unknown_kind(job: JobRow) -> AttemptResult:
     )
 
 
+DEADLINE_EXCEEDED = "hard deadline exceeded"
+
+
+def deadline_exceeded(job: JobRow, *, args: Any, duration: float) -> AttemptResult:
+    """An attempt the runtime stopped at its deadline: retryable with backoff and the error
+    ``hard deadline exceeded`` (as the deadline rescue records), or failed on the last attempt."""
+    last_attempt = job.attempt >= job.max_attempts
+    entry = error_entry(DEADLINE_EXCEEDED, job.attempt, terminal=last_attempt)
+    if last_attempt:
+        return AttemptResult(
+            job=job,
+            action="fail",
+            args=args,
+            error=DEADLINE_EXCEEDED,
+            error_entry=entry,
+            duration=duration,
+        )
+    return AttemptResult(
+        job=job,
+        action="retry",
+        args=args,
+        delay=backoff_seconds(job.attempt),
+        error=DEADLINE_EXCEEDED,
+        error_entry=entry,
+        duration=duration,
+    )
+
+
 def args_rejected(
     job: JobRow, args_type: type | None, problem: BaseException | str
 ) -> AttemptResult:

@@ -48,3 +48,10 @@ PERIODIC_PRUNE_INTERVAL = 600.0
 WORKER_STALENESS = 30.0
 """Seconds after its last heartbeat that a worker's ``awa.workers`` row counts as gone: the
 dashboard stops showing it and the maintenance leader deletes it."""
+
+LOOP_BACKOFF_MIN = 0.1
+"""Seconds a worker loop (claim, finalise, heartbeat, listener, maintenance) first waits after
+a database error; the wait doubles on each further error."""
+
+LOOP_BACKOFF_MAX = 30.0
+"""The cap of a worker loop's backoff after repeated database errors."""

@@ -20,6 +20,7 @@ from psycopg import sql
 
 from awa_cli import defaults
 from awa_cli.db.channels import PERIODIC_CHANNEL
+from awa_cli.db.retry import Backoff, first_line
 from awa_cli.db.statements import SQL
 from awa_cli.depth import QueueDepth, queue_depth
 from awa_cli.limit_status import waiting as limit_waiting
@@ -143,6 +144,7 @@ class Maintenance:
         self.is_leader = False
         self._periodic_due_at: float | None = None  # loop time the next schedule is due
         self._periodic_pruned_at = float("-inf")
+        self._worked = False  # a lock query succeeded on the current connection
         if timings.heartbeat_staleness < 3 * timings.heartbeat_interval:
             log.warning(
                 "heartbeat_staleness (%ss) is below 3x heartbeat_interval (%ss): live jobs may be rescued",
@@ -152,6 +154,9 @@ class Maintenance:
             )
 
     async def run(self, stopping: asyncio.Event) -> None:
+        """Elect, sweep, repeat until ``stopping``. Any database error is logged at ERROR
+        and retried with backoff (DESIGN §15.7), capped at ``leader_election_interval``."""
+        backoff = Backoff(cap=max(defaults.LOOP_BACKOFF_MIN, self.timings.leader_election_interval))
         while not stopping.is_set():
             try:
                 async with await psycopg.AsyncConnection.connect(self.dsn, autocommit=True) as conn:
@@ -160,12 +165,17 @@ class Maintenance:
                 raise
             except (psycopg.Error, OSError) as exc:
                 self.is_leader = False
-                log.warning(
-                    "maintenance connection lost: %s",
-                    exc,
-                    extra={"action": "maintenance_reconnect"},
+                if self._worked:  # the connection did work before it failed: start over
+                    backoff.reset()
+                    self._worked = False
+                delay = backoff.next()
+                log.error(
+                    "maintenance failed, reconnecting in %.1fs: %s",
+                    delay,
+                    first_line(exc),
+                    extra={"action": "maintenance_reconnect", "retry_in": delay},
                 )
-                await _sleep_unless(stopping, self.timings.leader_election_interval)
+                await _sleep_unless(stopping, delay)
 
     async def _lead_or_wait(
         self, conn: psycopg.AsyncConnection[Any], stopping: asyncio.Event
@@ -176,12 +186,14 @@ class Maintenance:
                     cur = await conn.execute(SQL["leader_try_lock"], {"key": LEADER_LOCK_KEY})
                     row = await cur.fetchone()
                     self.is_leader = bool(row and row[0])
+                    self._worked = True
                     if self.is_leader:
                         log.info("became maintenance leader", extra={"action": "leader_elected"})
                         listen = sql.SQL(SQL["listen"]).format(sql.Identifier(PERIODIC_CHANNEL))
                         await conn.execute(listen)
                 if self.is_leader:
                     await conn.execute(SQL["leader_keepalive"])
+                    self._worked = True
                     await self.sweep()
                     await self._report_depth(conn)
                     await self._prune_workers(conn)
@@ -273,8 +285,13 @@ class Maintenance:
                 on_rescued=self.on_rescued,
                 dead_letter_retention=self.timings.dead_letter_retention,
             )
-        except (psycopg.OperationalError, psycopg.InterfaceError, OSError) as exc:
-            log.warning("maintenance sweep failed: %s", exc, extra={"action": "sweep_failed"})
+        except (psycopg.Error, OSError) as exc:  # any database error; the next sweep retries
+            log.error(
+                "maintenance sweep failed, retrying in %.1fs: %s",
+                self.timings.rescue_interval,
+                first_line(exc),
+                extra={"action": "sweep_failed", "retry_in": self.timings.rescue_interval},
+            )
             try:
                 await self.pool.check()  # drop connections the server closed while idle
             except Exception:

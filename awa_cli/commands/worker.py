@@ -59,6 +59,18 @@ def require_app_modules(ctx: CliContext) -> None:
         )
 
 
+def require_handlers(ctx: CliContext, app: Any) -> None:
+    """A worker whose app registers no handler would fail every job it claims (DESIGN
+    §15.5): refuse to start (exit 2)."""
+    if not app.tasks:
+        modules = ", ".join(ctx.config.app.modules)
+        raise ConfigError(
+            f"[app] modules: {modules} register no task: the worker has no handlers",
+            key="[app] modules",
+            source=str(ctx.config.path) if ctx.config.path else None,
+        )
+
+
 def build_worker(ctx: CliContext, queue_options: tuple[str, ...]) -> Any:
     from awa_cli.config import dead_letter_enabled
     from awa_cli.worker.queues import QueueSpec
@@ -67,6 +79,7 @@ def build_worker(ctx: CliContext, queue_options: tuple[str, ...]) -> Any:
     config = ctx.config
     require_app_modules(ctx)
     app = ctx.app
+    require_handlers(ctx, app)
     if queue_options:
         specs = {
             name: QueueSpec(
@@ -160,14 +173,21 @@ async def run_until_signalled(worker: Any, env: Mapping[str, str] | None = None)
 def command(ctx: CliContext, queues: tuple[str, ...], processes: int | None) -> None:
     """Run the worker daemon in the foreground until SIGTERM/SIGINT.
 
-    The first SIGTERM or SIGINT drains: stop claiming, let running jobs finish (up to
-    [worker] shutdown_timeout), flush their outcomes, release the maintenance lock, exit 0.
-    A second signal exits at once with status 1.
+    The first SIGTERM or SIGINT drains: stop claiming, turn every running job's
+    job.is_cancelled() true, let running jobs finish (up to [worker] shutdown_timeout; then
+    async handlers are cancelled and def handlers abandoned, their jobs left retryable), flush
+    their outcomes, release the maintenance lock, exit 0. A second signal exits at once with
+    status 1.
+
+    Any database error inside the worker is logged at ERROR and retried with backoff. A
+    worker task that ends unexpectedly makes it exit 1. An app that registers no task is
+    refused (exit 2).
 
     With more than one process a supervisor starts that many worker processes, restarts one
     that dies (with backoff) and forwards the drain to them; it runs no jobs itself.
 
-    Under systemd (NOTIFY_SOCKET set) it reports READY, STATUS, STOPPING and WATCHDOG.
+    Under systemd (NOTIFY_SOCKET set) it reports READY once it can claim, STATUS, STOPPING,
+    and WATCHDOG while its claims work.
     """
     processes = processes or ctx.config.worker.processes
     if queues:

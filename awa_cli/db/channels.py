@@ -20,6 +20,10 @@ CALLBACK_CHANNEL = "awa_callbacks"
 PERIODIC_CHANNEL = "awa_periodic"
 """The maintenance leader LISTENs here: a worker's upsert or a resume made a schedule due."""
 
+CANCEL_CHANNEL = "awa_cancels"
+"""An operator cancel notifies this channel from its transaction (payload: job id); a worker
+running that job flips its ``job.is_cancelled()`` (DESIGN §15.6)."""
+
 
 async def queue_channels(
     conn: psycopg.AsyncConnection[Any], queues: Iterable[str]

@@ -84,9 +84,29 @@ class OneLineFormatter(logging.Formatter):
 
     def formatMessage(self, record: logging.LogRecord) -> str:
         text = super().formatMessage(record)
+        if "action=" not in text:  # a logfmt message (the supervisor's) carries its own keys
+            text += log_keys(record)
         if "\n" not in text:
             return text
         return " ".join(part.strip() for part in text.splitlines() if part.strip())
+
+
+LOG_KEYS = ("action", "queue", "kind", "job_id", "task", "retry_in")
+"""The structured keys appended to a log line (``... action=claim_failed queue=default``)."""
+
+
+def log_keys(record: logging.LogRecord) -> str:
+    """`` action=claim_failed queue=default retry_in=0.4`` for the record's stable keys (the
+    ``extra`` of its call), so a log line can be grepped by ``action=`` whatever its text."""
+    if getattr(record, "action", None) is None:
+        return ""
+    parts = []
+    for key in LOG_KEYS:
+        value = getattr(record, key, None)
+        if value is not None:
+            value = str(value)
+            parts.append(f"{key}={value!r}" if (" " in value or not value) else f"{key}={value}")
+    return " " + " ".join(parts)
 
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s %(message)s"

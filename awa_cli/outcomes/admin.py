@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+from awa_cli.db.channels import CANCEL_CHANNEL
 from awa_cli.db.statements import SQL
 from awa_cli.events import JobEvent
 from awa_cli.jobs import JobRow
@@ -14,6 +17,9 @@ from awa_cli.outcomes.transaction import (
     transition,
 )
 from awa_cli.errors import InvalidJobState, JobNotFound
+
+if TYPE_CHECKING:
+    from awa_cli.events import AnyEvent
 
 
 def missing_or_state(job_id: int, verb: str) -> Missing:
@@ -38,10 +44,16 @@ async def cancel(core: CoreState, job_id: int, reason: str) -> JobRow:
             {"id": job_id},
             missing_or_state(job_id, "cancelled"),
             event=lambda row, _: JobEvent.Cancelled(row, row.args, reason),
+            then=notify_cancel,
         ),
     )
     assert row is not None  # missing raised
     return row
+
+
+async def notify_cancel(cur: Cursor, row: JobRow, event: AnyEvent | None = None) -> None:
+    """``then`` of a cancel: tell the worker that may be running the job (delivered at commit)."""
+    await cur.execute(SQL["notify_cancel"], {"channel": CANCEL_CHANNEL, "id": str(row.id)})
 
 
 async def retry(core: CoreState, job_id: int) -> JobRow:

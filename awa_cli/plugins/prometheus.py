@@ -13,6 +13,8 @@ Exported (from a registry of its own, never prometheus_client's global one):
 - ``awa_job_staged_follow_ups_committed_total{result="inserted|duplicate"}`` and
   ``awa_job_staged_follow_ups_discarded_total``: handler-staged follow-ups.
 - ``awa_jobs_running{queue}``: jobs this process is running now.
+- ``awa_jobs_unknown_kind_total{kind,queue}``: jobs this process failed because it registers
+  no handler for their kind (each is also logged at ERROR, ``action=unknown_kind``).
 - ``awa_queue_available_jobs{queue}`` and ``awa_queue_oldest_available_age_seconds{queue}``:
   each queue's backlog, from the snapshot the maintenance leader takes once per interval
   (``awa_queue_depth``), so only the leader's process exports them (take ``max by (queue)``
@@ -21,7 +23,7 @@ Exported (from a registry of its own, never prometheus_client's global one):
   max_running or out of rate budget, counted by the leader once per interval
   (``awa_limit_waiting``) when its worker has limits configured; leader-only as above.
 
-The last three families are read from the worker at scrape time (``Worker.stats()``), so
+The staged, hook-failure, running and unknown-kind families are read from the worker at scrape time (``Worker.stats()``), so
 event handling only increments in-memory counters.
 
 The HTTP endpoint (``/metrics``) listens on ``[metrics] host`` (``127.0.0.1`` unless
@@ -275,11 +277,12 @@ class _WorkerCollector(Collector):
         self.plugin = plugin
 
     def describe(self) -> list[Metric]:
-        return list(self._families({}, (0, 0, 0), 0))
+        return list(self._families({}, (0, 0, 0), 0, {}))
 
     def collect(self) -> Iterator[Metric]:
         inserted = duplicate = discarded = failures = 0
         running: dict[str, int] = {}
+        unknown: dict[tuple[str, str], int] = {}
         for worker in list(self.plugin.workers):
             stats = worker.stats()
             inserted += stats.staged_inserted
@@ -290,11 +293,16 @@ class _WorkerCollector(Collector):
                 running.setdefault(queue, 0)
             for queue, count in stats.running.items():
                 running[queue] = running.get(queue, 0) + count
-        return self._families(running, (inserted, duplicate, discarded), failures)
+            for key, count in stats.unknown_kinds.items():
+                unknown[key] = unknown.get(key, 0) + count
+        return self._families(running, (inserted, duplicate, discarded), failures, unknown)
 
     @staticmethod
     def _families(
-        running: dict[str, int], staged: tuple[int, int, int], failures: int
+        running: dict[str, int],
+        staged: tuple[int, int, int],
+        failures: int,
+        unknown: dict[tuple[str, str], int],
     ) -> Iterator[Metric]:
         inserted, duplicate, discarded = staged
         committed = CounterMetricFamily(
@@ -315,6 +323,14 @@ class _WorkerCollector(Collector):
             "Hook and awa_job_event implementations that raised.",
             value=failures,
         )
+        unknown_kind = CounterMetricFamily(
+            "awa_jobs_unknown_kind",
+            "Jobs failed because this worker registers no handler for their kind.",
+            labels=("kind", "queue"),
+        )
+        for (kind, queue), count in sorted(unknown.items()):
+            unknown_kind.add_metric((kind, queue), count)
+        yield unknown_kind
         gauge = GaugeMetricFamily(
             "awa_jobs_running", "Jobs running in this process, by queue.", labels=("queue",)
         )

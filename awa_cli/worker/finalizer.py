@@ -14,7 +14,9 @@ from collections.abc import Callable
 
 import psycopg
 
+from awa_cli import defaults
 from awa_cli.attempts import AttemptResult, Finalized
+from awa_cli.db.retry import first_line
 from awa_cli.db.pools import recheck
 from awa_cli.outcomes import FinalizeGroup, OutcomeCore
 
@@ -49,6 +51,11 @@ class Finalizer:
             loop.create_task(self._run(), name=f"awa-finalizer-{i}") for i in range(self.parallel)
         ]
 
+    @property
+    def tasks(self) -> list[asyncio.Task[None]]:
+        """The flush loops (the worker supervises them)."""
+        return list(self._tasks)
+
     def submit(self, result: AttemptResult) -> None:
         self.in_flight += 1
         self._queue.put_nowait(result)
@@ -78,24 +85,33 @@ class Finalizer:
                 await self._apply_group(group)
 
     async def _apply_group(self, group: FinalizeGroup) -> None:
-        delay = 0.1
+        delay = defaults.LOOP_BACKOFF_MIN
         while True:
             try:
                 done = await self.core.finalize_group(group)
                 break
-            except (psycopg.OperationalError, psycopg.InterfaceError, OSError) as exc:
-                log.warning(
+            except (psycopg.Error, OSError) as exc:
+                # Any database error (DESIGN §15.7): a lost connection, a read-only server, a
+                # revoked grant. The results stay queued and are retried, never dropped.
+                log.error(
                     "finalising %d jobs failed, retrying in %.1fs: %s",
                     len(group.results),
                     delay,
-                    exc,
-                    extra={"action": "finalize_retry", "jobs": len(group.results)},
+                    first_line(exc),
+                    extra={
+                        "action": "finalize_retry",
+                        "jobs": len(group.results),
+                        "retry_in": delay,
+                    },
                 )
                 # The server may have dropped every idle connection (a restart, terminated
                 # backends): weed them out, or each retry would draw another dead one.
-                await recheck(self.core.pool)
+                try:
+                    await recheck(self.core.pool)
+                except Exception:  # best-effort
+                    pass
                 await asyncio.sleep(delay)
-                delay = min(delay * 2, 5.0)
+                delay = min(delay * 2, defaults.LOOP_BACKOFF_MAX)
         by_id = {item.job_id: item for item in done}
         for result in group.results:
             self.in_flight -= 1

@@ -8,6 +8,9 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 
+import psycopg
+
+from awa_cli.db.retry import Backoff, first_line
 from awa_cli.worker.services import RunningJobs
 
 log = logging.getLogger("awa.worker")
@@ -31,17 +34,33 @@ class Heartbeat:
         self.recheck = recheck  # after a failed beat: replace the pool's broken connections
 
     async def run(self, stopping: asyncio.Event) -> None:
+        backoff = Backoff()
+        wait = self.interval
         while not stopping.is_set():
             try:
-                await asyncio.wait_for(stopping.wait(), timeout=self.interval)
+                await asyncio.wait_for(stopping.wait(), timeout=wait)
                 return
             except TimeoutError:
                 pass
             try:
                 await self.once()
-            except Exception as exc:
-                log.warning("heartbeat failed: %s", exc, extra={"action": "heartbeat_failed"})
-                await self.recheck()
+            except (psycopg.Error, OSError) as exc:
+                # Any database error (DESIGN §15.7): retried sooner than the next beat, with
+                # backoff, up to the interval (a beat later than that would risk a rescue).
+                wait = min(backoff.next(), self.interval)
+                log.error(
+                    "heartbeat failed, retrying in %.1fs: %s",
+                    wait,
+                    first_line(exc),
+                    extra={"action": "heartbeat_failed", "retry_in": wait},
+                )
+                try:
+                    await self.recheck()
+                except Exception:  # best-effort
+                    pass
+            else:
+                backoff.reset()
+                wait = self.interval
 
     async def once(self) -> None:
         """Touch every running attempt in one statement; fence those no longer ours."""

@@ -1,18 +1,19 @@
-"""LISTEN on the channels of the worker's queues (and for callback resumes) on one dedicated
-connection, reconnecting with backoff; after a reconnect every queue is woken, since
+"""LISTEN on the channels of the worker's queues (and for callback resumes and operator
+cancels) on one dedicated connection, reconnecting with backoff; after a reconnect every queue is woken, since
 notifications sent while disconnected are lost."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import psycopg
 from psycopg import sql
 
-from awa_cli.db.channels import CALLBACK_CHANNEL, queue_channels
+from awa_cli.db.channels import CALLBACK_CHANNEL, CANCEL_CHANNEL, queue_channels
+from awa_cli.db.retry import Backoff, first_line
 from awa_cli.db.roundtrip import notifications_work
 from awa_cli.db.statements import SQL
 
@@ -30,7 +31,9 @@ class Listener:
         runners: Mapping[str, QueueRunner],
         services: CallbackServices,
         poll_interval: float = 1.0,
+        on_cancel: Callable[[int], object] | None = None,
     ) -> None:
+        self.on_cancel = on_cancel  # an operator cancelled this job id (CANCEL_CHANNEL)
         self.dsn = dsn
         self.services = services
         self.runners = list(runners.values())
@@ -42,7 +45,7 @@ class Listener:
         self.notify_works = True
 
     async def run(self, stopping: asyncio.Event) -> None:
-        backoff = 0.1
+        backoff = Backoff()
         while not stopping.is_set():
             try:
                 async with await psycopg.AsyncConnection.connect(self.dsn, autocommit=True) as conn:
@@ -51,7 +54,7 @@ class Listener:
                     for runner in self.runners:
                         channel = channels[runner.spec.name]
                         self.by_channel.setdefault(channel, []).append(runner)
-                    for channel in [*self.by_channel, CALLBACK_CHANNEL]:
+                    for channel in [*self.by_channel, CALLBACK_CHANNEL, CANCEL_CHANNEL]:
                         await conn.execute(sql.SQL(SQL["listen"]).format(sql.Identifier(channel)))
                     if not self.checked_notify:
                         # Behind a transaction-mode pooler LISTEN/NOTIFY does not work: say
@@ -61,7 +64,7 @@ class Listener:
                         )
                         self.checked_notify = True
                     self.connected.set()
-                    backoff = 0.1
+                    backoff.reset()
                     self._wake_all()  # anything sent while we were away
                     self.services.wake_all_waiters()
                     async for notify in conn.notifies():
@@ -72,16 +75,21 @@ class Listener:
                 self.connected.clear()
                 if stopping.is_set():
                     return
-                log.warning(
-                    "listener connection lost, reconnecting in %.1fs: %s",
-                    backoff,
-                    exc,
-                    extra={"action": "listener_reconnect"},
+                delay = backoff.next()
+                log.error(
+                    "listener failed, reconnecting in %.1fs: %s",
+                    delay,
+                    first_line(exc),
+                    extra={"action": "listener_reconnect", "retry_in": delay},
                 )
-                await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, 5.0)
+                await _sleep_unless(stopping, delay)
 
     def _on_notify(self, notify: Any) -> None:
+        if notify.channel == CANCEL_CHANNEL:
+            self.services.wake_waiter(notify.payload)  # a waiting handler sees it at once
+            if self.on_cancel is not None and notify.payload.isdigit():
+                self.on_cancel(int(notify.payload))
+            return
         if notify.channel == CALLBACK_CHANNEL:
             self.services.wake_waiter(notify.payload)
             return
@@ -91,3 +99,10 @@ class Listener:
     def _wake_all(self) -> None:
         for runner in self.runners:
             runner.wake()
+
+
+async def _sleep_unless(stopping: asyncio.Event, seconds: float) -> None:
+    try:
+        await asyncio.wait_for(stopping.wait(), timeout=seconds)
+    except TimeoutError:
+        pass

@@ -17,7 +17,7 @@ import asyncio
 import logging
 import os
 import socket
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
@@ -145,19 +145,25 @@ def queues_summary(queues: Mapping[str, int]) -> str:
     return ", ".join(f"{name}={n}" for name, n in queues.items())
 
 
-async def watchdog_pings(notifier: Notifier, interval: float) -> None:
-    """``WATCHDOG=1`` every ``interval`` seconds until cancelled. The pings come from the
-    event loop, so a blocked loop stops them and systemd restarts the service."""
+async def watchdog_pings(
+    notifier: Notifier, interval: float, healthy: Callable[[], bool] = lambda: True
+) -> None:
+    """``WATCHDOG=1`` every ``interval`` seconds until cancelled, but only while ``healthy()``
+    (the worker's claim loops work, ``Worker.healthy``). The pings come from the event loop,
+    so a blocked loop stops them too; either way systemd restarts the service once
+    ``WatchdogSec`` passes without one (DESIGN §15.7)."""
     while True:
-        notifier.send(WATCHDOG=1)
+        if healthy():
+            notifier.send(WATCHDOG=1)
         await asyncio.sleep(interval)
 
 
 async def notify_worker_lifecycle(
     worker: Worker, stop_requested: asyncio.Event, env: Mapping[str, str]
 ) -> None:
-    """For the single-process ``awa worker``: READY once the worker listens, STATUS, WATCHDOG
-    pings, STOPPING when the drain begins. Supervised, the same messages go to the supervisor,
+    """For the single-process ``awa worker``: READY once the worker can claim (it listens and
+    every queue finished a successful claim round), STATUS, WATCHDOG pings while its claim
+    loops are healthy, STOPPING when the drain begins. Supervised, the same messages go to the supervisor,
     and the supervisor closing the link requests a drain. Runs until cancelled."""
     link = supervisor_link(env)
     notifier: Notifier | None = link or systemd_notifier(env)
@@ -166,12 +172,16 @@ async def notify_worker_lifecycle(
     tasks: list[asyncio.Task[Any]] = []
     if link is not None:
         tasks.append(asyncio.create_task(_drain_when_orphaned(link, stop_requested)))
+        claims_work = lambda: worker.stopping or worker.healthy()  # noqa: E731
+        tasks.append(asyncio.create_task(report_health(link, claims_work)))
     interval = None if link is not None else watchdog_interval(env)
     if interval:
-        tasks.append(asyncio.create_task(watchdog_pings(notifier, interval)))
+        tasks.append(
+            asyncio.create_task(watchdog_pings(notifier, interval, _while_claiming(worker)))
+        )
     try:
         status = queues_summary(worker.stats().queues)
-        connected = asyncio.create_task(worker.wait_listening())
+        connected = asyncio.create_task(worker.wait_ready())
         stopping = asyncio.create_task(stop_requested.wait())
         await asyncio.wait({connected, stopping}, return_when=asyncio.FIRST_COMPLETED)
         connected.cancel()
@@ -189,6 +199,31 @@ async def notify_worker_lifecycle(
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def _while_claiming(worker: Worker) -> Callable[[], bool]:
+    """Ping once ready (READY sent) and while the claim loops work; during the drain (no
+    claims) the pings go on. Before READY systemd's start timeout applies, not the watchdog."""
+    return lambda: worker.stopping or (worker.is_ready() and worker.healthy())
+
+
+HEALTH_KEY = "AWA_HEALTHY"
+"""A supervised child's report to its supervisor: ``AWA_HEALTHY=0`` while its claims fail,
+``1`` again once they work; the supervisor pings systemd's watchdog only while every child
+reports healthy."""
+
+
+async def report_health(
+    notifier: Notifier, healthy: Callable[[], bool], interval: float = 0.5
+) -> None:
+    """Send ``AWA_HEALTHY`` each time ``healthy()`` changes (checked every ``interval``)."""
+    last = True
+    while True:
+        now = healthy()
+        if now != last:
+            notifier.send(**{HEALTH_KEY: int(now)})
+            last = now
+        await asyncio.sleep(interval)
 
 
 async def _drain_when_orphaned(link: SupervisorLink, stop_requested: asyncio.Event) -> None:

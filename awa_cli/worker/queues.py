@@ -15,6 +15,7 @@ from typing import Any
 import psycopg
 
 from awa_cli import defaults
+from awa_cli.db.retry import first_line
 from awa_cli.jobs import JobRow
 from awa_cli.worker.services import RunnerContext
 
@@ -40,6 +41,9 @@ class QueueRunner:
         self._has_work = True  # the last claim filled every free slot
         self.claimed = 0
         self.claims = 0
+        self.ready = asyncio.Event()  # set after the first successful claim round
+        self.failing = False  # in error backoff: the last claim round failed
+        self._stop = asyncio.Event()
 
     @property
     def free(self) -> int:
@@ -48,9 +52,14 @@ class QueueRunner:
     def wake(self) -> None:
         self._wake.set()
 
+    def stop(self) -> None:
+        """The worker is stopping: end a backoff wait at once."""
+        self._stop.set()
+        self._wake.set()
+
     async def run(self) -> None:
         poll = self.context.poll_interval
-        backoff = 0.1
+        backoff = defaults.LOOP_BACKOFF_MIN
         while not self.context.is_stopping():
             # Cleared before claiming, so a wake-up that arrives while we claim (a NOTIFY, a
             # freed slot) is kept and the next wait returns at once.
@@ -64,19 +73,12 @@ class QueueRunner:
                 try:
                     requested = self.free
                     rows = await self.claim(requested)
-                    backoff = 0.1
-                except (psycopg.OperationalError, psycopg.InterfaceError, OSError) as exc:
-                    log.warning(
-                        "claim on queue %s failed, retrying in %.1fs: %s",
-                        self.spec.name,
-                        backoff,
-                        exc,
-                        extra={"action": "claim_failed", "queue": self.spec.name},
-                    )
-                    await self.context.recheck_claims()
-                    await asyncio.sleep(backoff)
-                    backoff = min(backoff * 2, 5.0)
+                except (psycopg.Error, OSError) as exc:
+                    await self._claim_failed(exc, backoff)
+                    backoff = min(backoff * 2, defaults.LOOP_BACKOFF_MAX)
                     continue
+                backoff = defaults.LOOP_BACKOFF_MIN
+                self._claim_ok()
                 for row in rows:
                     self._start(row)
                 self._has_work = len(rows) >= requested
@@ -90,6 +92,36 @@ class QueueRunner:
             except TimeoutError:
                 pass
 
+    def _claim_ok(self) -> None:
+        if self.failing:
+            log.info(
+                "claims on queue %s work again",
+                self.spec.name,
+                extra={"action": "claim_recovered", "queue": self.spec.name},
+            )
+        self.failing = False
+        self.ready.set()
+
+    async def _claim_failed(self, exc: BaseException, backoff: float) -> None:
+        """Any database error (a lost connection, a missing grant, a read-only server): one
+        ERROR line per backoff step, then retry (DESIGN §15.7)."""
+        self.failing = True
+        log.error(
+            "claim on queue %s failed, retrying in %.1fs: %s",
+            self.spec.name,
+            backoff,
+            first_line(exc),
+            extra={"action": "claim_failed", "queue": self.spec.name, "retry_in": backoff},
+        )
+        try:
+            await self.context.recheck_claims()
+        except Exception:  # the pool's check is best-effort
+            pass
+        try:
+            await asyncio.wait_for(self._stop.wait(), timeout=backoff)
+        except TimeoutError:
+            pass
+
     async def claim(self, limit: int) -> list[JobRow]:
         rows = await self.context.claim(self.spec.name, limit, self.spec.deadline)
         self.claimed += len(rows)
@@ -99,7 +131,7 @@ class QueueRunner:
     async def _until_next_due(self, poll: float) -> float:
         try:
             due = await self.context.seconds_until_due(self.spec.name)
-        except (psycopg.OperationalError, psycopg.InterfaceError, OSError):
+        except (psycopg.Error, OSError):
             return poll
         if due is None:
             return poll

@@ -19,7 +19,6 @@ import logging
 import os
 import socket
 from collections.abc import Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -29,7 +28,10 @@ from awa_cli import defaults
 from awa_cli.app import prepare_job
 from awa_cli.db.dsn import redact, with_options
 from awa_cli.db.pools import POOL_WAIT_SECONDS, claim_pool, recheck, worker_pool
+from awa_cli.db.retry import first_line
 from awa_cli.dispatch import Dispatcher, EventHook
+from awa_cli.errors import AwaError
+from awa_cli.events import RescueReason
 from awa_cli.limits import ClaimPlan, Limit, check_limits
 from awa_cli.outcomes import AttemptResult, Finalized, OutcomeCore
 from awa_cli.worker.callbacks import CallbackServices
@@ -41,6 +43,7 @@ from awa_cli.worker.listener import Listener
 from awa_cli.worker.presence import Presence
 from awa_cli.worker.queues import QueueRunner, QueueSpec
 from awa_cli.worker.services import RunnerContext, RunningJobs, WorkerStats
+from awa_cli.worker.threads import DaemonThreads
 
 if TYPE_CHECKING:
     from awa_cli.app import App
@@ -100,12 +103,17 @@ class Worker:
         self.schedules_registered = asyncio.Event()  # set once the app's schedules are stored
         self._stopped = asyncio.Event()
         self._tasks: list[asyncio.Task[Any]] = []
+        self._one_shots: list[asyncio.Task[Any]] = []
         self._runner_tasks: list[asyncio.Task[Any]] = []
+        self._failed = asyncio.Event()
+        self._failure: str | None = None  # why a supervised task ended (run() raises it)
+        self._deadline_rescue: asyncio.Task[None] | None = None
+        self._deadline_again = False
         self.running = RunningJobs()
+        self.unknown_kinds: dict[tuple[str, str], int] = {}  # (kind, queue) -> jobs failed
         total = sum(q.concurrency for q in self.queues.values())
-        self._threads = ThreadPoolExecutor(
-            max_workers=max(4, total), thread_name_prefix="awa-handler"
-        )
+        # Daemon threads: a def handler that never returns cannot keep the process alive.
+        self._threads = DaemonThreads(max(4, total), thread_name_prefix="awa-handler")
         self.pool = worker_pool(self.dsn, len(self.queues))
         self.claim_pool = claim_pool(self.dsn, len(self.queues))
         self.core = OutcomeCore(
@@ -136,7 +144,14 @@ class Worker:
             seconds_until_due=self.core.seconds_until_due,
             started=self.core.started,
             execute=lambda row: execute(
-                self.app, row, self.services, self._threads, self.running, prepare=prepare
+                self.app,
+                row,
+                self.services,
+                self._threads,
+                self.running,
+                prepare=prepare,
+                on_unknown=self._unknown_kind,
+                on_deadline=self._deadline_passed,
             ),
             submit=self.finalizer.submit,
             lost=self.running.discard,
@@ -145,7 +160,13 @@ class Worker:
             poll_interval=self.timings.poll_interval,
         )
         self.runners = {name: QueueRunner(spec, context) for name, spec in self.queues.items()}
-        self.listener = Listener(self.dsn, self.runners, self.services, self.timings.poll_interval)
+        self.listener = Listener(
+            self.dsn,
+            self.runners,
+            self.services,
+            self.timings.poll_interval,
+            on_cancel=self.running.cancel_job,
+        )
         self.heartbeat = Heartbeat(
             self.core.heartbeat,
             self.running,
@@ -177,14 +198,107 @@ class Worker:
             hook_failures=self.dispatcher.failures,
             listening=self.listener.connected.is_set(),
             stopping=self.stopping,
+            ready=self.is_ready(),
+            healthy=self.healthy(),
+            unknown_kinds=dict(self.unknown_kinds),
         )
+
+    def _deadline_passed(self, row: JobRow) -> None:
+        """A running attempt reached its deadline: run the deadline rescue now (coalesced),
+        so the job is rescued by the worker running it rather than by the next sweep."""
+        if self._deadline_rescue is not None and not self._deadline_rescue.done():
+            self._deadline_again = True
+            return
+        self._deadline_rescue = asyncio.get_running_loop().create_task(
+            self._rescue_deadlines(), name="awa-deadline-rescue"
+        )
+
+    async def _rescue_deadlines(self) -> None:
+        self._deadline_again = True
+        while self._deadline_again:
+            self._deadline_again = False
+            try:
+                rows = await self.core.rescue(
+                    RescueReason.DEADLINE_EXCEEDED, staleness=self.timings.heartbeat_staleness
+                )
+            except (psycopg.Error, OSError) as exc:  # the attempt's own result still ends it
+                log.error(
+                    "deadline rescue failed: %s",
+                    first_line(exc),
+                    extra={"action": "deadline_rescue_failed"},
+                )
+                return
+            if rows:
+                log.warning(
+                    "rescued %d jobs: %s",
+                    len(rows),
+                    RescueReason.DEADLINE_EXCEEDED,
+                    extra={"action": "rescued", "reason": "deadline_exceeded"},
+                )
+                self.running.fence_rows(rows)
+
+    def _unknown_kind(self, row: JobRow) -> None:
+        key = (row.kind, row.queue)
+        self.unknown_kinds[key] = self.unknown_kinds.get(key, 0) + 1
 
     async def wait_listening(self) -> None:
         """Return once the worker listens for new jobs (its LISTEN connection is up)."""
         await self.listener.connected.wait()
 
+    async def wait_ready(self) -> None:
+        """Return once the worker can claim: it listens, and every queue finished one
+        successful claim round (systemd READY is sent then, DESIGN §15.7)."""
+        await self.listener.connected.wait()
+        for runner in self.runners.values():
+            await runner.ready.wait()
+
+    def is_ready(self) -> bool:
+        return self.listener.connected.is_set() and all(
+            r.ready.is_set() for r in self.runners.values()
+        )
+
+    def healthy(self) -> bool:
+        """Whether the worker can claim now: no queue is in claim-error backoff and no
+        supervised task has ended (the systemd watchdog is pinged only while true)."""
+        return self._failure is None and not any(r.failing for r in self.runners.values())
+
+    def supervise(self, task: asyncio.Task[Any]) -> asyncio.Task[Any]:
+        """Watch a long-lived task of this worker: if it ends (raises, is cancelled or just
+        returns) while the worker is not stopping, the worker logs it at ERROR, shuts down,
+        and :meth:`run` raises ``AwaError``. The worker's own loops are all watched; a plugin
+        may hand its own background task here so that it cannot die silently either."""
+        task.add_done_callback(self._task_ended)
+        return task
+
+    def _task_ended(self, task: asyncio.Task[Any]) -> None:
+        if self._stopping.is_set():
+            return
+        exc = None if task.cancelled() else task.exception()
+        why = "was cancelled" if task.cancelled() else ("returned" if exc is None else "failed")
+        detail = f": {type(exc).__name__}: {first_line(exc)}" if exc is not None else ""
+        log.error(
+            "worker task %s %s unexpectedly%s: stopping the worker",
+            task.get_name(),
+            why,
+            detail,
+            exc_info=exc,
+            extra={"action": "task_died", "task": task.get_name()},
+        )
+        if self._failure is None:
+            self._failure = f"worker task {task.get_name()} {why} unexpectedly{detail}"
+            self._failed.set()
+
     async def run(self) -> None:
-        """Run until :meth:`shutdown` is called (or the task is cancelled)."""
+        """Run until :meth:`shutdown` is called (or the task is cancelled).
+
+        Raises ``AwaError`` at once when the app registers no handler (DESIGN §15.5), and
+        after shutting down when a supervised task ended unexpectedly (DESIGN §15.7).
+        """
+        if not self.app.tasks:
+            raise AwaError(
+                "the app registers no handler: a worker would fail every job it claims "
+                "(register tasks with @app.task, or check [app] modules)"
+            )
         await self.pool.open(wait=False)
         await self.claim_pool.open(wait=False)
         if self.limits:
@@ -198,28 +312,21 @@ class Worker:
         self._tasks = [
             loop.create_task(self.listener.run(self._stopping), name="awa-listener"),
             loop.create_task(self.heartbeat.run(self._stopping), name="awa-heartbeat"),
-            loop.create_task(self._register_schedules(), name="awa-schedules"),
             loop.create_task(self.presence.run(self._stopping), name="awa-presence"),
-            loop.create_task(self._announce_queues(), name="awa-announce-queues"),
             loop.create_task(self.progress.run(self._stopping), name="awa-progress"),
         ]
+        # One-shot tasks: they end once done (retrying while the database is away), so they
+        # are not supervised as loops; they are cancelled at shutdown like the rest.
+        self._one_shots = [
+            loop.create_task(self._register_schedules(), name="awa-schedules"),
+            loop.create_task(self._announce_queues(), name="awa-announce-queues"),
+        ]
         if self.maintenance_enabled:
-            from awa_cli.maintenance import Maintenance
-
-            self.maintenance = Maintenance(
-                self.dsn,
-                self.pool,
-                self.core,
-                self.timings,
-                on_rescued=self.running.fence_rows,
-                on_depth=self.plugins.queue_depth if self.plugins is not None else None,
-                on_limits=(
-                    self.plugins.limit_waiting if self.plugins is not None and self.limits else None
-                ),
-            )
             self._tasks.append(
-                loop.create_task(self.maintenance.run(self._stopping), name="awa-maintenance")
+                loop.create_task(self._maintenance().run(self._stopping), name="awa-maintenance")
             )
+        for task in [*self._runner_tasks, *self._tasks, *self.finalizer.tasks]:
+            self.supervise(task)
         log.info(
             "worker %s started: queues %s, database %s",
             self.id,
@@ -229,7 +336,35 @@ class Worker:
         )
         if self.plugins is not None:
             await self.plugins.worker_started(self)
-        await self._stopped.wait()
+        await self._until_stopped_or_failed()
+
+    def _maintenance(self) -> Maintenance:
+        from awa_cli.maintenance import Maintenance
+
+        self.maintenance = Maintenance(
+            self.dsn,
+            self.pool,
+            self.core,
+            self.timings,
+            on_rescued=self.running.fence_rows,
+            on_depth=self.plugins.queue_depth if self.plugins is not None else None,
+            on_limits=(
+                self.plugins.limit_waiting if self.plugins is not None and self.limits else None
+            ),
+        )
+        return self.maintenance
+
+    async def _until_stopped_or_failed(self) -> None:
+        stopped = asyncio.ensure_future(self._stopped.wait())
+        failed = asyncio.ensure_future(self._failed.wait())
+        try:
+            await asyncio.wait({stopped, failed}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stopped.cancel()
+            failed.cancel()
+        if self._failure is not None and not self._stopped.is_set():
+            await self.shutdown()
+            raise AwaError(self._failure)
 
     async def _register_schedules(self) -> None:
         """Upsert the app's periodic schedules once (retried while the database is away);
@@ -301,10 +436,11 @@ class Worker:
             return
         timeout = self.timings.shutdown_timeout if timeout is None else timeout
         self._stopping.set()
+        self.running.stop_all()  # every running handler's job.is_cancelled() turns true
         if self.plugins is not None:
             await self.plugins.worker_stopping(self)
         for runner in self.runners.values():
-            runner.wake()
+            runner.stop()
         # Let each runner finish the claim it may be in, so every claimed job is in flight.
         _, stuck = (
             await asyncio.wait(self._runner_tasks, timeout=10) if self._runner_tasks else ((), ())
@@ -312,10 +448,12 @@ class Worker:
         for task in stuck:
             task.cancel()
         await self._drain(timeout)
+        if self._deadline_rescue is not None:
+            await asyncio.wait([self._deadline_rescue], timeout=5)
         await self.finalizer.stop()
-        for task in self._tasks:
+        for task in [*self._tasks, *self._one_shots]:
             task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await asyncio.gather(*self._tasks, *self._one_shots, return_exceptions=True)
         await self.presence.leave()
         await self.pool.close()
         await self.claim_pool.close()

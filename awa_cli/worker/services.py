@@ -6,14 +6,17 @@ uses; ``queues`` gets a :class:`RunnerContext`; ``executor`` and ``job`` get the
 nothing below ``runtime`` sees the ``Worker``.
 
 Cancellation of a running attempt is owned by the runtime: each ``Job`` carries a
-:class:`JobControl`, and :meth:`RunningJobs.fence` is the one code path that flips it (the
-heartbeat finding a row lost, a rescue, a wait finding its callback gone).
+:class:`JobControl`, flipped by :meth:`RunningJobs.fence` (the heartbeat finding a row lost,
+a rescue, a wait finding its callback gone, an operator cancel: then the task is cancelled
+after ``CANCEL_GRACE``), by :meth:`RunningJobs.stop_all` at shutdown, and by the executor's
+deadline timer (``worker/executor.py``).
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 from uuid import UUID
 
@@ -24,24 +27,73 @@ if TYPE_CHECKING:
     from awa_cli.jobs import CallbackToken, JobRow
 
 
+CANCEL_GRACE = 1.0
+"""Seconds an async handler has to return once its attempt was taken away (a deadline, an
+operator cancel, a rescue) before it is cancelled as an asyncio task (DESIGN §15.6)."""
+
+
 class JobControl:
-    """The runtime-owned handle of one running attempt: its cancellation flag, whether
-    its handler is waiting inside ``wait_for_callback`` (no heartbeat then), and the progress
-    it reported (written by the heartbeat and the progress flush).
+    """The runtime-owned handle of one running attempt: its cancellation flag (and why),
+    whether its handler is waiting inside ``wait_for_callback`` (no heartbeat then), the
+    asyncio task running the attempt, so the runtime can cancel it after a grace, and the
+    progress it reported (written by the heartbeat and the progress flush).
 
     Set from the event loop, read from any thread: plain attributes will do.
     """
 
-    __slots__ = ("_cancelled", "progress", "waiting")
+    __slots__ = (
+        "_cancelled",
+        "_hard",
+        "_waiting",
+        "hard_cancelled",
+        "progress",
+        "is_async",
+        "reason",
+        "task",
+        "waited",
+    )
 
     def __init__(self) -> None:
         self._cancelled = False
-        self.waiting = False
+        self._waiting = False
+        self.waited = False  # waited inside wait_for_callback: no deadline applies any more
+        self.reason: str | None = None  # "deadline", "shutdown" or "fenced", once cancelled
+        self.task: asyncio.Task[Any] | None = None  # the attempt's task (set by the executor)
+        self.is_async = True
+        self.hard_cancelled = False
+        self._hard: asyncio.TimerHandle | None = None
         self.progress = ProgressTracker()
 
-    def cancel(self) -> None:
-        """Make ``job.is_cancelled()`` true (the attempt is no longer ours)."""
+    @property
+    def waiting(self) -> bool:
+        """Whether the handler waits inside ``wait_for_callback`` now (no heartbeat then)."""
+        return self._waiting
+
+    @waiting.setter
+    def waiting(self, value: bool) -> None:
+        self._waiting = value
+        self.waited = self.waited or value
+
+    def cancel(self, reason: str = "fenced", grace: float | None = None) -> None:
+        """Make ``job.is_cancelled()`` true (the attempt is no longer ours); with ``grace``,
+        cancel the attempt's task that many seconds later if it still runs."""
         self._cancelled = True
+        if self.reason is None:
+            self.reason = reason
+        if grace is not None and self.task is not None and self._hard is None:
+            self._hard = asyncio.get_running_loop().call_later(grace, self.cancel_task)
+
+    def cancel_task(self) -> None:
+        """Cancel the attempt's task now (the executor maps it to the attempt's result)."""
+        if self.task is not None and not self.task.done():
+            self.hard_cancelled = True
+            self.task.cancel()
+
+    def release(self) -> None:
+        """The attempt ended: drop its timers."""
+        if self._hard is not None:
+            self._hard.cancel()
+        self.task = None
 
     def is_cancelled(self) -> bool:
         return self._cancelled
@@ -66,6 +118,7 @@ class RunningJobs(Mapping[int, RunningAttempt]):
 
     def __init__(self) -> None:
         self._jobs: dict[int, RunningAttempt] = {}
+        self._stopping = False
 
     def __getitem__(self, job_id: int) -> RunningAttempt:
         return self._jobs[job_id]
@@ -78,6 +131,8 @@ class RunningJobs(Mapping[int, RunningAttempt]):
 
     def add(self, job: RunningAttempt) -> None:
         self._jobs[job.id] = job
+        if self._stopping:  # claimed in the last round before the drain
+            job.control.cancel("shutdown")
 
     def discard(self, job_id: int) -> None:
         self._jobs.pop(job_id, None)
@@ -89,8 +144,20 @@ class RunningJobs(Mapping[int, RunningAttempt]):
         job = self._jobs.get(job_id)
         if job is None or job.run_lease != run_lease:
             return False
-        job.control.cancel()
+        job.control.cancel("fenced", grace=CANCEL_GRACE)
         return True
+
+    def cancel_job(self, job_id: int) -> bool:
+        """An operator cancelled job ``job_id`` (whatever its lease): fence it if it runs here."""
+        job = self._jobs.get(job_id)
+        return job is not None and self.fence(job_id, job.run_lease)
+
+    def stop_all(self) -> None:
+        """Shutdown began: every running handler's ``job.is_cancelled()`` turns true (the
+        drain cancels what still runs after ``shutdown_timeout``)."""
+        self._stopping = True
+        for job in list(self._jobs.values()):
+            job.control.cancel("shutdown")
 
     def fence_rows(self, rows: list[JobRow]) -> None:
         """Fence the attempts of rescued rows still running here (maintenance's callback)."""
@@ -153,3 +220,6 @@ class WorkerStats:
     hook_failures: int  # hooks and awa_job_event implementations that raised
     listening: bool  # the LISTEN connection is up
     stopping: bool
+    ready: bool = False  # listening, and every queue finished a successful claim round
+    healthy: bool = True  # no queue in claim-error backoff, no supervised task ended
+    unknown_kinds: dict[tuple[str, str], int] = field(default_factory=dict)  # (kind, queue)

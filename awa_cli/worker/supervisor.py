@@ -10,7 +10,8 @@ status (2) before it was ever ready stops the whole supervisor: restarting canno
 Each child shares a socket with the supervisor (``AWA_SUPERVISOR_FD``, see notify.py): the
 child reports READY/STOPPING on it, and sees end-of-file on it when the supervisor dies, so
 no child outlives its supervisor. The supervisor alone speaks to systemd: READY once every
-child has reported ready, STATUS on every change, STOPPING on the drain, WATCHDOG pings.
+child has reported ready, STATUS on every change, STOPPING on the drain, WATCHDOG pings while
+no child reports its claims failing (``AWA_HEALTHY=0``).
 
 Signals: the first SIGTERM/SIGINT forwards SIGTERM to every child and waits for them
 (exit 0 when all drained cleanly, 1 otherwise); a second SIGKILLs them and exits 1.
@@ -28,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from awa_cli.worker.notify import (
+    HEALTH_KEY,
     SUPERVISOR_FD_ENV,
     SYSTEMD_ENV,
     Notifier,
@@ -89,6 +91,7 @@ class Slot:
     process: asyncio.subprocess.Process | None = None
     ready: bool = False
     ever_ready: bool = False
+    healthy: bool = True  # the child's last AWA_HEALTHY report (its claims work)
     started_at: float = 0.0
 
 
@@ -120,7 +123,9 @@ class Supervisor:
             loop.add_signal_handler(signum, self._on_signal, signum)
         helpers = []
         if self.notifier and self.watchdog:
-            helpers.append(loop.create_task(watchdog_pings(self.notifier, self.watchdog)))
+            helpers.append(
+                loop.create_task(watchdog_pings(self.notifier, self.watchdog, self._healthy))
+            )
         self._status()
         log.info(
             "supervising %d worker processes: %s",
@@ -238,7 +243,7 @@ class Supervisor:
         reports.cancel()
         await asyncio.gather(reports, return_exceptions=True)
         ours.close()
-        slot.process, slot.ready = None, False
+        slot.process, slot.ready, slot.healthy = None, False, True
         how = {"signal": signal.Signals(-code).name} if code < 0 else {"status": code}
         _child_event(
             logging.INFO if code == 0 else logging.WARNING,
@@ -260,7 +265,10 @@ class Supervisor:
                     data = await reader.readuntil(b"\n\n")
                 except (asyncio.IncompleteReadError, ConnectionError):
                     return
-                if parse_message(data).get("READY") == "1" and not slot.ready:
+                message = parse_message(data)
+                if HEALTH_KEY in message:
+                    slot.healthy = message[HEALTH_KEY] == "1"
+                if message.get("READY") == "1" and not slot.ready:
                     slot.ready = slot.ever_ready = True
                     _child_event(
                         logging.INFO,
@@ -271,6 +279,13 @@ class Supervisor:
                     self._on_child_ready()
         finally:
             writer.transport.abort()
+
+    def _healthy(self) -> bool:
+        """Ping the watchdog once READY was sent and while no child reports failing claims
+        (DESIGN §15.7); through the drain the pings go on."""
+        if self.stop_requested.is_set():
+            return True
+        return self.announced_ready and all(slot.healthy for slot in self.slots)
 
     def _on_child_ready(self) -> None:
         if self.stop_requested.is_set():

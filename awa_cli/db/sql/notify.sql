@@ -20,3 +20,8 @@ SELECT q, awa.channel_for(q) FROM unnest(%(queues)s::text[]) AS q;
 -- name: listen
 -- A psycopg.sql template: the caller composes the channel as an Identifier.
 LISTEN {};
+
+-- name: notify_cancel
+-- Sent from an operator cancel's transaction (payload: the job id): a worker running the job
+-- flips its job.is_cancelled() and cancels an async handler after a grace (DESIGN §15.6).
+SELECT pg_notify(%(channel)s, %(id)s);
