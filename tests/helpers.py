@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -98,3 +99,22 @@ class AwaRunner(CliRunner):
         from awa_cli.cli import cli
 
         return self.invoke(cli, list(args), env=env)
+
+
+def readme_grants() -> list[str]:
+    """The GRANT statements of the README's "A least-privilege database role" block, with
+    ``{db}`` and ``{role}`` where the README says ``app`` and ``awa_worker``: the tests that run
+    a least-privilege worker use exactly what the README documents."""
+    import re
+
+    text = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    section = text.split("## A least-privilege database role", 1)[1]
+    block = section.split("```sql", 1)[1].split("```", 1)[0]
+    grants = []
+    for line in block.splitlines():
+        statement = line.split("--", 1)[0].strip()
+        if statement.startswith("GRANT"):
+            statement = re.sub(r"\bON DATABASE app\b", "ON DATABASE {db}", statement)
+            grants.append(re.sub(r"\bTO awa_worker;", "TO {role};", statement))
+    assert grants, "README: no GRANT in the least-privilege block"
+    return grants

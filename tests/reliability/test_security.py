@@ -18,7 +18,7 @@ from urllib.parse import quote
 
 import psycopg
 import pytest
-from tests.helpers import AwaRunner
+from tests.helpers import AwaRunner, readme_grants
 from psycopg import sql
 
 import awa_cli as awa
@@ -316,17 +316,7 @@ def test_callback_ids_are_uuid4_from_os_urandom(dsn: str) -> None:
 
 # --------------------------------------------------------------------------- least privilege
 
-GRANTS = """
-GRANT CONNECT ON DATABASE {db} TO {role};
-GRANT USAGE ON SCHEMA awa TO {role};
-GRANT SELECT, INSERT, UPDATE, DELETE ON awa.jobs TO {role};
-GRANT USAGE ON SEQUENCE awa.jobs_id_seq TO {role};
-GRANT SELECT, INSERT, UPDATE ON awa.queues TO {role};
-GRANT SELECT, INSERT, DELETE ON awa.dead_letters TO {role};
-GRANT SELECT, INSERT ON awa.audit_log TO {role};
-GRANT USAGE ON SEQUENCE awa.audit_log_id_seq TO {role};
-GRANT EXECUTE ON FUNCTION awa.channel_for(text), awa.notify_inserted() TO {role};
-"""
+GRANTS = readme_grants()  # exactly the README's least-privilege block
 
 
 @pytest.fixture
@@ -340,7 +330,7 @@ def worker_role(dsn: str) -> Iterator[str]:
                 sql.Identifier(name), sql.Literal(PASSWORD)
             )
         )
-        for statement in GRANTS.strip().splitlines():
+        for statement in GRANTS:
             conn.execute(
                 sql.SQL(statement).format(
                     db=sql.Identifier(conn.info.dbname), role=sql.Identifier(name)

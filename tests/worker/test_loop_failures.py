@@ -27,6 +27,7 @@ from psycopg import sql
 import awa_cli as awa
 from tests.apps.lifecycle import SIDE_TABLE, Sleepy
 from tests.helpers import job_row, running_worker, wait_until
+from tests.helpers import readme_grants
 from tests.worker.test_notify import NotifySocket
 
 pytestmark = pytest.mark.integration
@@ -34,15 +35,12 @@ pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
 AWA = str(Path(sys.executable).parent / "awa")
 PASSWORD = "pw-" + uuid.uuid4().hex[:8]
-GRANTS = """
-GRANT CONNECT ON DATABASE {db} TO {role};
-GRANT USAGE ON SCHEMA awa TO {role};
-GRANT SELECT, INSERT, UPDATE, DELETE ON awa.jobs TO {role};
-GRANT USAGE ON SEQUENCE awa.jobs_id_seq TO {role};
-GRANT EXECUTE ON FUNCTION awa.channel_for(text), awa.notify_inserted() TO {role};
-GRANT USAGE ON SCHEMA awa_test TO {role};
-GRANT SELECT, INSERT, UPDATE ON awa_test.attempts TO {role};
-"""
+# The README's least-privilege grants, plus the test's side table.
+GRANTS = [
+    *readme_grants(),
+    "GRANT USAGE ON SCHEMA awa_test TO {role};",
+    "GRANT SELECT, INSERT, UPDATE ON awa_test.attempts TO {role};",
+]
 
 
 def run_sql(dsn: str, statement: str, **names: str) -> None:
@@ -63,7 +61,7 @@ def role(dsn: str) -> Iterator[tuple[str, str]]:
                 sql.Identifier(name), sql.Literal(PASSWORD)
             )
         )
-        for line in GRANTS.strip().splitlines():
+        for line in GRANTS:
             conn.execute(
                 sql.SQL(line).format(db=sql.Identifier(conn.info.dbname), role=sql.Identifier(name))
             )
