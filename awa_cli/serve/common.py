@@ -30,7 +30,7 @@ STATIC = HERE / "static"
 
 @dataclass(frozen=True)
 class NavItem:
-    """One entry of the dashboard's navigation (phase 2 adds queues, DLQ, periodic...)."""
+    """One entry of the dashboard's navigation."""
 
     path: str
     label: str
