@@ -112,7 +112,7 @@ async def act(request: Request, action: str, target: str, call: Callable[[], Awa
     periodic schedules: in the action's transaction, actor ``serve:<token name>`` through
     ``acting_as``); for the rest, and a refusal the core did not record, the entry is
     written here, under the same ``action`` and ``target`` names as the core's."""
-    from awa_cli.outcomes.audit import acting_as
+    from awa_cli.client_ops import acting_as
 
     actor = principal_of(request).actor
     client = client_of(request)

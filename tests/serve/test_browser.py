@@ -277,6 +277,15 @@ def test_a_viewer_cannot_pause_a_queue(dsn: str, tmp_path: Path) -> None:
         )
         assert statuses == [403, 403, 403]
     assert not queue_paused(dsn, "email") and dead_count(dsn) == 1
+    with psycopg.connect(dsn) as conn:
+        refused = conn.execute(
+            "SELECT actor, target, result FROM awa.audit_log WHERE action <> 'login' ORDER BY id"
+        ).fetchall()
+    assert refused == [
+        ("serve:vera", "POST /queues/email/pause", "refused"),
+        ("serve:vera", f"POST /dlq/{data.dead}/retry", "refused"),
+        ("serve:vera", f"POST /periodic/{data.schedule}/trigger", "refused"),
+    ]
     assert served.foreign() == []
 
 
