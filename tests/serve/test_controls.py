@@ -102,6 +102,7 @@ def test_dlq_list_page_retry_and_purge(dsn: str) -> None:
         assert http.get("/api/dlq?limit=0", headers=OP).status_code == 422
         one = http.get(f"/api/dlq/{first}", headers=OP).json()
         assert one["dead_reason"] == "manual" and one["errors"][0]["error"] == "boom"
+        assert one["dead_at"] and one["args"] == {"to": "a@example.com"}
 
         log_in(http, OPERATOR_TOKEN)
         page = http.get(f"/dlq/{first}").text
