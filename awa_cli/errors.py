@@ -67,6 +67,11 @@ class PeriodicNotFound(AwaError, LookupError):
     """No periodic schedule of that name (``awa cron``: exit 4)."""
 
 
+class QueueNotFound(AwaError, LookupError):
+    """No queue of that name is known (no row in ``awa.queues``, no runnable job): ``awa
+    serve`` answers 404 rather than creating one by pausing it."""
+
+
 class CallbackNotFound(AwaError, LookupError):
     """No job is waiting on this callback id (unknown, already resolved, rescued, or a wrong run_lease)."""
 
@@ -156,6 +161,7 @@ __all__ = [
     "InvalidJobState",
     "JobNotFound",
     "PeriodicNotFound",
+    "QueueNotFound",
     "RegistrationError",
     "ResolutionRefused",
     "ScheduleError",

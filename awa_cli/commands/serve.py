@@ -110,11 +110,15 @@ def command(
     Pages: / (counts per queue and state, the oldest available job, the last hour's throughput),
     /jobs (filter by state, kind, queue and tag; find by id; newest first, paginated by id),
     /jobs/ID (args, metadata, errors, output, the callback and its URLs; cancel, retry, resolve
-    the callback), /workers (live worker processes), /kinds (kinds live workers run; kinds with
-    ready jobs and no live worker flagged), /audit (the audit log). JSON: GET /api/stats,
-    /api/jobs?state=&kind=&queue=&tag=&limit=&before=, /api/jobs/ID, /api/workers, /api/kinds,
-    /api/audit?actor=&action=&target=&since=&limit=; POST /api/jobs/ID/cancel and
-    /api/jobs/ID/retry. Health: /healthz (the process is up) and /readyz (the database answers
+    the callback), /queues (pause state, counts per state; pause, resume), /dlq and /dlq/ID
+    (dead letters and their depth; retry, purge), /periodic (schedules, last and next fire;
+    pause, resume, trigger), /workers (live worker processes), /kinds (kinds live workers run;
+    kinds with ready jobs and no live worker flagged), /audit (the audit log). JSON: GET
+    /api/stats, /api/jobs?state=&kind=&queue=&tag=&limit=&before=, /api/jobs/ID, /api/queues,
+    /api/dlq?queue=&kind=&limit=, /api/dlq/ID, /api/periodic, /api/workers, /api/kinds,
+    /api/audit?actor=&action=&target=&since=&limit=; POST /api/jobs/ID/cancel|retry,
+    /api/queues/QUEUE/pause|resume, /api/dlq/ID/retry|purge and
+    /api/periodic/NAME/pause|resume|trigger. Health: /healthz (the process is up) and /readyz (the database answers
     and the schema is current).
 
     Auth: with no [serve] tokens, awa serve listens on loopback only (another --host is refused

@@ -8,6 +8,7 @@ import contextlib
 import json
 from collections.abc import Iterator
 from contextvars import ContextVar
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -21,15 +22,35 @@ from awa_cli.outcomes.transaction import CoreState
 _ACTOR: ContextVar[str | None] = ContextVar("awa_audit_actor", default=None)
 
 
+@dataclass
+class Trail:
+    """What the core recorded inside one :func:`acting_as` block, so a caller that audits
+    too (``awa serve``) writes its own entry only when the core wrote none. ``in_action``:
+    entries written in an action's transaction (committed only if the action returned);
+    ``alone``: entries committed on their own (a refused, failed or batched action)."""
+
+    in_action: int = 0
+    alone: int = 0
+
+    def recorded(self, *, succeeded: bool) -> bool:
+        """Whether an entry of the action is in the log, given how it ended."""
+        return self.alone > 0 or (succeeded and self.in_action > 0)
+
+
+_TRAIL: ContextVar[Trail | None] = ContextVar("awa_audit_trail", default=None)
+
+
 @contextlib.contextmanager
-def acting_as(actor: str) -> Iterator[None]:
+def acting_as(actor: str) -> Iterator[Trail]:
     """Record the operator actions made in this context (this task and the tasks it starts)
     as ``actor``, over the core's own: for a server acting for many callers at once (``awa
-    serve``: ``serve:<token name>``)."""
-    token = _ACTOR.set(actor)
+    serve``: ``serve:<token name>``). Yields the :class:`Trail` of what was recorded."""
+    trail = Trail()
+    token, trail_token = _ACTOR.set(actor), _TRAIL.set(trail)
     try:
-        yield
+        yield trail
     finally:
+        _TRAIL.reset(trail_token)
         _ACTOR.reset(token)
 
 
@@ -50,6 +71,20 @@ async def record(
     (a library caller that named none)."""
     if actor is None:
         return
+    await _write(conn, actor, action, target, result, detail)
+    trail = _TRAIL.get()
+    if trail is not None:
+        trail.in_action += 1
+
+
+async def _write(
+    conn: psycopg.AsyncConnection[Any],
+    actor: str,
+    action: str,
+    target: str | None,
+    result: str,
+    detail: dict[str, Any] | None,
+) -> None:
     await conn.execute(
         SQL["audit_insert"],
         {
@@ -74,7 +109,10 @@ async def record_alone(
     if actor is None:
         return
     async with core.pool.connection() as conn:
-        await record(conn, actor, action, target, result, detail)
+        await _write(conn, actor, action, target, result, detail)
+    trail = _TRAIL.get()
+    if trail is not None:
+        trail.alone += 1
 
 
 def describe(**filters: Any) -> str:

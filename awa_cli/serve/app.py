@@ -85,7 +85,7 @@ def build_app(client: AsyncClient, settings: ServeSettings) -> Starlette:
     from starlette.routing import BaseRoute, Mount, Route
     from starlette.staticfiles import StaticFiles
 
-    from awa_cli.serve import api, fleet, pages
+    from awa_cli.serve import api, controls, fleet, pages
 
     policy = Policy(list(settings.tokens), read_only=settings.read_only)
     routes: list[BaseRoute] = [
@@ -94,7 +94,7 @@ def build_app(client: AsyncClient, settings: ServeSettings) -> Starlette:
         Mount("/callbacks", asgi_app(client, list(settings.callback_keys), audit=auditor(client))),
     ]
     if not settings.callbacks_only:
-        routes += pages.routes() + api.routes() + fleet.routes()
+        routes += pages.routes() + api.routes() + fleet.routes() + controls.routes()
         routes.append(Mount("/static", StaticFiles(directory=str(STATIC)), name="static"))
 
     @contextlib.asynccontextmanager

@@ -30,7 +30,7 @@ STATIC = HERE / "static"
 
 @dataclass(frozen=True)
 class NavItem:
-    """One entry of the dashboard's navigation (phase 2 adds queues, DLQ, periodic...)."""
+    """One entry of the dashboard's navigation."""
 
     path: str
     label: str
@@ -39,6 +39,9 @@ class NavItem:
 NAV = [
     NavItem("/", "Overview"),
     NavItem("/jobs", "Jobs"),
+    NavItem("/queues", "Queues"),
+    NavItem("/dlq", "DLQ"),
+    NavItem("/periodic", "Periodic"),
     NavItem("/workers", "Workers"),
     NavItem("/kinds", "Kinds"),
     NavItem("/audit", "Audit"),
@@ -65,12 +68,20 @@ def status_for(exc: BaseException) -> int:
     import psycopg
 
     from awa_cli.callbacks import UnknownKindRefused
-    from awa_cli.errors import InvalidJobState
-    from awa_cli.errors import CallbackNotFound, FollowUpError, JobNotFound, ValidationError
+    from awa_cli.errors import (
+        CallbackNotFound,
+        FollowUpError,
+        InvalidJobState,
+        JobNotFound,
+        PeriodicNotFound,
+        QueueNotFound,
+        UniqueConflict,
+        ValidationError,
+    )
 
-    if isinstance(exc, (JobNotFound, CallbackNotFound)):
+    if isinstance(exc, (JobNotFound, CallbackNotFound, PeriodicNotFound, QueueNotFound)):
         return 404
-    if isinstance(exc, (InvalidJobState, UnknownKindRefused)):
+    if isinstance(exc, (InvalidJobState, UnknownKindRefused, UniqueConflict)):
         return 409
     if isinstance(exc, ValidationError):
         return 422
@@ -96,17 +107,26 @@ def error_line(exc: BaseException) -> str:
 
 
 async def act(request: Request, action: str, target: str, call: Callable[[], Awaitable[T]]) -> T:
-    """Run one action through the client and audit it, whatever its result."""
+    """Run one action through the client as the caller and audit it once, whatever its
+    result: the outcome core records the actions it audits itself (queue pause, the DLQ,
+    periodic schedules: in the action's transaction, actor ``serve:<token name>`` through
+    ``acting_as``); for the rest, and a refusal the core did not record, the entry is
+    written here, under the same ``action`` and ``target`` names as the core's."""
+    from awa_cli.client_ops import acting_as
+
     actor = principal_of(request).actor
     client = client_of(request)
-    try:
-        result = await call()
-    except Exception as exc:
-        status = status_for(exc)
-        detail = {"status": status, "error": error_line(exc)}
-        await audit(client, actor, action, target, result_of(status), detail)
-        raise
-    await audit(client, actor, action, target, "ok")
+    with acting_as(actor) as trail:
+        try:
+            result = await call()
+        except Exception as exc:
+            if not trail.recorded(succeeded=False):
+                status = status_for(exc)
+                detail = {"status": status, "error": error_line(exc)}
+                await audit(client, actor, action, target, result_of(status), detail)
+            raise
+    if not trail.recorded(succeeded=True):
+        await audit(client, actor, action, target, "ok")
     return result
 
 

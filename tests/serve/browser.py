@@ -9,6 +9,8 @@ fails the run.
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import contextlib
 import json
 import os
@@ -30,6 +32,7 @@ import psycopg
 import pytest
 
 import awa_cli as awa
+from awa_cli.periodic import Schedule
 
 ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
@@ -169,6 +172,8 @@ class Seeded:
     waiting: int
     completed: int
     worker_id: str
+    dead: int  # a dead letter (kind export, queue reports)
+    schedule: str  # a stored periodic schedule
 
 
 def seed(dsn: str) -> Seeded:
@@ -222,7 +227,38 @@ def seed(dsn: str) -> Seeded:
             (worker_id,),
         )
         vip = [available[2]]
-    return Seeded(available, failed, vip, waiting, int(completed), worker_id)
+        dead = awa.insert(conn, {"export": "q3"}, kind="export", queue="reports").id
+        conn.execute(
+            "UPDATE awa.jobs SET state = 'failed', attempt = 3, finalized_at = now(),"
+            ' errors = \'[{"error": "ExportError: disk full", "attempt": 3}]\'::jsonb'
+            " WHERE id = %s",
+            (dead,),
+        )
+    with awa.Client(dsn) as client:
+        assert client.move_failed_to_dlq(kind="export") == 1
+    asyncio.run(_store_schedule(dsn))
+    return Seeded(available, failed, vip, waiting, int(completed), worker_id, dead, SCHEDULE.name)
+
+
+SCHEDULE = Schedule("nightly-report", "0 3 * * *", "report", {"day": "yesterday"}, "Europe/Berlin")
+
+
+async def _store_schedule(dsn: str) -> None:
+    async with awa.AsyncClient(dsn) as client:
+        await client.core.register_schedules([SCHEDULE])
+        await client.core.fire_periodic()  # computes its first fire time
+
+
+def claim(dsn: str, queue: str) -> list[int]:
+    """What a worker's claim of ``queue`` takes now (the worker's own claim statement)."""
+
+    async def main() -> list[int]:
+        async with awa.AsyncClient(dsn) as client:
+            await client.ensure_open()
+            return [row.id for row in await client.core.claim(queue, 10)]
+
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:  # Playwright's loop is running
+        return pool.submit(asyncio.run, main()).result()
 
 
 def counts(dsn: str) -> dict[str, int]:

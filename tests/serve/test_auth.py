@@ -36,6 +36,19 @@ KNOWN_ACTIONS = {
     "/jobs/{job_id:int}/callback",
     "/api/jobs/{job_id:int}/cancel",
     "/api/jobs/{job_id:int}/retry",
+    *(
+        prefix + path
+        for prefix in ("", "/api")
+        for path in (
+            "/queues/{queue}/pause",
+            "/queues/{queue}/resume",
+            "/dlq/{job_id:int}/retry",
+            "/dlq/{job_id:int}/purge",
+            "/periodic/{name}/pause",
+            "/periodic/{name}/resume",
+            "/periodic/{name}/trigger",
+        )
+    ),
 }
 
 

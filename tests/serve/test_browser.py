@@ -21,6 +21,7 @@ from tests.serve.browser import (
     VIEWER_TOKEN,
     awa_serve,
     chromium,
+    claim,
     counts,
     log_in,
     new_page,
@@ -30,13 +31,31 @@ from tests.serve.browser import (
 
 pytestmark = [pytest.mark.integration]
 
-PAGES = ["/", "/jobs", "/workers", "/kinds", "/audit"]
+PAGES = ["/", "/jobs", "/queues", "/dlq", "/periodic", "/workers", "/kinds", "/audit"]
 
 
 def ids_where(dsn: str, condition: str) -> list[int]:
     with psycopg.connect(dsn) as conn:
         query = f"SELECT id FROM awa.jobs WHERE {condition} ORDER BY id DESC LIMIT 50"
         return [r[0] for r in conn.execute(query)]  # type: ignore[call-overload]
+
+
+def dead_count(dsn: str) -> int:
+    with psycopg.connect(dsn) as conn:
+        return int(conn.execute("SELECT count(*) FROM awa.dead_letters").fetchone()[0])  # type: ignore[index]
+
+
+def next_fire(dsn: str, name: str) -> str:
+    """The schedule's next fire time as the page shows it (UTC, to the second)."""
+    with psycopg.connect(dsn) as conn:
+        conn.execute("SET TIME ZONE 'UTC'")
+        row = conn.execute(
+            "SELECT to_char(next_fire_at, 'YYYY-MM-DD HH24:MI:SS') FROM awa.periodic_jobs"
+            " WHERE name = %s",
+            (name,),
+        ).fetchone()
+    assert row is not None and row[0] is not None
+    return str(row[0])
 
 
 def _ids_on(page: object) -> list[int]:
@@ -94,6 +113,26 @@ def test_every_page_shows_the_database_and_filters_work(dsn: str, tmp_path: Path
         email = page.locator("tbody tr", has=page.locator("a", has_text="send_email")).first
         assert "Send one email." in email.inner_text()
         assert "no live worker" not in email.inner_text()
+        # Queues: pause state and counts per state, as the database holds them.
+        page.click("nav a[href='/queues']")
+        email_row = page.locator("tbody tr", has=page.locator("a", has_text="email")).first
+        assert "running" in email_row.inner_text()
+        assert email_row.locator("td[data-label=available]").inner_text() == str(
+            len(ids_where(dsn, "queue = 'email' AND state = 'available'"))
+        )
+        # DLQ: the depth and the dead letter with its error; its page has args and errors.
+        page.click("nav a[href='/dlq']")
+        assert page.inner_text("#dlq-total") == str(dead_count(dsn))
+        assert page.inner_text("[data-dlq-queue=reports]") == "1"
+        page.click(f"a[href='/dlq/{data.dead}']")
+        assert "ExportError: disk full" in page.inner_text("main")
+        assert '"export": "q3"' in page.inner_text("main")
+        assert page.locator("main form[method=post]").count() == 0  # a viewer
+        # Periodic: the stored schedule and its next fire time.
+        page.click("nav a[href='/periodic']")
+        row = page.locator("tbody tr").first.inner_text()
+        assert data.schedule in row and "0 3 * * *" in row and "Europe/Berlin" in row
+        assert next_fire(dsn, data.schedule) in row
         # Audit: the sign-in is there.
         page.click("nav a[href='/audit']")
         assert "serve:vera" in page.locator("tbody tr").first.inner_text()
@@ -156,13 +195,108 @@ def test_a_viewer_has_no_buttons_and_a_forged_post_is_refused(dsn: str, tmp_path
     assert served.foreign() == []
 
 
+def queue_paused(dsn: str, queue: str) -> bool:
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute("SELECT paused FROM awa.queues WHERE name = %s", (queue,)).fetchone()
+    return bool(row and row[0])
+
+
+def test_an_operator_pauses_a_queue_retries_a_dead_letter_and_triggers_a_schedule(
+    dsn: str, tmp_path: Path
+) -> None:
+    data = seed(dsn)
+    with awa_serve(dsn, tmp_path) as served, chromium() as browser:
+        page = new_page(browser, served)
+        log_in(page, served, OPERATOR_TOKEN, "/queues")
+        email_row = page.locator("tbody tr", has=page.locator("a", has_text="email")).first
+        email_row.locator("button:has-text('Pause')").click()
+        page.wait_for_url("**/queues?done=paused+email")
+        assert queue_paused(dsn, "email")
+        with awa.Client(dsn) as client:
+            assert "email" in client.paused_queues()
+        assert claim(dsn, "email") == []  # no worker claims from a paused queue
+        email_row = page.locator("tbody tr", has=page.locator("a", has_text="email")).first
+        assert "paused" in email_row.inner_text()
+        email_row.locator("button:has-text('Resume')").click()
+        page.wait_for_url("**/queues?done=resumed+email")
+        assert not queue_paused(dsn, "email")
+        assert len(claim(dsn, "email")) == 5  # the positive control: resumed, it is claimed
+
+        page.goto(f"{served.url}/dlq/{data.dead}")
+        page.click("button:has-text('Retry')")
+        page.wait_for_url(f"**/jobs/{data.dead}?done=**")
+        assert job_row(dsn, data.dead).state == awa.JobState.AVAILABLE
+        assert dead_count(dsn) == 0
+
+        page.goto(f"{served.url}/periodic")
+        page.click("button:has-text('Trigger now')")
+        page.wait_for_url("**/periodic?done=triggered**")
+        notice = page.inner_text("p.notice")
+        triggered = int(notice.rsplit("job ", 1)[1].rstrip("."))
+        assert job_row(dsn, triggered).kind == "report"
+        assert job_row(dsn, triggered).state == awa.JobState.AVAILABLE  # enqueued now
+    with psycopg.connect(dsn) as conn:
+        entries = conn.execute(
+            "SELECT actor, action, target, result FROM awa.audit_log ORDER BY id"
+        ).fetchall()
+    assert entries == [
+        ("serve:otto", "login", "session", "ok"),
+        ("serve:otto", "queue.pause", "email", "ok"),
+        ("serve:otto", "queue.resume", "email", "ok"),
+        ("serve:otto", "dlq.retry", str(data.dead), "ok"),
+        ("serve:otto", "cron.trigger", f"periodic:{data.schedule}", "ok"),
+    ]
+    assert served.foreign() == []
+
+
+def test_a_viewer_cannot_pause_a_queue(dsn: str, tmp_path: Path) -> None:
+    data = seed(dsn)
+    with awa_serve(dsn, tmp_path) as served, chromium() as browser:
+        page = new_page(browser, served)
+        log_in(page, served, VIEWER_TOKEN, "/queues")
+        for path in ("/queues", "/periodic", f"/dlq/{data.dead}"):
+            page.goto(f"{served.url}{path}")
+            assert page.locator("main form[method=post]").count() == 0, path
+        statuses = page.evaluate(
+            """async (urls) => {
+                const csrf = document.querySelector("meta[name=csrf-token]").content;
+                const out = [];
+                for (const url of urls) {
+                    const r = await fetch(url, {method: "POST",
+                        headers: {"Content-Type": "application/x-www-form-urlencoded"},
+                        body: "csrf=" + encodeURIComponent(csrf)});
+                    out.push(r.status);
+                }
+                return out;
+            }""",
+            [
+                "/queues/email/pause",
+                f"/dlq/{data.dead}/retry",
+                f"/periodic/{data.schedule}/trigger",
+            ],
+        )
+        assert statuses == [403, 403, 403]
+    assert not queue_paused(dsn, "email") and dead_count(dsn) == 1
+    with psycopg.connect(dsn) as conn:
+        refused = conn.execute(
+            "SELECT actor, target, result FROM awa.audit_log WHERE action <> 'login' ORDER BY id"
+        ).fetchall()
+    assert refused == [
+        ("serve:vera", "POST /queues/email/pause", "refused"),
+        ("serve:vera", f"POST /dlq/{data.dead}/retry", "refused"),
+        ("serve:vera", f"POST /periodic/{data.schedule}/trigger", "refused"),
+    ]
+    assert served.foreign() == []
+
+
 @pytest.mark.parametrize("width", [375, 1440])
 def test_no_page_scrolls_sideways(dsn: str, tmp_path: Path, width: int) -> None:
     data = seed(dsn)
     with awa_serve(dsn, tmp_path) as served, chromium() as browser:
         page = new_page(browser, served, width=width, height=800)
         log_in(page, served, OPERATOR_TOKEN)
-        for path in [*PAGES, f"/jobs/{data.waiting}", f"/jobs/{data.failed[0]}"]:
+        extra = [f"/jobs/{data.waiting}", f"/jobs/{data.failed[0]}", f"/dlq/{data.dead}"]
+        for path in [*PAGES, *extra]:
             page.goto(f"{served.url}{path}")
             assert page.locator("main h1").count() == 1, path
             assert no_horizontal_scroll(page), f"{path} scrolls sideways at {width} px"
