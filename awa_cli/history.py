@@ -188,3 +188,32 @@ def _failed_here(row: JobRow, entry: dict[str, Any]) -> bool:
 
 def _iso(value: datetime | None) -> str | None:
     return value.isoformat() if value is not None else None
+
+
+def show_json(history: JobTimeline, status: dict[str, Any]) -> dict[str, Any]:
+    """``awa job show --json`` and ``GET /api/jobs/{id}``: the row, its place under the
+    limits (``concurrency_key``, ``why_not_running``, ``limit``) and ``timeline``, from
+    :meth:`AsyncClient.job_history` and :meth:`AsyncClient.limit_status`."""
+    limit = None
+    if status.get("limit_name") is not None:
+        limit = {
+            "name": status["limit_name"],
+            "key": status["key"],
+            "running": status["running"],
+            "max_running": status["max_running"],
+        }
+    return {
+        **history.job.to_json(),
+        "concurrency_key": status.get("concurrency_key"),
+        "why_not_running": status.get("reason"),
+        "limit": limit,
+        "timeline": history.to_json(),
+    }
+
+
+def percent_of(progress: dict[str, Any] | None) -> float | None:
+    """The progress's percent clamped to 0..100 (None: no number reported)."""
+    value = (progress or {}).get("percent")
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(min(max(value, 0), 100))

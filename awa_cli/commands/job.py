@@ -20,6 +20,7 @@ from awa_cli.commands.operate import (
     refuse_mixed,
     run_counted,
 )
+from awa_cli.history import show_json
 from awa_cli.jobs import JobRow, JobState
 from awa_cli.results import ValidationError
 
@@ -243,21 +244,10 @@ def show(ctx: CliContext, job_id: int, json_flag: bool) -> None:
 
     history, status = run_with_client(ctx, fetch)
     row = history.job
-    limit = None
-    if status["limit_name"] is not None:
-        limit = {
-            "name": status["limit_name"],
-            "key": status["key"],
-            "running": status["running"],
-            "max_running": status["max_running"],
-        }
-    extra = {
-        "concurrency_key": status["concurrency_key"],
-        "why_not_running": status["reason"],
-        "limit": limit,
-    }
+    shown = show_json(history, status)
+    limit = shown["limit"]
     if ctx.wants_json(json_flag):
-        ctx.terminal.json({**row.to_json(), **extra, "timeline": history.to_json()})
+        ctx.terminal.json(shown)
         return
     print_fields(ctx, row)
     if status["concurrency_key"] is not None:

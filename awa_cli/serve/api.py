@@ -100,13 +100,19 @@ async def list_jobs(request: Request) -> Response:
 
 
 async def get_job(request: Request) -> Response:
+    """The row plus ``concurrency_key``, ``why_not_running``, ``limit`` and ``timeline``, as
+    ``awa job show --json`` prints it."""
     from starlette.responses import JSONResponse
 
+    from awa_cli.history import show_json
+
+    client = client_of(request)
+    job_id = int(request.path_params["job_id"])
     try:
-        row = await client_of(request).get_job(int(request.path_params["job_id"]))
+        shown = show_json(await client.job_history(job_id), await client.limit_status(job_id))
     except Exception as exc:
         return _failed(exc)
-    return JSONResponse(row.to_json())
+    return JSONResponse(shown)
 
 
 async def cancel_job(request: Request) -> Response:

@@ -109,13 +109,28 @@ def _job_id(request: Request) -> int:
 
 
 async def job(request: Request) -> Response:
+    """The job with its progress, timeline (attempts, callback, follow-ups, the job that
+    produced it) and, for a runnable job, why it is not running (DESIGN §11, §13)."""
+    from awa_cli.history import percent_of
+
+    client = client_of(request)
+    job_id = _job_id(request)
     try:
-        row = await client_of(request).get_job(_job_id(request))
+        history = await client.job_history(job_id)
+        status = await client.limit_status(job_id)
     except Exception as exc:
         return error_page(request, exc)
+    row = history.job
     done = request.query_params.get("done")
     return render(
-        request, "job.html", job=row, done=done if done else None, urls=_callback_urls(request, row)
+        request,
+        "job.html",
+        job=row,
+        timeline=history,
+        percent=percent_of(row.progress),
+        why_not_running=status["reason"],
+        done=done if done else None,
+        urls=_callback_urls(request, row),
     )
 
 

@@ -181,3 +181,90 @@ def test_readyz_reports_a_schema_that_is_not_current(dsn: str, fresh_dsn: str) -
     with serve("postgresql://nobody@127.0.0.1:1/none?connect_timeout=1") as http:
         down = http.get("/readyz")
     assert down.status_code == 503 and down.json()["error"] == "database unavailable"
+
+
+def seed_history(dsn: str) -> tuple[int, int]:
+    """A running job on its second attempt with progress, whose first attempt was retried and
+    which produced a follow-up (metadata ``awa.trigger_id``, as the outcome core writes it)."""
+    with psycopg.connect(dsn) as conn:
+        job = awa.insert(conn, {"batch": 7}, kind="import_orders", queue="imports")
+        conn.execute(
+            "UPDATE awa.jobs SET state = 'running', attempt = 2, attempted_at = now(),"
+            " attempted_by = 'host-a:11:1', progress = %s::jsonb, errors = %s::jsonb"
+            " WHERE id = %s",
+            (
+                '{"percent": 60, "message": "copying <rows>", "checkpoint": {"offset": 600},'
+                ' "at": "2026-12-01T10:00:00+00:00"}',
+                '[{"error": "ConnectionError: reset", "attempt": 1, "terminal": false,'
+                ' "at": "2026-12-01T09:59:00+00:00", "worker": "host-b:22:1",'
+                ' "started_at": "2026-12-01T09:58:00+00:00"}]',
+                job.id,
+            ),
+        )
+        follow_up = awa.insert(
+            conn,
+            {"about": job.id},
+            kind="notify_ops",
+            queue="imports",
+            metadata={"awa.trigger_id": job.id},
+        )
+    return job.id, follow_up.id
+
+
+def test_job_page_shows_progress_attempts_and_follow_ups(dsn: str) -> None:
+    job_id, follow_id = seed_history(dsn)
+    with serve(dsn) as http:
+        page = http.get(f"/jobs/{job_id}", headers=VIEW).text
+        data = http.get(f"/api/jobs/{job_id}", headers=VIEW).json()
+        follow_page = http.get(f"/jobs/{follow_id}", headers=VIEW).text
+        follow_data = http.get(f"/api/jobs/{follow_id}", headers=VIEW).json()
+    # The page: a bar at 60 % with the (escaped) message, both attempts, the follow-up link.
+    assert '<progress max="100" value="60.0">' in page
+    assert "copying &lt;rows&gt;" in page and "copying <rows>" not in page
+    attempts = re.findall(r'<li class="attempt" data-attempt="(\d)">(.*?)</li>', page, re.S)
+    assert [n for n, _ in attempts] == ["1", "2"]
+    first, second = attempts[0][1], attempts[1][1]
+    assert "host-b:22:1" in first and "retried" in first and "ConnectionError: reset" in first
+    assert "host-a:11:1" in second and "running" in second
+    assert f'<a href="/jobs/{follow_id}" data-follow-up="{follow_id}">' in page
+    assert 'id="why-not-running"' not in page  # running: nothing holds it back
+    # The follow-up's page links back to the job that produced it.
+    assert f'<a href="/jobs/{job_id}" rel="up" data-trigger="{job_id}">' in follow_page
+    assert 'id="progress"' not in follow_page and "data-follow-up" not in follow_page
+    # The API: the row plus the timeline, as `awa job show --json` prints it.
+    assert data["id"] == job_id and data["progress"]["percent"] == 60
+    timeline = data["timeline"]
+    assert [(a["attempt"], a["outcome"], a["worker"]) for a in timeline["attempts"]] == [
+        (1, "retried", "host-b:22:1"),
+        (2, "running", "host-a:11:1"),
+    ]
+    assert timeline["attempts"][0]["error"] == "ConnectionError: reset"
+    assert timeline["follow_ups"] == [{"id": follow_id, "kind": "notify_ops", "state": "available"}]
+    assert timeline["progress"]["message"] == "copying <rows>"
+    assert data["why_not_running"] is None
+    assert follow_data["timeline"]["trigger"] == {
+        "id": job_id,
+        "kind": "import_orders",
+        "state": "running",
+    }
+    assert follow_data["why_not_running"] is None  # available, due, queue not paused
+
+
+def test_a_job_in_a_paused_queue_says_why_it_is_not_running(dsn: str) -> None:
+    with psycopg.connect(dsn) as conn:
+        job = awa.insert(conn, {"n": 1}, kind="report", queue="reports")
+        later = awa.insert(conn, {"n": 2}, kind="report", queue="email")
+        conn.execute(
+            "UPDATE awa.jobs SET run_at = now() + interval '1 hour' WHERE id = %s", (later.id,)
+        )
+    with awa.Client(dsn) as client:
+        client.pause_queue("reports")
+    with serve(dsn) as http:
+        page = http.get(f"/jobs/{job.id}", headers=VIEW).text
+        data = http.get(f"/api/jobs/{job.id}", headers=VIEW).json()
+        scheduled = http.get(f"/api/jobs/{later.id}", headers=VIEW).json()
+        scheduled_page = http.get(f"/jobs/{later.id}", headers=VIEW).text
+    assert "Not running: queue paused." in page
+    assert data["why_not_running"] == "queue paused"
+    assert scheduled["why_not_running"].startswith("scheduled for ")
+    assert f"Not running: {scheduled['why_not_running']}." in scheduled_page
