@@ -174,6 +174,8 @@ class Seeded:
     worker_id: str
     dead: int  # a dead letter (kind export, queue reports)
     schedule: str  # a stored periodic schedule
+    importing: int  # running, attempt 2 of 3 at 60 %, attempt 1 retried, one follow-up
+    follow_up: int  # the follow-up importing produced
 
 
 def seed(dsn: str) -> Seeded:
@@ -237,7 +239,48 @@ def seed(dsn: str) -> Seeded:
     with awa.Client(dsn) as client:
         assert client.move_failed_to_dlq(kind="export") == 1
     asyncio.run(_store_schedule(dsn))
-    return Seeded(available, failed, vip, waiting, int(completed), worker_id, dead, SCHEDULE.name)
+    importing, follow_up = _seed_history(dsn)
+    return Seeded(
+        available,
+        failed,
+        vip,
+        waiting,
+        int(completed),
+        worker_id,
+        dead,
+        SCHEDULE.name,
+        importing,
+        follow_up,
+    )
+
+
+def _seed_history(dsn: str) -> tuple[int, int]:
+    """A job with a history: its first attempt retried on one worker, its second running on
+    another at 60 % (as ``Job.progress`` reports it), and the follow-up its retry produced
+    (metadata ``awa.trigger_id``, as the outcome core writes it)."""
+    with psycopg.connect(dsn) as conn:
+        job = awa.insert(conn, {"batch": "2026-11"}, kind="import_orders", queue="imports")
+        conn.execute(
+            "UPDATE awa.jobs SET state = 'running', attempt = 2, max_attempts = 3,"
+            " attempted_at = now() - interval '90 seconds', attempted_by = 'build-host:4242:1',"
+            " progress = jsonb_build_object('percent', 60, 'message',"
+            " 'copying orders: 6,000 of 10,000', 'checkpoint', '{\"offset\": 6000}'::jsonb,"
+            " 'at', to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS\"+00:00\"')),"
+            " errors = jsonb_build_array(jsonb_build_object('error',"
+            " 'ConnectionError: connection reset by peer', 'attempt', 1, 'terminal', false,"
+            " 'worker', 'old-host:77:1', 'started_at', (now() - interval '5 minutes')::text,"
+            " 'at', (now() - interval '4 minutes')::text))"
+            " WHERE id = %s",
+            (job.id,),
+        )
+        follow_up = awa.insert(
+            conn,
+            {"batch": "2026-11", "attempt": 1},
+            kind="notify_ops",
+            queue="imports",
+            metadata={"awa.trigger_id": job.id},
+        )
+    return job.id, follow_up.id
 
 
 SCHEDULE = Schedule("nightly-report", "0 3 * * *", "report", {"day": "yesterday"}, "Europe/Berlin")

@@ -296,6 +296,7 @@ def test_no_page_scrolls_sideways(dsn: str, tmp_path: Path, width: int) -> None:
         page = new_page(browser, served, width=width, height=800)
         log_in(page, served, OPERATOR_TOKEN)
         extra = [f"/jobs/{data.waiting}", f"/jobs/{data.failed[0]}", f"/dlq/{data.dead}"]
+        extra += [f"/jobs/{data.importing}", f"/jobs/{data.follow_up}"]
         for path in [*PAGES, *extra]:
             page.goto(f"{served.url}{path}")
             assert page.locator("main h1").count() == 1, path
@@ -303,9 +304,36 @@ def test_no_page_scrolls_sideways(dsn: str, tmp_path: Path, width: int) -> None:
         shots = os.environ.get("SCREENSHOTS_DIR")
         if shots:  # python -m tests.serve.screenshots sets it (README images)
             suffix = "" if width == 1440 else "-mobile"
-            for name, path in (("overview", "/"), ("job", f"/jobs/{data.waiting}")):
+            for name, path in (("overview", "/"), ("job", f"/jobs/{data.importing}")):
                 page.goto(f"{served.url}{path}")
                 page.screenshot(path=str(Path(shots) / f"{name}{suffix}.png"), full_page=True)
+    assert served.foreign() == []
+
+
+def test_a_job_page_shows_its_progress_and_timeline(dsn: str, tmp_path: Path) -> None:
+    data = seed(dsn)
+    with awa_serve(dsn, tmp_path) as served, chromium() as browser:
+        page = new_page(browser, served, width=375, height=800)
+        log_in(page, served, VIEWER_TOKEN, f"/jobs/{data.importing}")
+        bar = page.locator("#progress progress")
+        assert bar.get_attribute("value") == "60.0" and bar.get_attribute("max") == "100"
+        assert bar.is_visible() and bar.bounding_box()["width"] > 150  # type: ignore[index]
+        assert "copying orders: 6,000 of 10,000" in page.inner_text("#progress")
+        attempts = page.locator("#timeline li.attempt").all_inner_texts()
+        assert len(attempts) == 2
+        assert "old-host:77:1" in attempts[0] and "retried" in attempts[0]
+        assert "ConnectionError: connection reset by peer" in attempts[0]
+        assert "build-host:4242:1" in attempts[1] and "running" in attempts[1]
+        assert no_horizontal_scroll(page)
+        # The follow-up's link opens its page, which links back to the job that produced it.
+        page.click(f"#timeline a[data-follow-up='{data.follow_up}']")
+        page.wait_for_url(f"**/jobs/{data.follow_up}")
+        assert "notify_ops" in page.inner_text("main")
+        assert page.locator("#progress").count() == 0
+        page.click(f"#timeline a[data-trigger='{data.importing}']")
+        page.wait_for_url(f"**/jobs/{data.importing}")
+        assert page.locator("#timeline li.attempt").count() == 2
+        assert no_horizontal_scroll(page)
     assert served.foreign() == []
 
 
