@@ -16,6 +16,8 @@ from awa_cli.serve.audit import audit, result_of
 from awa_cli.serve.auth import CSRF_KEY, PRINCIPAL_KEY, Principal, form_fields
 
 if TYPE_CHECKING:
+    from datetime import datetime
+
     import jinja2
     from starlette.requests import Request
     from starlette.responses import Response
@@ -145,11 +147,26 @@ def template_env() -> jinja2.Environment:
         undefined=jinja2.StrictUndefined,
     )
     env.filters["pretty"] = lambda value: json.dumps(value, indent=2, sort_keys=True, default=str)
-    env.filters["when"] = lambda value: (
-        "-" if value is None else value.strftime("%Y-%m-%d %H:%M:%S")
-    )
+    env.filters["when"] = format_when
     env.filters["age"] = format_age
     return env
+
+
+def format_when(value: datetime | str | None) -> str:
+    """A timestamp to the second; an ISO string (as a job's error and progress entries hold
+    them) is parsed first, and shown as it is if it does not parse."""
+    from datetime import datetime
+
+    if value is None or value == "":
+        return "-"
+    if isinstance(value, str):
+        try:
+            value = datetime.fromisoformat(value)
+        except ValueError:
+            return value
+    if not isinstance(value, datetime):
+        return str(value)
+    return value.strftime("%Y-%m-%d %H:%M:%S")
 
 
 def format_age(seconds: float | None) -> str:

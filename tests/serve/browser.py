@@ -262,6 +262,7 @@ def _seed_history(dsn: str) -> tuple[int, int]:
         job = awa.insert(conn, {"batch": "2026-11"}, kind="import_orders", queue="imports")
         conn.execute(
             "UPDATE awa.jobs SET state = 'running', attempt = 2, max_attempts = 3,"
+            " created_at = now() - interval '6 minutes', run_at = now() - interval '6 minutes',"
             " attempted_at = now() - interval '90 seconds', attempted_by = 'build-host:4242:1',"
             " progress = jsonb_build_object('percent', 60, 'message',"
             " 'copying orders: 6,000 of 10,000', 'checkpoint', '{\"offset\": 6000}'::jsonb,"
