@@ -161,7 +161,7 @@ def format_when(value: datetime | str | None) -> str:
         return "-"
     if isinstance(value, str):
         try:
-            value = datetime.fromisoformat(value)
+            return datetime.fromisoformat(value).strftime("%Y-%m-%d %H:%M:%S")
         except ValueError:
             return value
     if not isinstance(value, datetime):
