@@ -153,6 +153,7 @@ def test_resolve_a_callback_from_the_job_page(dsn: str) -> None:
         log_in(http, OPERATOR_TOKEN)
         page = http.get(f"/jobs/{parked.id}").text
         assert str(parked.callback_id) in page and "Resolve callback" in page
+        assert f"waiting on callback <code>{parked.callback_id}</code>" in page  # the timeline
         response = http.post(
             f"/jobs/{parked.id}/callback",
             data={"csrf": csrf_of(http), "action": "complete", "payload": '{"by": "hand"}'},
@@ -268,3 +269,34 @@ def test_a_job_in_a_paused_queue_says_why_it_is_not_running(dsn: str) -> None:
     assert data["why_not_running"] == "queue paused"
     assert scheduled["why_not_running"].startswith("scheduled for ")
     assert f"Not running: {scheduled['why_not_running']}." in scheduled_page
+
+
+def test_a_dead_lettered_follow_up_links_to_its_dead_letter_page(dsn: str) -> None:
+    job_id, follow_id = seed_history(dsn)
+    with psycopg.connect(dsn) as conn:
+        conn.execute("UPDATE awa.jobs SET state = 'failed' WHERE id = %s", (follow_id,))
+    with awa.Client(dsn) as client:
+        assert client.move_failed_to_dlq(kind="notify_ops") == 1
+    with serve(dsn) as http:
+        page = http.get(f"/jobs/{job_id}", headers=VIEW).text
+        data = http.get(f"/api/jobs/{job_id}", headers=VIEW).json()
+    assert f'<a href="/dlq/{follow_id}" data-follow-up="{follow_id}">' in page
+    assert data["timeline"]["follow_ups"] == [
+        {"id": follow_id, "kind": "notify_ops", "state": "failed (dead letter)"}
+    ]
+
+
+def test_a_rescued_attempt_shows_its_reason(dsn: str) -> None:
+    with psycopg.connect(dsn) as conn:
+        job = awa.insert(conn, {"n": 1}, kind="report", queue="reports")
+        conn.execute(
+            "UPDATE awa.jobs SET state = 'retryable', attempt = 1, errors = %s::jsonb"
+            " WHERE id = %s",
+            ('[{"error": "heartbeat stale: worker presumed dead", "attempt": 1}]', job.id),
+        )
+    with serve(dsn) as http:
+        page = http.get(f"/jobs/{job.id}", headers=VIEW).text
+        data = http.get(f"/api/jobs/{job.id}", headers=VIEW).json()
+    assert data["timeline"]["attempts"][0]["outcome"] == "rescued"
+    reason = data["timeline"]["attempts"][0]["rescue_reason"]
+    assert reason and f'<span class="flag">rescued: {reason}</span>' in page
