@@ -3,7 +3,7 @@
 Pure constants. ``awa.toml`` ([maintenance], [worker], [queues.*]), ``awa.Worker(**timings)``
 and the outcome core's rescue all take their defaults from here, so the documented default
 and the running one cannot drift apart (awa.toml.example and awa.toml(5) show the same
-values; tests/test_config.py checks the example).
+values; tests/unit/test_config.py checks the example).
 """
 
 from __future__ import annotations

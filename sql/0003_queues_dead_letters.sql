@@ -22,7 +22,7 @@ CREATE TABLE awa.queues (
 -- Every column of awa.jobs with the same type, then dead_at and dead_reason. The statements
 -- that move rows between the two tables copy columns by name (db/sql/dead_letters.sql), so a
 -- later migration that adds a column to awa.jobs must add it here too (same name and type);
--- tests/db/test_migrations.py fails until it does.
+-- tests/integration/db/test_migrations.py fails until it does.
 --
 -- The id is the job's id (no identity here): a dead letter keeps it, and a retry puts the job
 -- back into awa.jobs under the same id (OVERRIDING SYSTEM VALUE). That cannot collide with a

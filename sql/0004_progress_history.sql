@@ -1,7 +1,7 @@
 -- awa 0004: progress, results you can wait for, and the job's history (DESIGN §11).
 --
 -- Every column is added to awa.jobs AND awa.dead_letters (the DLQ moves copy rows by column
--- name; tests/db/test_migrations.py checks both tables have the same columns).
+-- name; tests/integration/db/test_migrations.py checks both tables have the same columns).
 
 -- progress: {"percent", "message", "checkpoint", "at"} as the handler last reported it with
 -- job.set_progress(); kept across retries (the next attempt resumes from it) and whatever the

@@ -14,6 +14,9 @@ from click.testing import CliRunner, Result
 
 import awa_cli as awa
 
+TESTS = Path(__file__).resolve().parent  # the tests/ folder
+ROOT = TESTS.parent  # the repository
+
 
 @contextlib.asynccontextmanager
 async def running_worker(
@@ -107,7 +110,7 @@ def readme_grants() -> list[str]:
     a least-privilege worker use exactly what the README documents."""
     import re
 
-    text = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
     section = text.split("## A least-privilege database role", 1)[1]
     block = section.split("```sql", 1)[1].split("```", 1)[0]
     grants = []

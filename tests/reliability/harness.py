@@ -22,8 +22,8 @@ import psycopg
 
 import awa_cli as awa
 from tests.apps.chaos import SIDE_TABLE, ChaosJob
+from tests.helpers import ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
 AWA_BIN = str(Path(sys.executable).parent / "awa")
 # Short maintenance timings so killed jobs are rescued within seconds.
 MAINTENANCE = (

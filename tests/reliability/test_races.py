@@ -1,8 +1,8 @@
 """Races around a rescued attempt, concurrent resolutions from many processes, and a SIGTERM
 drain of a supervised worker with jobs in flight.
 
-Extends (does not repeat) tests/test_maintenance.py::test_stale_heartbeat_rescue_fences_the_late_completion
-and tests/test_callbacks.py::test_resolution_after_rescue_is_not_found /
+Extends (does not repeat) tests/integration/test_maintenance.py::test_stale_heartbeat_rescue_fences_the_late_completion
+and tests/integration/test_callbacks.py::test_resolution_after_rescue_is_not_found /
 test_concurrent_resolutions_exactly_one_wins: here the rescued attempt races a NEWER attempt
 that another worker runs, its callback is resolved through an app-bound client (so a wrong
 win would fire follow-ups), and the concurrent resolvers are separate processes.

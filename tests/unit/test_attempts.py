@@ -2,7 +2,7 @@
 
 Each row of the table is one case: what the handler did -> the action, the state it moves
 the job to, whether it uses the attempt, the error entry, and the event the committed row
-emits. The same table is run end to end by a real worker in tests/worker/test_outcomes.py.
+emits. The same table is run end to end by a real worker in tests/integration/worker/test_outcomes.py.
 """
 
 from __future__ import annotations

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -12,8 +11,9 @@ import pytest
 import awa_cli as awa
 from awa_cli.events import Outcome
 from awa_cli.follow_up_specs import SPEC_PARAMETERS, expected_signature
+from tests.helpers import ROOT
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+README = ROOT / "README.md"
 
 
 @dataclass

@@ -8,11 +8,11 @@ that owns it, so only ``self``/``cls`` may reach it.
 from __future__ import annotations
 
 import ast
-from pathlib import Path
 
 import pytest
+from tests.helpers import ROOT
 
-PACKAGE = Path(__file__).resolve().parents[2] / "awa_cli"
+PACKAGE = ROOT / "awa_cli"
 MODULES = sorted(str(p.relative_to(PACKAGE)) for p in PACKAGE.rglob("*.py"))
 
 

@@ -15,8 +15,9 @@ import pytest
 
 from awa_cli.db.statements import SQL, parse
 from awa_cli.jobs import JOB_COLUMNS
+from tests.helpers import ROOT
 
-PACKAGE = Path(__file__).resolve().parents[2] / "awa_cli"
+PACKAGE = ROOT / "awa_cli"
 
 # Statement shapes, in the upper case the project writes SQL in (prose rarely matches).
 SQL_PATTERNS = [

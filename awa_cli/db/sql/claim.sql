@@ -4,7 +4,7 @@
 -- order) and starts their next attempt, in ONE statement. The worker claims by queue; the
 -- test harness (awa_cli.testing) by kind, with the very same transition. The RETURNING list
 -- is JOB_ROW_FIELDS in order (awa_cli/jobs.py; tests/unit/test_sql_home.py keeps them equal).
--- Its plan is guarded by tests/worker/test_runtime.py::test_claim_uses_the_claim_index.
+-- Its plan is guarded by tests/integration/worker/test_runtime.py::test_claim_uses_the_claim_index.
 
 -- name: claim_by_queue
 -- A worker's claim for one queue. A paused queue (awa.queues.paused) yields nothing: the

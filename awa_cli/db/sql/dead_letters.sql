@@ -4,7 +4,7 @@
 -- Rows move between the two tables by column NAME: to_jsonb(row) merged with the changed
 -- columns, rebuilt with jsonb_populate_record as the other table's row type. A column added to
 -- both tables by a later migration is carried without touching these statements (a column
--- added to awa.jobs only is caught by tests/db/test_migrations.py). Each move is one statement
+-- added to awa.jobs only is caught by tests/integration/db/test_migrations.py). Each move is one statement
 -- (a DELETE feeding an INSERT, or an INSERT feeding a DELETE), so no transaction ever sees a
 -- job in neither table or in both.
 --
