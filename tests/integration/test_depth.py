@@ -106,3 +106,56 @@ def _gauges(reader) -> dict[tuple[str, str], float]:  # type: ignore[no-untyped-
                     if "queue" in (point.attributes or {}):
                         found[(metric.name, point.attributes["queue"])] = point.value
     return found
+
+
+class _DepthRecorder:
+    """A plugin recording every snapshot the leader hands to ``awa_queue_depth``."""
+
+    def __init__(self) -> None:
+        self.snapshots: list[list[QueueDepth]] = []
+
+    @awa.hookimpl
+    def awa_queue_depth(self, snapshot: list[QueueDepth]) -> None:
+        self.snapshots.append(list(snapshot))
+
+
+@pytest.mark.asyncio
+async def test_a_running_workers_leader_reports_the_depth_each_interval(dsn: str) -> None:
+    # The wiring, not only the query: the maintenance leader of a real Worker takes the
+    # snapshot once per interval and hands it to the plugins (computed there, not per scrape).
+    from tests.helpers import running_worker, wait_until
+
+    app = awa.App()
+
+    @app.task(dict, kind="noop")
+    async def noop(job: awa.Job) -> None:
+        return None
+
+    recorder = _DepthRecorder()
+    host = build_plugin_host(entry_points=False, extra_builtins=[("recorder", lambda: recorder)])
+    async with awa.AsyncClient(dsn) as client:  # a queue no worker serves: its backlog stays
+        await client.insert_many([{"n": i} for i in range(5)], kind="mail", queue="backlog")
+    async with running_worker(app, dsn, {"default": 2}, plugins=host, rescue_interval=0.2):
+        await wait_until(
+            lambda: any(
+                (d.queue, d.available) == ("backlog", 5) for s in recorder.snapshots for d in s
+            )
+        )
+        seen = len(recorder.snapshots)
+        await wait_until(lambda: len(recorder.snapshots) > seen)  # again, the next interval
+
+
+@pytest.mark.asyncio
+async def test_the_worker_checks_the_notify_round_trip_once_at_start(dsn: str) -> None:
+    # Behind a transaction-mode pooler LISTEN/NOTIFY does not work; the listener finds out at
+    # start (awa doctor runs the same check) and says so. Here it works, and was checked.
+    from tests.helpers import running_worker
+
+    app = awa.App()
+
+    @app.task(dict, kind="noop")
+    async def noop(job: awa.Job) -> None:
+        return None
+
+    async with running_worker(app, dsn) as worker:
+        assert worker.listener.checked_notify and worker.listener.notify_works
