@@ -11,6 +11,7 @@ have run for them too, on the same server with the same job counts (benchmarks/p
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -19,9 +20,10 @@ import statistics
 import sys
 import tempfile
 from pathlib import Path
+from collections.abc import Iterator
 from typing import Any
 
-from benchmarks import measures, peers
+from benchmarks import history, measures, peers, sustained
 from benchmarks.server import BenchServer
 
 MEASURES = {
@@ -31,20 +33,34 @@ MEASURES = {
     "pickup_latency": measures.pickup_latency,
     "drain_follow_up": measures.drain_follow_up,
     "drain_processes_2": measures.drain_processes_2,
+    "drain_with_history": history.drain_with_history,
+    "drain_deep": history.drain_deep,
+    "sustained_load": sustained.sustained_load,
     # references: what bounds the measures above on this machine (README, "What bounds the rest")
     "drain_concurrency_100": measures.drain_concurrency_100,
     "claim_complete_sql": measures.claim_complete_sql,
     "enqueue_one_sql": measures.enqueue_one_sql,
     "insert_many_copy_sql": measures.insert_many_copy_sql,
+    "insert_one_no_trigger_sql": measures.insert_one_no_trigger_sql,
+    "insert_one_no_notify_sql": measures.insert_one_no_notify_sql,
 }
+
+# Measured again on uvloop (``uvloop.<name>``) with ``--loop both``: those that run an awa
+# worker, or awa's client in this process.
+LOOP_SENSITIVE = [m for m in MEASURES if not m.endswith("_sql")]
 
 RATIOS = [  # (numerator, denominator) printed when both ran
     ("drain_follow_up", "drain"),
     ("drain_processes_2", "drain"),
+    ("drain_with_history", "drain"),
+    ("drain_deep", "drain"),
     ("drain", "claim_complete_sql"),
     ("drain_concurrency_100", "drain"),
     ("enqueue_one", "enqueue_one_sql"),
     ("insert_many", "insert_many_copy_sql"),
+    ("insert_one_no_notify_sql", "enqueue_one_sql"),
+    ("insert_one_no_trigger_sql", "enqueue_one_sql"),
+    *((f"uvloop.{m}", m) for m in LOOP_SENSITIVE),
 ]
 
 
@@ -57,8 +73,10 @@ def summarise(name: str, runs: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def fmt(stat: dict[str, float], unit: str = "") -> str:
-    return f"{stat['median']:,.1f}{unit} ({stat['min']:,.1f}–{stat['max']:,.1f})"
+def fmt(stat: dict[str, float], unit: str = "", digits: int = 1) -> str:
+    return (
+        f"{stat['median']:,.{digits}f}{unit} ({stat['min']:,.{digits}f}–{stat['max']:,.{digits}f})"
+    )
 
 
 def report(results: dict[str, dict[str, Any]]) -> None:
@@ -80,12 +98,13 @@ def report(results: dict[str, dict[str, Any]]) -> None:
         commits_text = "-" if commits is None else f"{commits:.3f}"
         wal_text = "-" if wal is None else f"{wal:,.0f}"
         print(f"{name:<{width}} {main:<44} {commits_text:>11} {wal_text:>10} {cpu:>14}")
-        if name == "pickup_latency":
-            print(f"{'':<{width}} p95 {fmt(res['p95_ms'], ' ms')}  p99 {fmt(res['p99_ms'], ' ms')}")
+        for line in details(res):
+            print(f"{'':<{width}} {line}")
     for top, bottom in RATIOS:
         if top in results and bottom in results:
-            ratio = results[top]["jobs_per_s"]["median"] / results[bottom]["jobs_per_s"]["median"]
-            print(f"ratio {top} / {bottom}: {ratio:.2f}x")
+            ratio = ratio_of(results[top], results[bottom])
+            inverted = "" if "jobs_per_s" in results[top] else f" (p99 of {bottom} / p99 of {top})"
+            print(f"ratio {top} / {bottom}{inverted}: {ratio:.2f}x")
     for measure in peers.EQUIVALENTS:
         for peer in peers.PEERS:
             key = f"{peer}.{measure}"
@@ -96,6 +115,60 @@ def report(results: dict[str, dict[str, Any]]) -> None:
                 print(
                     f"ratio awa / {peer} ({results[key]['runs'][0]['version']}), {measure}: {ratio:.2f}x"
                 )
+
+
+def details(res: dict[str, Any]) -> list[str]:
+    """The second lines of the latency measures and the deep drain."""
+    lines = []
+    if "p99_ms" in res:
+        lines.append(
+            f"p95 {fmt(res['p95_ms'], ' ms')}  p99 {fmt(res['p99_ms'], ' ms')}"
+            f"  max {fmt(res['max_ms'], ' ms')}"
+        )
+    if "max_backlog_s" in res:
+        lines.append(
+            f"sent {fmt(res['sent_per_s'], ' jobs/s')}  max backlog "
+            f"{fmt(res['max_backlog_s'], ' s', 3)}  dead tuples/job {fmt(res['dead_tuples_per_job'], '', 2)}"
+        )
+    if "last_over_first" in res:
+        lines.append(
+            f"first 10% {fmt(res['first_10pct_jobs_per_s'], ' jobs/s')}  last 10% "
+            f"{fmt(res['last_10pct_jobs_per_s'], ' jobs/s')}  last/first "
+            f"{res['last_over_first']['median']:.2f}x"
+        )
+    if "claim_probe_ms_start" in res:
+        lines.append(
+            f"claim probe start {fmt(res['claim_probe_ms_start'], ' ms', 3)} "
+            f"{res['claim_probe_buffers_start']['median']:,.0f} buffers, end "
+            f"{fmt(res['claim_probe_ms_end'], ' ms', 3)} "
+            f"{res['claim_probe_buffers_end']['median']:,.0f} buffers"
+        )
+    return lines
+
+
+def ratio_of(top: dict[str, Any], bottom: dict[str, Any]) -> float:
+    """Throughput ratio, or for latency measures bottom's p99 over top's (above 1: top wins)."""
+    if "jobs_per_s" in top:
+        return float(top["jobs_per_s"]["median"] / bottom["jobs_per_s"]["median"])
+    return float(bottom["p99_ms"]["median"] / top["p99_ms"]["median"])
+
+
+@contextlib.contextmanager
+def event_loop(name: str) -> Iterator[None]:
+    """Workers (and this process's asyncio.run) on ``name`` for the block."""
+    import asyncio
+
+    saved_policy, saved_loop = asyncio.get_event_loop_policy(), measures.OPTIONS.loop
+    if name == "uvloop":
+        import uvloop
+
+        asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+    measures.OPTIONS.loop = name
+    try:
+        yield
+    finally:
+        asyncio.set_event_loop_policy(saved_policy)
+        measures.OPTIONS.loop = saved_loop
 
 
 def run_measure(server: BenchServer, label: str, fn: Any, repeat: int, jobs: int) -> dict[str, Any]:
@@ -109,7 +182,9 @@ def run_measure(server: BenchServer, label: str, fn: Any, repeat: int, jobs: int
         print(
             f"  {label} #{i + 1}: "
             + ", ".join(
-                f"{k}={v:,.3f}" if isinstance(v, float) else f"{k}={v}" for k, v in run.items()
+                f"{k}={v:,.3f}" if isinstance(v, float) else f"{k}={v}"
+                for k, v in run.items()
+                if not isinstance(v, dict)  # the table's details: in the JSON only
             ),
             flush=True,
         )
@@ -117,7 +192,7 @@ def run_measure(server: BenchServer, label: str, fn: Any, repeat: int, jobs: int
     return summarise(label, runs)
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python -m benchmarks", description=__doc__.splitlines()[0]
     )
@@ -127,6 +202,26 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--only", help="comma-separated measures: " + ",".join(MEASURES))
     parser.add_argument("--jobs", type=int, default=20_000, help="jobs per drain")
+    parser.add_argument(
+        "--history",
+        type=int,
+        help="completed rows before drain_with_history, plus a tenth as many scheduled "
+        "(default 50 x --jobs, at most 1,000,000)",
+    )
+    parser.add_argument(
+        "--deep", type=int, help="drain_deep's backlog (default 50 x --jobs, at most 1,000,000)"
+    )
+    parser.add_argument("--rate", type=float, default=5000.0, help="sustained_load: jobs/s offered")
+    parser.add_argument(
+        "--duration", type=float, default=60.0, help="sustained_load: seconds offered"
+    )
+    parser.add_argument(
+        "--loop",
+        choices=["asyncio", "uvloop", "both"],
+        default="asyncio",
+        help="the event loop of awa's workers and clients; both: every measure but the "
+        "*_sql references again on uvloop, as uvloop.<measure>",
+    )
     parser.add_argument("--json", dest="json_path", help="also write the results as JSON here")
     parser.add_argument(
         "--compare",
@@ -135,52 +230,107 @@ def main(argv: list[str] | None = None) -> int:
         "have an equivalent measure: " + ",".join(peers.EQUIVALENTS),
     )
     args = parser.parse_args(argv)
-    chosen = args.only.split(",") if args.only else list(MEASURES)
-    unknown = [m for m in chosen if m not in MEASURES]
+    args.chosen = args.only.split(",") if args.only else list(MEASURES)
+    unknown = [m for m in args.chosen if m not in MEASURES]
     if unknown:
         parser.error(f"unknown measure {unknown[0]!r}")
+    if args.loop != "asyncio":
+        try:
+            import uvloop  # noqa: F401
+        except ImportError:
+            parser.error("--loop: uvloop is not installed (pip install uvloop)")
+    return args
+
+
+def run_all(server: BenchServer, args: argparse.Namespace) -> dict[str, dict[str, Any]]:
+    """Every chosen measure (on uvloop too with --loop both), each followed by its peers."""
+    compared: list[peers.Peer] = []
+    if args.compare:
+        for peer in peers.PEERS.values():
+            if peer.installed():
+                compared.append(peer)
+            else:
+                print(
+                    f"--compare: {peer.name} is not installed (pip install -e '.[bench]'): skipped"
+                )
+    results: dict[str, dict[str, Any]] = {}
+    for name in args.chosen:
+        with event_loop("uvloop" if args.loop == "uvloop" else "asyncio"):
+            results[name] = run_measure(server, name, MEASURES[name], args.repeat, args.jobs)
+        if args.loop == "both" and name in LOOP_SENSITIVE:
+            with event_loop("uvloop"):
+                label = f"uvloop.{name}"
+                results[label] = run_measure(server, label, MEASURES[name], args.repeat, args.jobs)
+        if name not in peers.EQUIVALENTS:
+            continue
+        for peer in compared:
+            label = f"{peer.name}.{name}"
+            try:
+                results[label] = run_measure(
+                    server, label, getattr(peer, peers.EQUIVALENTS[name]), args.repeat, args.jobs
+                )
+            except Exception as exc:  # a peer's failure must not lose awa's results
+                print(f"  {label} failed, skipped: {type(exc).__name__}: {exc}", flush=True)
+    return results
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    measures.OPTIONS.history = args.history
+    measures.OPTIONS.deep = args.deep
+    measures.OPTIONS.rate = args.rate
+    measures.OPTIONS.duration = args.duration
     tmp = Path(tempfile.mkdtemp(prefix="awa-bench-"))
     server = BenchServer(args.database_url, tmp)
-    results: dict[str, dict[str, Any]] = {}
     try:
+        machine = describe(server)
         print(
-            f"awa benchmarks on {platform.node()} ({os.cpu_count()} cores, Python {platform.python_version()}), "
-            f"PostgreSQL {server.version()} fsync={server.setting('fsync')} "
-            f"synchronous_commit={server.setting('synchronous_commit')}",
+            f"awa benchmarks on {machine['host']} ({machine['cores']} cores, "
+            f"{machine['memory']}, Python {machine['python']}), PostgreSQL "
+            f"{machine['postgresql']} "
+            + " ".join(f"{k}={v}" for k, v in machine["settings"].items()),
             flush=True,
         )
-        compared: list[peers.Peer] = []
-        if args.compare:
-            for peer in peers.PEERS.values():
-                if peer.installed():
-                    compared.append(peer)
-                else:
-                    print(
-                        f"--compare: {peer.name} is not installed (pip install -e '.[bench]'): skipped"
-                    )
-        for name in chosen:
-            results[name] = run_measure(server, name, MEASURES[name], args.repeat, args.jobs)
-            if name not in peers.EQUIVALENTS:
-                continue
-            for peer in compared:
-                label = f"{peer.name}.{name}"
-                try:
-                    results[label] = run_measure(
-                        server,
-                        label,
-                        getattr(peer, peers.EQUIVALENTS[name]),
-                        args.repeat,
-                        args.jobs,
-                    )
-                except Exception as exc:  # a peer's failure must not lose awa's results
-                    print(f"  {label} failed, skipped: {type(exc).__name__}: {exc}", flush=True)
+        results = run_all(server, args)
     finally:
         server.close()
         shutil.rmtree(tmp, ignore_errors=True)
     report(results)
     if args.json_path:
-        Path(args.json_path).write_text(json.dumps(results, indent=2, default=str))
+        options = {k: v for k, v in vars(args).items() if k not in ("database_url", "json_path")}
+        document = {"machine": machine, "options": options, "summary": results}
+        Path(args.json_path).write_text(json.dumps(document, indent=2, default=str))
     return 0
+
+
+SETTINGS = [
+    "fsync",
+    "synchronous_commit",
+    "full_page_writes",
+    "shared_buffers",
+    "max_connections",
+    "wal_level",
+    "max_wal_size",
+    "checkpoint_timeout",
+    "autovacuum",
+]
+
+
+def describe(server: BenchServer) -> dict[str, Any]:
+    """The machine and the server's settings, for the report and the JSON."""
+    try:
+        kib = int(Path("/proc/meminfo").read_text().split()[1])
+        memory = f"{kib / 1024 / 1024:.1f} GiB RAM"
+    except (OSError, ValueError, IndexError):
+        memory = "RAM unknown"
+    return {
+        "host": platform.node(),
+        "cores": os.cpu_count(),
+        "memory": memory,
+        "python": platform.python_version(),
+        "postgresql": server.version(),
+        "settings": {name: server.setting(name) for name in SETTINGS},
+    }
 
 
 if __name__ == "__main__":

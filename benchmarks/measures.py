@@ -13,6 +13,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +31,30 @@ from benchmarks.server import BenchServer, tree_cpu
 
 ROOT = Path(__file__).resolve().parents[1]
 AWA = str(Path(sys.executable).parent / "awa")
+# On PYTHONPATH, its sitecustomize.py makes every Python process started with it use uvloop.
+UVLOOP_SITE = Path(__file__).resolve().parent / "uvloop_site"
+
+
+@dataclass
+class Options:
+    """The runner's sizes beyond ``--jobs`` (None: derived from it) and the workers' loop."""
+
+    history: int | None = None  # completed rows before drain_with_history (+ a tenth scheduled)
+    deep: int | None = None  # available jobs of drain_deep
+    rate: float = 5000.0  # sustained_load: offered jobs/s
+    duration: float = 60.0  # sustained_load: seconds offered
+    loop: str = "asyncio"  # the awa worker processes' event loop: asyncio or uvloop
+
+
+OPTIONS = Options()
+
+
+def worker_env(dsn: str) -> dict[str, str]:
+    """The environment of a worker process: the database, this checkout, and the loop."""
+    path = [str(ROOT)]
+    if OPTIONS.loop == "uvloop":
+        path.insert(0, str(UVLOOP_SITE))
+    return {**os.environ, "AWA_DATABASE_URL": dsn, "PYTHONPATH": os.pathsep.join(path)}
 
 
 @contextlib.contextmanager
@@ -42,7 +67,7 @@ def worker_process(
         config.write_text(
             f'[app]\nmodules = ["{app}"]\n[queues.bench]\nconcurrency = {concurrency}\n'
         )
-        env = {**os.environ, "AWA_DATABASE_URL": dsn, "PYTHONPATH": str(ROOT)}
+        env = worker_env(dsn)
         cmd = [AWA, "--config", str(config), "-q", "worker", "--processes", str(processes)]
         with running(cmd, env) as proc:
             yield proc
@@ -64,22 +89,31 @@ def running(cmd: list[str], env: dict[str, str]) -> Iterator[subprocess.Popen[by
 
 
 def wait_for_state(
-    dsn: str, state: str, count: int, timeout: float = 600, kind: str | None = None
+    dsn: str,
+    state: str,
+    count: int,
+    timeout: float = 600,
+    kind: str | None = None,
+    after_id: int = 0,
+    waiting: tuple[str, ...] = ("available", "scheduled", "retryable"),
 ) -> None:
-    """Wait until ``count`` jobs (of ``kind``) are in ``state``, without loading the server:
-    a cheap index probe for unfinished work in queue ``bench`` every 20 ms, and the exact
-    count only once that is empty. The drains are timed from the jobs' own timestamps."""
+    """Wait until ``count`` jobs (of ``kind``, with ids above ``after_id``) are in ``state``,
+    without loading the server: a cheap index probe for unfinished work in queue ``bench``
+    (rows in ``waiting`` states, or running) every 20 ms, and the exact count only once that
+    is empty. The drains are timed from the jobs' own timestamps."""
     deadline = time.monotonic() + timeout
     pending = (
         "SELECT EXISTS (SELECT 1 FROM awa.jobs WHERE queue = 'bench' "
-        "AND state IN ('available', 'scheduled', 'retryable')) "
+        "AND state = ANY (%(waiting)s::awa.job_state[])) "
         "OR EXISTS (SELECT 1 FROM awa.jobs WHERE state = 'running' AND queue = 'bench')"
     )
-    query = "SELECT count(*) FROM awa.jobs WHERE state = %s" + (" AND kind = %s" if kind else "")
-    params: tuple[Any, ...] = (state, kind) if kind else (state,)
+    query = "SELECT count(*) FROM awa.jobs WHERE state = %(state)s AND id > %(after)s" + (
+        " AND kind = %(kind)s" if kind else ""
+    )
+    params = {"state": state, "kind": kind, "after": after_id, "waiting": list(waiting)}
     with psycopg.connect(dsn, autocommit=True) as conn:
         while True:
-            if not conn.execute(pending).fetchone()[0]:  # type: ignore[index]
+            if not conn.execute(pending, params).fetchone()[0]:  # type: ignore[index]
                 if conn.execute(query, params).fetchone()[0] >= count:  # type: ignore[index]
                     return
             if time.monotonic() > deadline:
@@ -106,21 +140,79 @@ def pre_enqueue(dsn: str, args: list[Any]) -> None:
             client.insert_many(args[i : i + 5000], queue="bench")
 
 
+def pre_enqueue_n(dsn: str, count: int, make: Any) -> None:
+    """``count`` jobs ``make(i)`` with insert_many, 5,000 a batch, built a batch at a time."""
+    with awa.Client(dsn) as client:
+        for i in range(0, count, 5000):
+            client.insert_many([make(n) for n in range(i, min(count, i + 5000))], queue="bench")
+
+
 def _drain(
-    server: BenchServer, dsn: str, jobs: int, make: Any, processes: int = 1, concurrency: int = 10
+    server: BenchServer,
+    dsn: str,
+    jobs: int,
+    make: Any,
+    processes: int = 1,
+    concurrency: int = 10,
+    after_id: int = 0,
+    waiting: tuple[str, ...] = ("available", "scheduled", "retryable"),
 ) -> dict[str, Any]:
-    pre_enqueue(dsn, [make(i) for i in range(jobs)])
+    """Enqueue ``jobs`` (ids above ``after_id``: rows already there are not counted), drain
+    them with one ``awa worker``, and report the drain (``drain_result``) and the table."""
+    pre_enqueue_n(dsn, jobs, make)
     before = server.snapshot(dsn)
     with worker_process(dsn, concurrency=concurrency, processes=processes) as proc:
-        wait_for_state(dsn, "completed", jobs, kind=None if make is Noop else "noop_with_follow_up")
+        wait_for_state(
+            dsn,
+            "completed",
+            jobs,
+            timeout=max(600, jobs / 500),
+            kind=None if make is Noop else "noop_with_follow_up",
+            after_id=after_id,
+            waiting=waiting,
+        )
         worker_cpu = tree_cpu(proc.pid)
     after = server.snapshot(dsn)
     with psycopg.connect(dsn) as conn:
         span = conn.execute(
             "SELECT extract(epoch FROM max(finalized_at) - min(attempted_at)) FROM awa.jobs "
-            "WHERE state = 'completed' AND queue = 'bench'"
+            "WHERE state = 'completed' AND queue = 'bench' AND id > %s",
+            (after_id,),
         ).fetchone()[0]  # type: ignore[index]
-    return drain_result(server, jobs, float(span), before, after, worker_cpu)
+    result = drain_result(server, jobs, float(span), before, after, worker_cpu)
+    return {**result, **table_stats(dsn, jobs)}
+
+
+def table_stats(dsn: str, jobs: int) -> dict[str, Any]:
+    """awa.jobs after a run, once the worker has stopped (its backends flush their statistics
+    when they exit): dead tuples per job, HOT updates, heap and index sizes. Reference only:
+    in the JSON, not in the printed table; autovacuum may have run (``autovacuums``)."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        live, dead, upd, hot, heap, vacuums = conn.execute(
+            "SELECT n_live_tup, n_dead_tup, n_tup_upd, n_tup_hot_upd, pg_relation_size(relid), "
+            "autovacuum_count FROM pg_stat_user_tables "
+            "WHERE schemaname = 'awa' AND relname = 'jobs'"
+        ).fetchone()  # type: ignore[misc]
+        indexes = dict(
+            conn.execute(
+                "SELECT indexrelname, pg_relation_size(indexrelid) FROM pg_stat_user_indexes "
+                "WHERE schemaname = 'awa' AND relname = 'jobs' ORDER BY indexrelname"
+            ).fetchall()
+        )
+    return {
+        "dead_tuples_per_job": dead / jobs,
+        "hot_update_share": hot / upd if upd else 0.0,
+        "index_bytes": sum(indexes.values()),
+        "table": {
+            "n_live_tup": live,
+            "n_dead_tup": dead,
+            "n_tup_upd": upd,
+            "n_tup_hot_upd": hot,
+            "autovacuums": vacuums,
+            "heap_bytes": heap,
+            "index_bytes": indexes,
+        },
+    }
 
 
 def drain_result(
@@ -164,7 +256,7 @@ def drain_concurrency_100(server: BenchServer, dsn: str, jobs: int) -> dict[str,
 
 def claim_complete_sql(server: BenchServer, dsn: str, jobs: int) -> dict[str, Any]:
     """Reference: awa's own claim and completion statements in a bare loop, 10 jobs a time."""
-    pre_enqueue(dsn, [Noop(i) for i in range(jobs)])
+    pre_enqueue_n(dsn, jobs, Noop)
     params = {"queue": "bench", "limit": 10, "deadline": 0.0}
 
     def run() -> float:
@@ -211,11 +303,32 @@ def insert_many_copy_sql(server: BenchServer, dsn: str, jobs: int) -> dict[str, 
 
 def enqueue_one_sql(server: BenchServer, dsn: str, jobs: int) -> dict[str, Any]:
     """Reference: the statement awa's insert sends, one by one, from a bare psycopg connection."""
+    return _insert_one_sql(server, dsn, jobs)
+
+
+def insert_one_no_trigger_sql(server: BenchServer, dsn: str, jobs: int) -> dict[str, Any]:
+    """Reference: enqueue_one_sql with the insert trigger (jobs_notify_inserted) disabled."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("ALTER TABLE awa.jobs DISABLE TRIGGER jobs_notify_inserted")
+    return _insert_one_sql(server, dsn, jobs)
+
+
+def insert_one_no_notify_sql(server: BenchServer, dsn: str, jobs: int) -> dict[str, Any]:
+    """Reference: enqueue_one_sql with the trigger firing but skipping its NOTIFY (as in a
+    worker's own sessions, ``awa.defer_notify = on``)."""
+    return _insert_one_sql(server, dsn, jobs, "SET awa.defer_notify = 'on'")
+
+
+def _insert_one_sql(
+    server: BenchServer, dsn: str, jobs: int, setup: str | None = None
+) -> dict[str, Any]:
     count = min(jobs, 5000)
     params = queries.insert_params(prepare(Noop(0), InsertOpts(queue="bench")))
 
     def run() -> float:
         with psycopg.connect(dsn, autocommit=True) as conn:
+            if setup:
+                conn.execute(setup)
             start = time.perf_counter()
             for _ in range(count):
                 conn.execute(queries.INSERT_ONE, params, prepare=True).fetchone()
@@ -270,7 +383,15 @@ def pickup_latency(server: BenchServer, dsn: str, jobs: int) -> dict[str, Any]:
         started = dict(
             conn.execute("SELECT id, (output->>'started')::float8 FROM awa.jobs").fetchall()
         )
-    latencies = sorted((started[i] - commits[i]) * 1000 for i in commits)
+    return {
+        **quantiles_ms([(started[i] - commits[i]) * 1000 for i in commits]),
+        **{"loop": worker_loop(dsn)},
+    }
+
+
+def quantiles_ms(latencies: list[float]) -> dict[str, float]:
+    """p50, p95, p99 and max of latencies in ms."""
+    latencies = sorted(latencies)
     q = statistics.quantiles(latencies, n=100)
     return {
         "p50_ms": statistics.median(latencies),
@@ -278,3 +399,13 @@ def pickup_latency(server: BenchServer, dsn: str, jobs: int) -> dict[str, Any]:
         "p99_ms": q[98],
         "max_ms": latencies[-1],
     }
+
+
+def worker_loop(dsn: str) -> str:
+    """The event loop module the latency jobs ran on; fails if it is not the one asked for."""
+    with psycopg.connect(dsn) as conn:
+        loops = {r[0] for r in conn.execute("SELECT DISTINCT output->>'loop' FROM awa.jobs")}
+    expected = "uvloop" if OPTIONS.loop == "uvloop" else "asyncio"
+    if len(loops) != 1 or not str(next(iter(loops))).startswith(expected):
+        raise RuntimeError(f"the worker ran on {sorted(map(str, loops))}, not {expected}")
+    return str(next(iter(loops)))
