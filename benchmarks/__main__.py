@@ -184,7 +184,7 @@ def run_measure(server: BenchServer, label: str, fn: Any, repeat: int, jobs: int
             + ", ".join(
                 f"{k}={v:,.3f}" if isinstance(v, float) else f"{k}={v}"
                 for k, v in run.items()
-                if not isinstance(v, dict)  # the table's details: in the JSON only
+                if not isinstance(v, (dict, list))  # details: in the JSON only
             ),
             flush=True,
         )

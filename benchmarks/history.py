@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import statistics
 import threading
+import time
 from typing import Any
 
 import psycopg
@@ -128,6 +129,8 @@ class ClaimProbe:
     def __init__(self, dsn: str) -> None:
         self.dsn = dsn
         self.samples: list[tuple[float, int]] = []
+        self.series: list[tuple[float, float, int, int]] = []  # s, ms, buffers, rows
+        self._began = time.monotonic()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="claim-probe", daemon=True)
 
@@ -144,19 +147,19 @@ class ClaimProbe:
                 raw = conn.execute(CLAIM_PROBE).fetchone()[0]  # type: ignore[index]
                 plan = (json.loads(raw) if isinstance(raw, str) else raw)[0]
                 top = plan["Plan"]
-                if top.get("Actual Rows", 0) >= 10:
-                    buffers = int(
-                        top.get("Shared Hit Blocks", 0) + top.get("Shared Read Blocks", 0)
-                    )
-                    self.samples.append((float(plan["Execution Time"]), buffers))
+                buffers = int(top.get("Shared Hit Blocks", 0) + top.get("Shared Read Blocks", 0))
+                ms, rows = float(plan["Execution Time"]), int(top.get("Actual Rows", 0))
+                self.series.append((round(time.monotonic() - self._began, 1), ms, buffers, rows))
+                if rows >= 10:
+                    self.samples.append((ms, buffers))
                 if self._stop.wait(1.0):
                     return
 
-    def summary(self) -> dict[str, float]:
+    def summary(self) -> dict[str, Any]:
         """Median of the first three and of the last three probes (backlog full / nearly
         empty): ms and buffers per claim of 10; empty if fewer than two probes ran."""
         if len(self.samples) < 2:
-            return {}
+            return {"claim_probes": self.series}
         k = min(3, len(self.samples) // 2)
         head, tail = self.samples[:k], self.samples[-k:]
         return {
@@ -164,4 +167,5 @@ class ClaimProbe:
             "claim_probe_ms_end": statistics.median(s[0] for s in tail),
             "claim_probe_buffers_start": statistics.median(s[1] for s in head),
             "claim_probe_buffers_end": statistics.median(s[1] for s in tail),
+            "claim_probes": self.series,  # every probe: seconds, ms, buffers, rows found
         }
