@@ -43,6 +43,8 @@ MEASURES = {
     "insert_many_copy_sql": measures.insert_many_copy_sql,
     "insert_one_no_trigger_sql": measures.insert_one_no_trigger_sql,
     "insert_one_no_notify_sql": measures.insert_one_no_notify_sql,
+    "insert_one_no_conflict_sql": measures.insert_one_no_conflict_sql,
+    "insert_one_bare_sql": measures.insert_one_bare_sql,
 }
 
 # Measured again on uvloop (``uvloop.<name>``) with ``--loop both``: those that run an awa
@@ -60,6 +62,8 @@ RATIOS = [  # (numerator, denominator) printed when both ran
     ("insert_many", "insert_many_copy_sql"),
     ("insert_one_no_notify_sql", "enqueue_one_sql"),
     ("insert_one_no_trigger_sql", "enqueue_one_sql"),
+    ("insert_one_no_conflict_sql", "enqueue_one_sql"),
+    ("insert_one_bare_sql", "enqueue_one_sql"),
     *((f"uvloop.{m}", m) for m in LOOP_SENSITIVE),
 ]
 
@@ -83,21 +87,15 @@ def report(results: dict[str, dict[str, Any]]) -> None:
     print()
     width = max([18, *(len(name) for name in results)])
     print(
-        f"{'measure':<{width}} {'result (median, min–max)':<44} {'commits/job':>11} {'WAL B/job':>10} {'CPU worker/pg':>14}"
+        f"{'measure':<{width}} {'result (median, min–max)':<44} {'commits/job':>11} "
+        f"{'WAL B/job':>10} {'CPU worker/pg':>14} {'CPU µs/job w|c/pg':>17}"
     )
     for name, res in results.items():
         if "jobs_per_s" in res:
             main = fmt(res["jobs_per_s"], " jobs/s")
         else:
             main = "p50 " + fmt(res["p50_ms"], " ms")
-        commits = res.get("commits_per_job", {}).get("median")
-        wal = res.get("wal_bytes_per_job", {}).get("median")
-        cpu_w = res.get("cpu_worker_s", {}).get("median")
-        cpu_p = res.get("cpu_postgres_s", {}).get("median")
-        cpu = f"{cpu_w:.2f}s/{cpu_p:.2f}s" if cpu_w is not None and cpu_p is not None else "-"
-        commits_text = "-" if commits is None else f"{commits:.3f}"
-        wal_text = "-" if wal is None else f"{wal:,.0f}"
-        print(f"{name:<{width}} {main:<44} {commits_text:>11} {wal_text:>10} {cpu:>14}")
+        print(f"{name:<{width}} {main:<44} {costs(res)}")
         for line in details(res):
             print(f"{'':<{width}} {line}")
     for top, bottom in RATIOS:
@@ -115,6 +113,26 @@ def report(results: dict[str, dict[str, Any]]) -> None:
                 print(
                     f"ratio awa / {peer} ({results[key]['runs'][0]['version']}), {measure}: {ratio:.2f}x"
                 )
+
+
+def costs(res: dict[str, Any]) -> str:
+    """The cost columns: commits and WAL per job, CPU seconds, CPU µs per job (worker or
+    client / PostgreSQL)."""
+
+    def median(key: str) -> float | None:
+        value = res.get(key, {}).get("median")
+        return None if value is None else float(value)
+
+    commits, wal = median("commits_per_job"), median("wal_bytes_per_job")
+    cpu_w, cpu_p = median("cpu_worker_s"), median("cpu_postgres_s")
+    us_w = median("cpu_worker_us_per_job")
+    us_w = median("cpu_client_us_per_job") if us_w is None else us_w
+    us_p = median("cpu_postgres_us_per_job")
+    cpu = f"{cpu_w:.2f}s/{cpu_p:.2f}s" if cpu_w is not None and cpu_p is not None else "-"
+    us = f"{us_w:,.0f}/{us_p:,.0f}" if us_w is not None and us_p is not None else "-"
+    commits_text = "-" if commits is None else f"{commits:.3f}"
+    wal_text = "-" if wal is None else f"{wal:,.0f}"
+    return f"{commits_text:>11} {wal_text:>10} {cpu:>14} {us:>17}"
 
 
 def details(res: dict[str, Any]) -> list[str]:

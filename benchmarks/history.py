@@ -17,6 +17,7 @@ from benchmarks.measures import (
     _drain,
     drain_result,
     pre_enqueue_n,
+    startup_cpu,
     table_stats,
     wait_for_state,
     worker_process,
@@ -95,6 +96,7 @@ def drain_deep(server: BenchServer, dsn: str, jobs: int) -> dict[str, Any]:
     probe.start()
     try:
         with worker_process(dsn, concurrency=10) as proc:
+            startup = startup_cpu(dsn, proc.pid)
             wait_for_state(dsn, "completed", count, timeout=max(600, count / 500))
             worker_cpu = tree_cpu(proc.pid)
     finally:
@@ -110,7 +112,8 @@ def drain_deep(server: BenchServer, dsn: str, jobs: int) -> dict[str, Any]:
     tenth = count / 10
     first = tenth / max(float(p10) - float(start), 1e-6)
     last = tenth / max(float(end) - float(p90), 1e-6)
-    result = drain_result(server, count, float(end) - float(start), before, after, worker_cpu)
+    span = float(end) - float(start)
+    result = drain_result(server, count, span, before, after, worker_cpu, startup)
     return {
         **result,
         "backlog": count,

@@ -125,12 +125,17 @@ def per_job(server: BenchServer, dsn: str, jobs: int, run: Callable[[], float]) 
     """Rate, commits and WAL bytes per job of ``run`` (which returns the seconds it timed),
     from server snapshots taken before and after it."""
     before = server.snapshot(dsn)
+    client_cpu = time.process_time()
     elapsed = run()
+    client_cpu = time.process_time() - client_cpu
     after = server.snapshot(dsn)
     return {
         "jobs_per_s": jobs / elapsed,
         "commits_per_job": (after["commits"] - before["commits"]) / jobs,
         "wal_bytes_per_job": server.wal_bytes(before["lsn"], after["lsn"]) / jobs,
+        # CPU per job moves much less than the rate when the machine is shared
+        "cpu_client_us_per_job": client_cpu / jobs * 1e6,
+        "cpu_postgres_us_per_job": (after["cpu"] - before["cpu"]) / jobs * 1e6,
     }
 
 
@@ -162,6 +167,7 @@ def _drain(
     pre_enqueue_n(dsn, jobs, make)
     before = server.snapshot(dsn)
     with worker_process(dsn, concurrency=concurrency, processes=processes) as proc:
+        startup = startup_cpu(dsn, proc.pid, after_id)
         wait_for_state(
             dsn,
             "completed",
@@ -179,8 +185,21 @@ def _drain(
             "WHERE state = 'completed' AND queue = 'bench' AND id > %s",
             (after_id,),
         ).fetchone()[0]  # type: ignore[index]
-    result = drain_result(server, jobs, float(span), before, after, worker_cpu)
+    result = drain_result(server, jobs, float(span), before, after, worker_cpu, startup)
     return {**result, **table_stats(dsn, jobs)}
+
+
+def startup_cpu(dsn: str, pid: int, after_id: int = 0, timeout: float = 60) -> float:
+    """The worker's CPU seconds when its first job has left 'available' (polled every 10 ms):
+    its start-up, taken off its CPU per job."""
+    deadline = time.monotonic() + timeout
+    probe = "SELECT EXISTS (SELECT 1 FROM awa.jobs WHERE id > %s AND state <> 'available')"
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        while not conn.execute(probe, (after_id,)).fetchone()[0]:  # type: ignore[index]
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the worker claimed nothing in {timeout}s")
+            time.sleep(0.01)
+    return tree_cpu(pid)
 
 
 def table_stats(dsn: str, jobs: int) -> dict[str, Any]:
@@ -222,6 +241,7 @@ def drain_result(
     before: dict[str, Any],
     after: dict[str, Any],
     worker_cpu: float,
+    startup: float = 0.0,
 ) -> dict[str, Any]:
     """A drain's numbers: rate over the measured span, commits, WAL and CPU per the snapshots."""
     return {
@@ -231,6 +251,10 @@ def drain_result(
         "wal_bytes_per_job": server.wal_bytes(before["lsn"], after["lsn"]) / jobs,
         "cpu_worker_s": worker_cpu,
         "cpu_postgres_s": after["cpu"] - before["cpu"],
+        "cpu_worker_startup_s": startup,
+        # the worker's without its start-up
+        "cpu_worker_us_per_job": (worker_cpu - startup) / jobs * 1e6,
+        "cpu_postgres_us_per_job": (after["cpu"] - before["cpu"]) / jobs * 1e6,
     }
 
 
@@ -319,11 +343,40 @@ def insert_one_no_notify_sql(server: BenchServer, dsn: str, jobs: int) -> dict[s
     return _insert_one_sql(server, dsn, jobs, "SET awa.defer_notify = 'on'")
 
 
+def insert_one_no_conflict_sql(server: BenchServer, dsn: str, jobs: int) -> dict[str, Any]:
+    """Reference: enqueue_one_sql without its ON CONFLICT clause (the job has no unique key):
+    a plain insert instead of a speculative one."""
+    statement = queries.INSERT_ONE.replace(queries._ON_UNIQUE_CONFLICT, "")
+    if statement == queries.INSERT_ONE:
+        raise RuntimeError("INSERT_ONE has no ON CONFLICT clause to take out")
+    return _insert_one_sql(server, dsn, jobs, statement=statement)
+
+
+def insert_one_bare_sql(server: BenchServer, dsn: str, jobs: int) -> dict[str, Any]:
+    """Reference: a one-row INSERT (returning its row) into a one-column table, one by one,
+    from a bare psycopg connection: a durable commit's floor on this server."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE bench_one (n integer)")
+    return _insert_one_sql(
+        server,
+        dsn,
+        jobs,
+        statement="INSERT INTO bench_one (n) VALUES (%(n)s) RETURNING n",
+        params={"n": 1},
+    )
+
+
 def _insert_one_sql(
-    server: BenchServer, dsn: str, jobs: int, setup: str | None = None
+    server: BenchServer,
+    dsn: str,
+    jobs: int,
+    setup: str | None = None,
+    statement: str = queries.INSERT_ONE,
+    params: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     count = min(jobs, 5000)
-    params = queries.insert_params(prepare(Noop(0), InsertOpts(queue="bench")))
+    if params is None:
+        params = queries.insert_params(prepare(Noop(0), InsertOpts(queue="bench")))
 
     def run() -> float:
         with psycopg.connect(dsn, autocommit=True) as conn:
@@ -331,7 +384,7 @@ def _insert_one_sql(
                 conn.execute(setup)
             start = time.perf_counter()
             for _ in range(count):
-                conn.execute(queries.INSERT_ONE, params, prepare=True).fetchone()
+                conn.execute(statement, params, prepare=True).fetchone()
             return time.perf_counter() - start
 
     return per_job(server, dsn, count, run)

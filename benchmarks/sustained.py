@@ -95,6 +95,8 @@ def sustained_load(server: BenchServer, dsn: str, jobs: int) -> dict[str, Any]:
         "wal_bytes_per_job": server.wal_bytes(before["lsn"], after["lsn"]) / sent,
         "cpu_worker_s": worker_cpu,
         "cpu_postgres_s": after["cpu"] - before["cpu"],
+        "cpu_worker_us_per_job": worker_cpu / sent * 1e6,
+        "cpu_postgres_us_per_job": (after["cpu"] - before["cpu"]) / sent * 1e6,
         "dead_tuples_per_job": stats.pop("dead_tuples_per_job"),
         **stats,
         "loop": worker_loop(dsn),
