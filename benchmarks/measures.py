@@ -95,22 +95,23 @@ def wait_for_state(
     timeout: float = 600,
     kind: str | None = None,
     after_id: int = 0,
-    waiting: tuple[str, ...] = ("available", "scheduled", "retryable"),
+    due_only: bool = False,
 ) -> None:
     """Wait until ``count`` jobs (of ``kind``, with ids above ``after_id``) are in ``state``,
     without loading the server: a cheap index probe for unfinished work in queue ``bench``
-    (rows in ``waiting`` states, or running) every 20 ms, and the exact count only once that
-    is empty. The drains are timed from the jobs' own timestamps."""
+    (runnable rows — only those due with ``due_only`` — or running) every 20 ms, and the
+    exact count only once that is empty. The drains are timed from the jobs' own timestamps."""
     deadline = time.monotonic() + timeout
     pending = (
         "SELECT EXISTS (SELECT 1 FROM awa.jobs WHERE queue = 'bench' "
-        "AND state = ANY (%(waiting)s::awa.job_state[])) "
-        "OR EXISTS (SELECT 1 FROM awa.jobs WHERE state = 'running' AND queue = 'bench')"
+        "AND state IN ('available', 'scheduled', 'retryable')"
+        + (" AND run_at <= now()) " if due_only else ") ")
+        + "OR EXISTS (SELECT 1 FROM awa.jobs WHERE state = 'running' AND queue = 'bench')"
     )
     query = "SELECT count(*) FROM awa.jobs WHERE state = %(state)s AND id > %(after)s" + (
         " AND kind = %(kind)s" if kind else ""
     )
-    params = {"state": state, "kind": kind, "after": after_id, "waiting": list(waiting)}
+    params = {"state": state, "kind": kind, "after": after_id}
     with psycopg.connect(dsn, autocommit=True) as conn:
         while True:
             if not conn.execute(pending, params).fetchone()[0]:  # type: ignore[index]
@@ -160,7 +161,7 @@ def _drain(
     processes: int = 1,
     concurrency: int = 10,
     after_id: int = 0,
-    waiting: tuple[str, ...] = ("available", "scheduled", "retryable"),
+    due_only: bool = False,
 ) -> dict[str, Any]:
     """Enqueue ``jobs`` (ids above ``after_id``: rows already there are not counted), drain
     them with one ``awa worker``, and report the drain (``drain_result``) and the table."""
@@ -175,7 +176,7 @@ def _drain(
             timeout=max(600, jobs / 500),
             kind=None if make is Noop else "noop_with_follow_up",
             after_id=after_id,
-            waiting=waiting,
+            due_only=due_only,
         )
         worker_cpu = tree_cpu(proc.pid)
     after = server.snapshot(dsn)
@@ -190,10 +191,14 @@ def _drain(
 
 
 def startup_cpu(dsn: str, pid: int, after_id: int = 0, timeout: float = 60) -> float:
-    """The worker's CPU seconds when its first job has left 'available' (polled every 10 ms):
-    its start-up, taken off its CPU per job."""
+    """The worker's CPU seconds when its first job (the lowest id above ``after_id``, which
+    the first claim takes) has left 'available', polled every 10 ms by primary key: its
+    start-up, taken off its CPU per job."""
     deadline = time.monotonic() + timeout
-    probe = "SELECT EXISTS (SELECT 1 FROM awa.jobs WHERE id > %s AND state <> 'available')"
+    probe = (
+        "SELECT coalesce(bool_or(state <> 'available'), false) FROM awa.jobs "
+        "WHERE id = (SELECT min(id) FROM awa.jobs WHERE id > %s)"
+    )
     with psycopg.connect(dsn, autocommit=True) as conn:
         while not conn.execute(probe, (after_id,)).fetchone()[0]:  # type: ignore[index]
             if time.monotonic() > deadline:
