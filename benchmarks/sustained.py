@@ -66,6 +66,7 @@ def sustained_load(server: BenchServer, dsn: str, jobs: int) -> dict[str, Any]:
         with worker_process(dsn, concurrency=50, app="benchmarks.latency_app") as proc:
             time.sleep(1.5)  # the worker is up and idle
             before = server.snapshot(dsn)
+            idle_cpu = tree_cpu(proc.pid)  # its start-up, not counted per job
             with BacklogSampler(dsn) as backlog:
                 # The producer runs on the standard loop whatever --loop says: only the
                 # worker's loop is under test.
@@ -73,7 +74,7 @@ def sustained_load(server: BenchServer, dsn: str, jobs: int) -> dict[str, Any]:
                 subprocess.run(cmd, env=env, cwd=ROOT, check=True, timeout=duration + 120)
                 produced = json.loads(out.read_text())
                 wait_for_state(dsn, "completed", produced["sent"], timeout=600)
-            worker_cpu = tree_cpu(proc.pid)
+            worker_cpu = tree_cpu(proc.pid) - idle_cpu
     after = server.snapshot(dsn)
     sent = int(produced["sent"])
     commits = produced["commit_times"]
