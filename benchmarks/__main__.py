@@ -45,17 +45,19 @@ MEASURES = {
     "insert_one_no_notify_sql": measures.insert_one_no_notify_sql,
     "insert_one_no_conflict_sql": measures.insert_one_no_conflict_sql,
     "insert_one_bare_sql": measures.insert_one_bare_sql,
+    "drain_deep_vacuumed": history.drain_deep_vacuumed,
 }
 
 # Measured again on uvloop (``uvloop.<name>``) with ``--loop both``: those that run an awa
 # worker, or awa's client in this process.
-LOOP_SENSITIVE = [m for m in MEASURES if not m.endswith("_sql")]
+LOOP_SENSITIVE = [m for m in MEASURES if not m.endswith("_sql") and m != "drain_deep_vacuumed"]
 
 RATIOS = [  # (numerator, denominator) printed when both ran
     ("drain_follow_up", "drain"),
     ("drain_processes_2", "drain"),
     ("drain_with_history", "drain"),
     ("drain_deep", "drain"),
+    ("drain_deep_vacuumed", "drain_deep"),
     ("drain", "claim_complete_sql"),
     ("drain_concurrency_100", "drain"),
     ("enqueue_one", "enqueue_one_sql"),

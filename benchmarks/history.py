@@ -89,12 +89,24 @@ def drain_deep(server: BenchServer, dsn: str, jobs: int) -> dict[str, Any]:
     """1,000,000 available jobs drained to the end by one worker at concurrency 10: jobs/s
     overall and over the first and the last 10% of completions, and the claim's cost (a
     read-only probe of its row selection) while the backlog is full and when nearly empty."""
+    return _drain_deep(server, dsn, jobs)
+
+
+def drain_deep_vacuumed(server: BenchServer, dsn: str, jobs: int) -> dict[str, Any]:
+    """Reference: drain_deep with ``VACUUM awa.jobs`` every 5 s from the runner (what a
+    maintenance-driven vacuum would buy the claim, and cost)."""
+    return _drain_deep(server, dsn, jobs, vacuum_every=5.0)
+
+
+def _drain_deep(
+    server: BenchServer, dsn: str, jobs: int, vacuum_every: float | None = None
+) -> dict[str, Any]:
     count = deep_size(jobs)
     pre_enqueue_n(dsn, count, Noop)
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("ANALYZE awa.jobs")
     before = server.snapshot(dsn)
-    probe = ClaimProbe(dsn)
+    probe = ClaimProbe(dsn, vacuum_every)
     probe.start()
     try:
         with worker_process(dsn, concurrency=10) as proc:
@@ -104,18 +116,8 @@ def drain_deep(server: BenchServer, dsn: str, jobs: int) -> dict[str, Any]:
     finally:
         probe.stop()
     after = server.snapshot(dsn)
-    with psycopg.connect(dsn) as conn:
-        start, p10, p90, end = conn.execute(
-            "SELECT extract(epoch FROM min(attempted_at)), "
-            "extract(epoch FROM percentile_disc(0.1) WITHIN GROUP (ORDER BY finalized_at)), "
-            "extract(epoch FROM percentile_disc(0.9) WITHIN GROUP (ORDER BY finalized_at)), "
-            "extract(epoch FROM max(finalized_at)) FROM awa.jobs WHERE state = 'completed'"
-        ).fetchone()  # type: ignore[misc]
-    tenth = count / 10
-    first = tenth / max(float(p10) - float(start), 1e-6)
-    last = tenth / max(float(end) - float(p90), 1e-6)
-    span = float(end) - float(start)
-    result = drain_result(server, count, span, before, after, worker_cpu, startup)
+    start, first, last, end = windows(dsn, count)
+    result = drain_result(server, count, end - start, before, after, worker_cpu, startup)
     return {
         **result,
         "backlog": count,
@@ -127,12 +129,32 @@ def drain_deep(server: BenchServer, dsn: str, jobs: int) -> dict[str, Any]:
     }
 
 
+def windows(dsn: str, count: int) -> tuple[float, float, float, float]:
+    """The drain's first claim, its rates over the first and the last tenth of completions
+    (by finalized_at), and its last completion."""
+    with psycopg.connect(dsn) as conn:
+        start, p10, p90, end = (
+            float(v)
+            for v in conn.execute(
+                "SELECT extract(epoch FROM min(attempted_at)), "
+                "extract(epoch FROM percentile_disc(0.1) WITHIN GROUP (ORDER BY finalized_at)), "
+                "extract(epoch FROM percentile_disc(0.9) WITHIN GROUP (ORDER BY finalized_at)), "
+                "extract(epoch FROM max(finalized_at)) FROM awa.jobs WHERE state = 'completed'"
+            ).fetchone()  # type: ignore[union-attr]
+        )
+    tenth = count / 10
+    return start, tenth / max(p10 - start, 1e-6), tenth / max(end - p90, 1e-6), end
+
+
 class ClaimProbe:
     """Runs CLAIM_PROBE once a second on its own connection while the worker drains, keeping
-    the execution time and the shared buffers touched of each probe that found 10 jobs."""
+    the execution time and the shared buffers touched of each probe that found 10 jobs; with
+    ``vacuum_every``, also runs ``VACUUM awa.jobs`` that often (one at a time)."""
 
-    def __init__(self, dsn: str) -> None:
+    def __init__(self, dsn: str, vacuum_every: float | None = None) -> None:
         self.dsn = dsn
+        self.vacuum_every = vacuum_every
+        self.vacuums: list[float] = []  # seconds each VACUUM took
         self.samples: list[tuple[float, int]] = []
         self.series: list[tuple[float, float, int, int]] = []  # s, ms, buffers, rows
         self._began = time.monotonic()
@@ -148,7 +170,13 @@ class ClaimProbe:
 
     def _run(self) -> None:
         with psycopg.connect(self.dsn, autocommit=True) as conn:
+            last_vacuum = time.monotonic()
             while True:
+                if self.vacuum_every and time.monotonic() - last_vacuum >= self.vacuum_every:
+                    began = time.monotonic()
+                    conn.execute("VACUUM awa.jobs")
+                    last_vacuum = time.monotonic()
+                    self.vacuums.append(last_vacuum - began)
                 raw = conn.execute(CLAIM_PROBE).fetchone()[0]  # type: ignore[index]
                 plan = (json.loads(raw) if isinstance(raw, str) else raw)[0]
                 top = plan["Plan"]
@@ -163,8 +191,9 @@ class ClaimProbe:
     def summary(self) -> dict[str, Any]:
         """Median of the first three and of the last three probes (backlog full / nearly
         empty): ms and buffers per claim of 10; empty if fewer than two probes ran."""
+        vacuums = {"vacuums": len(self.vacuums), "vacuum_s": sum(self.vacuums)}
         if len(self.samples) < 2:
-            return {"claim_probes": self.series}
+            return {"claim_probes": self.series, **(vacuums if self.vacuum_every else {})}
         k = min(3, len(self.samples) // 2)
         head, tail = self.samples[:k], self.samples[-k:]
         return {
@@ -173,4 +202,5 @@ class ClaimProbe:
             "claim_probe_buffers_start": statistics.median(s[1] for s in head),
             "claim_probe_buffers_end": statistics.median(s[1] for s in tail),
             "claim_probes": self.series,  # every probe: seconds, ms, buffers, rows found
+            **(vacuums if self.vacuum_every else {}),
         }
