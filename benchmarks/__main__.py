@@ -20,7 +20,7 @@ import statistics
 import sys
 import tempfile
 from pathlib import Path
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from benchmarks import history, measures, peers, sustained
@@ -262,8 +262,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-def run_all(server: BenchServer, args: argparse.Namespace) -> dict[str, dict[str, Any]]:
-    """Every chosen measure (on uvloop too with --loop both), each followed by its peers."""
+def run_all(
+    server: BenchServer, args: argparse.Namespace, save: Callable[[dict[str, Any]], None]
+) -> dict[str, dict[str, Any]]:
+    """Every chosen measure (on uvloop too with --loop both), each followed by its peers;
+    ``save`` gets the results so far after each, so a run cut short keeps what it measured."""
     compared: list[peers.Peer] = []
     if args.compare:
         for peer in peers.PEERS.values():
@@ -291,6 +294,7 @@ def run_all(server: BenchServer, args: argparse.Namespace) -> dict[str, dict[str
                 )
             except Exception as exc:  # a peer's failure must not lose awa's results
                 print(f"  {label} failed, skipped: {type(exc).__name__}: {exc}", flush=True)
+        save(results)
     return results
 
 
@@ -302,6 +306,18 @@ def main(argv: list[str] | None = None) -> int:
     measures.OPTIONS.duration = args.duration
     tmp = Path(tempfile.mkdtemp(prefix="awa-bench-"))
     server = BenchServer(args.database_url, tmp)
+    options = {k: v for k, v in vars(args).items() if k not in ("database_url", "json_path")}
+
+    def save(results: dict[str, Any]) -> None:
+        if args.json_path:
+            document = {
+                "machine": machine,
+                "options": options,
+                "ratios": ratios(results),
+                "summary": results,
+            }
+            Path(args.json_path).write_text(json.dumps(document, indent=2, default=str))
+
     try:
         machine = describe(server)
         print(
@@ -311,16 +327,26 @@ def main(argv: list[str] | None = None) -> int:
             + " ".join(f"{k}={v}" for k, v in machine["settings"].items()),
             flush=True,
         )
-        results = run_all(server, args)
+        results = run_all(server, args, save)
     finally:
         server.close()
         shutil.rmtree(tmp, ignore_errors=True)
     report(results)
-    if args.json_path:
-        options = {k: v for k, v in vars(args).items() if k not in ("database_url", "json_path")}
-        document = {"machine": machine, "options": options, "summary": results}
-        Path(args.json_path).write_text(json.dumps(document, indent=2, default=str))
     return 0
+
+
+def ratios(results: dict[str, dict[str, Any]]) -> dict[str, float]:
+    """``"top / bottom"`` → the ratio, for each pair of RATIOS and each peer that both ran."""
+    out = {}
+    for top, bottom in RATIOS:
+        if top in results and bottom in results:
+            out[f"{top} / {bottom}"] = ratio_of(results[top], results[bottom])
+    for measure in peers.EQUIVALENTS:
+        for peer in peers.PEERS:
+            key = f"{peer}.{measure}"
+            if measure in results and key in results:
+                out[f"{measure} / {key}"] = ratio_of(results[measure], results[key])
+    return out
 
 
 SETTINGS = [
