@@ -284,9 +284,7 @@ def run_all(
             with event_loop("uvloop"):
                 label = f"uvloop.{name}"
                 results[label] = run_measure(server, label, MEASURES[name], args.repeat, args.jobs)
-        if name not in peers.EQUIVALENTS:
-            continue
-        for peer in compared:
+        for peer in compared if name in peers.EQUIVALENTS else []:
             label = f"{peer.name}.{name}"
             try:
                 results[label] = run_measure(
