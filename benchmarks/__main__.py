@@ -286,10 +286,15 @@ def run_all(
                 results[label] = run_measure(server, label, MEASURES[name], args.repeat, args.jobs)
         for peer in compared if name in peers.EQUIVALENTS else []:
             label = f"{peer.name}.{name}"
-            try:
-                results[label] = run_measure(
-                    server, label, getattr(peer, peers.EQUIVALENTS[name]), args.repeat, args.jobs
-                )
+            try:  # on the loop awa's own run used (uvloop only with --loop uvloop)
+                with event_loop("uvloop" if args.loop == "uvloop" else "asyncio"):
+                    results[label] = run_measure(
+                        server,
+                        label,
+                        getattr(peer, peers.EQUIVALENTS[name]),
+                        args.repeat,
+                        args.jobs,
+                    )
             except Exception as exc:  # a peer's failure must not lose awa's results
                 print(f"  {label} failed, skipped: {type(exc).__name__}: {exc}", flush=True)
         save(results)

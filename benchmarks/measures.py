@@ -49,12 +49,18 @@ class Options:
 OPTIONS = Options()
 
 
-def worker_env(dsn: str) -> dict[str, str]:
-    """The environment of a worker process: the database, this checkout, and the loop."""
+def python_path() -> str:
+    """PYTHONPATH of a worker process (awa's or a peer's): this checkout, and uvloop's
+    sitecustomize first when the workers run on uvloop."""
     path = [str(ROOT)]
     if OPTIONS.loop == "uvloop":
         path.insert(0, str(UVLOOP_SITE))
-    return {**os.environ, "AWA_DATABASE_URL": dsn, "PYTHONPATH": os.pathsep.join(path)}
+    return os.pathsep.join(path)
+
+
+def worker_env(dsn: str) -> dict[str, str]:
+    """The environment of a worker process: the database, this checkout, and the loop."""
+    return {**os.environ, "AWA_DATABASE_URL": dsn, "PYTHONPATH": python_path()}
 
 
 @contextlib.contextmanager
