@@ -23,7 +23,7 @@ from pathlib import Path
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from benchmarks import history, measures, peers, sustained
+from benchmarks import history, measures, peers, references, sustained
 from benchmarks.server import BenchServer
 
 MEASURES = {
@@ -38,13 +38,13 @@ MEASURES = {
     "sustained_load": sustained.sustained_load,
     # references: what bounds the measures above on this machine (README, "What bounds the rest")
     "drain_concurrency_100": measures.drain_concurrency_100,
-    "claim_complete_sql": measures.claim_complete_sql,
-    "enqueue_one_sql": measures.enqueue_one_sql,
-    "insert_many_copy_sql": measures.insert_many_copy_sql,
-    "insert_one_no_trigger_sql": measures.insert_one_no_trigger_sql,
-    "insert_one_no_notify_sql": measures.insert_one_no_notify_sql,
-    "insert_one_no_conflict_sql": measures.insert_one_no_conflict_sql,
-    "insert_one_bare_sql": measures.insert_one_bare_sql,
+    "claim_complete_sql": references.claim_complete_sql,
+    "enqueue_one_sql": references.enqueue_one_sql,
+    "insert_many_copy_sql": references.insert_many_copy_sql,
+    "insert_one_no_trigger_sql": references.insert_one_no_trigger_sql,
+    "insert_one_no_notify_sql": references.insert_one_no_notify_sql,
+    "insert_one_no_conflict_sql": references.insert_one_no_conflict_sql,
+    "insert_one_bare_sql": references.insert_one_bare_sql,
     "drain_deep_vacuumed": history.drain_deep_vacuumed,
 }
 
