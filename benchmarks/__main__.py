@@ -39,6 +39,7 @@ MEASURES = {
     # references: what bounds the measures above on this machine (README, "What bounds the rest")
     "drain_concurrency_100": measures.drain_concurrency_100,
     "claim_complete_sql": references.claim_complete_sql,
+    "claim_complete_overlap_sql": references.claim_complete_overlap_sql,
     "enqueue_one_sql": references.enqueue_one_sql,
     "insert_many_copy_sql": references.insert_many_copy_sql,
     "insert_one_no_trigger_sql": references.insert_one_no_trigger_sql,
@@ -59,6 +60,7 @@ RATIOS = [  # (numerator, denominator) printed when both ran
     ("drain_deep", "drain"),
     ("drain_deep_vacuumed", "drain_deep"),
     ("drain", "claim_complete_sql"),
+    ("drain", "claim_complete_overlap_sql"),
     ("drain_concurrency_100", "drain"),
     ("enqueue_one", "enqueue_one_sql"),
     ("insert_many", "insert_many_copy_sql"),

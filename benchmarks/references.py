@@ -6,6 +6,8 @@ what awa sends."""
 
 from __future__ import annotations
 
+import queue
+import threading
 import time
 from typing import Any
 
@@ -45,6 +47,49 @@ def claim_complete_sql(server: BenchServer, dsn: str, jobs: int) -> dict[str, An
                 completer.execute(FINALIZE_CHANGED, finalize_params(results)).fetchall()
                 done += len(rows)
             return time.perf_counter() - start
+
+    return per_job(server, dsn, jobs, run)
+
+
+def claim_complete_overlap_sql(server: BenchServer, dsn: str, jobs: int) -> dict[str, Any]:
+    """Reference: claim_complete_sql with the claims and the completions in two threads, the
+    claimer running ahead by up to two claims: the ceiling of a worker that overlaps every
+    claim with the previous batches' work (claim-ahead) and spends nothing on the jobs."""
+    pre_enqueue_n(dsn, jobs, Noop)
+    params = {"queue": "bench", "limit": 10, "deadline": 0.0}
+    batches: queue.Queue[list[Any] | None] = queue.Queue(maxsize=2)
+
+    def claim_all(conn: psycopg.Connection[Any]) -> None:
+        claimed = 0
+        while claimed < jobs:
+            rows = conn.execute(CLAIM, params).fetchall()
+            if not rows:
+                break
+            batches.put(rows)
+            claimed += len(rows)
+        batches.put(None)
+
+    def run() -> float:
+        with (
+            psycopg.connect(dsn, autocommit=True) as claimer,
+            psycopg.connect(dsn, autocommit=True) as completer,
+        ):
+            claimer.execute("SET synchronous_commit = off")  # as the worker's claims
+            thread = threading.Thread(target=claim_all, args=(claimer,), daemon=True)
+            start = time.perf_counter()
+            thread.start()
+            done = 0
+            while (rows := batches.get()) is not None:
+                results = [
+                    AttemptResult(job=JobRow.from_values(r), action="complete") for r in rows
+                ]
+                completer.execute(FINALIZE_CHANGED, finalize_params(results)).fetchall()
+                done += len(rows)
+            elapsed = time.perf_counter() - start
+            thread.join()
+        if done < jobs:
+            raise RuntimeError("the queue ran dry before every job was completed")
+        return elapsed
 
     return per_job(server, dsn, jobs, run)
 

@@ -49,7 +49,8 @@ def test_benchmark_runner_end_to_end(pg_server, tmp_path: Path) -> None:  # type
         "--jobs",
         "300",
         "--only",
-        "drain,enqueue_one,insert_many,claim_complete_sql,enqueue_one_sql,insert_many_copy_sql",
+        "drain,enqueue_one,insert_many,claim_complete_sql,enqueue_one_sql,insert_many_copy_sql,"
+        "claim_complete_overlap_sql",
     )
     assert set(results) == {
         "drain",
@@ -58,6 +59,7 @@ def test_benchmark_runner_end_to_end(pg_server, tmp_path: Path) -> None:  # type
         "claim_complete_sql",
         "enqueue_one_sql",
         "insert_many_copy_sql",
+        "claim_complete_overlap_sql",
     }
     assert results["drain"]["jobs_per_s"]["median"] > 0
     assert results["drain"]["commits_per_job"]["median"] > 0
@@ -67,6 +69,7 @@ def test_benchmark_runner_end_to_end(pg_server, tmp_path: Path) -> None:  # type
     assert table["index_bytes"]["jobs_claim_idx"] > 0
     # the bare loop completed every job it claimed: one durable commit per claim of up to 10
     assert results["claim_complete_sql"]["commits_per_job"]["median"] >= 0.2
+    assert results["claim_complete_overlap_sql"]["commits_per_job"]["median"] >= 0.2
     assert results["enqueue_one_sql"]["commits_per_job"]["median"] >= 1
     assert "jobs/s" in stdout
     assert "ratio drain / claim_complete_sql:" in stdout
