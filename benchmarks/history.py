@@ -31,7 +31,7 @@ INSERT INTO awa.jobs (kind, queue, args, state, attempt, run_lease, run_at, crea
                       attempted_at, finalized_at)
 SELECT 'noop', 'bench', jsonb_build_object('n', i), 'completed', 1, 1, t, t,
        t + interval '2 ms', t + interval '4 ms'
-FROM (SELECT i, now() - interval '1 day' + i * (interval '1 day' / %(n)s::float8) AS t
+FROM (SELECT i, now() - interval '1 day' + i * (interval '1 day' / greatest(%(n)s::float8, 1)) AS t
       FROM generate_series(1, %(n)s::int) AS i) AS s
 """
 
@@ -40,7 +40,7 @@ FROM (SELECT i, now() - interval '1 day' + i * (interval '1 day' / %(n)s::float8
 SCHEDULED_HISTORY = """
 INSERT INTO awa.jobs (kind, queue, args, state, run_at, created_at)
 SELECT 'noop', 'bench', jsonb_build_object('n', i), 'scheduled',
-       now() + interval '1 hour' + i * (interval '1 day' / %(n)s::float8), now() - interval '1 hour'
+       now() + interval '1 hour' + i * (interval '1 day' / greatest(%(n)s::float8, 1)), now() - interval '1 hour'
 FROM generate_series(1, %(n)s::int) AS i
 """
 
