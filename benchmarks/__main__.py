@@ -49,6 +49,9 @@ MEASURES = {
     "drain_deep_vacuumed": history.drain_deep_vacuumed,
 }
 
+# Run only when named in --only: long, and only of interest next to the measure they vary.
+OPT_IN = {"drain_deep_vacuumed"}
+
 # Measured again on uvloop (``uvloop.<name>``) with ``--loop both``: those that run an awa
 # worker, or awa's client in this process.
 LOOP_SENSITIVE = [m for m in MEASURES if not m.endswith("_sql") and m != "drain_deep_vacuumed"]
@@ -252,7 +255,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "have an equivalent measure: " + ",".join(peers.EQUIVALENTS),
     )
     args = parser.parse_args(argv)
-    args.chosen = args.only.split(",") if args.only else list(MEASURES)
+    args.chosen = args.only.split(",") if args.only else [m for m in MEASURES if m not in OPT_IN]
     unknown = [m for m in args.chosen if m not in MEASURES]
     if unknown:
         parser.error(f"unknown measure {unknown[0]!r}")
