@@ -13,22 +13,48 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import psycopg
 
 import awa_cli as awa
-from awa_cli.attempts import AttemptResult
-from awa_cli.db.copy import copy_encoder
-from awa_cli.db.params import finalize_params, insert_params
-from awa_cli.db.statements import SQL
-from awa_cli.jobs import InsertOpts, JobRow, prepare, prepare_many
 from benchmarks.app import Noop, NoopWithFollowUp, Tenanted
 from benchmarks.server import BenchServer, tree_cpu
 
 ROOT = Path(__file__).resolve().parents[1]
 AWA = str(Path(sys.executable).parent / "awa")
+# On PYTHONPATH, its sitecustomize.py makes every Python process started with it use uvloop.
+UVLOOP_SITE = Path(__file__).resolve().parent / "uvloop_site"
+
+
+@dataclass
+class Options:
+    """The runner's sizes beyond ``--jobs`` (None: derived from it) and the workers' loop."""
+
+    history: int | None = None  # completed rows before drain_with_history (+ a tenth scheduled)
+    deep: int | None = None  # available jobs of drain_deep
+    rate: float = 5000.0  # sustained_load: offered jobs/s
+    duration: float = 60.0  # sustained_load: seconds offered
+    loop: str = "asyncio"  # the awa worker processes' event loop: asyncio or uvloop
+
+
+OPTIONS = Options()
+
+
+def python_path() -> str:
+    """PYTHONPATH of a worker process (awa's or a peer's): this checkout, and uvloop's
+    sitecustomize first when the workers run on uvloop."""
+    path = [str(ROOT)]
+    if OPTIONS.loop == "uvloop":
+        path.insert(0, str(UVLOOP_SITE))
+    return os.pathsep.join(path)
+
+
+def worker_env(dsn: str) -> dict[str, str]:
+    """The environment of a worker process: the database, this checkout, and the loop."""
+    return {**os.environ, "AWA_DATABASE_URL": dsn, "PYTHONPATH": python_path()}
 
 
 @contextlib.contextmanager
@@ -46,7 +72,7 @@ def worker_process(
             f'[app]\nmodules = ["{app}"]\n[queues.bench]\nconcurrency = {concurrency}\n'
             + extra_config
         )
-        env = {**os.environ, "AWA_DATABASE_URL": dsn, "PYTHONPATH": str(ROOT)}
+        env = worker_env(dsn)
         cmd = [AWA, "--config", str(config), "-q", "worker", "--processes", str(processes)]
         with running(cmd, env) as proc:
             yield proc
@@ -68,22 +94,32 @@ def running(cmd: list[str], env: dict[str, str]) -> Iterator[subprocess.Popen[by
 
 
 def wait_for_state(
-    dsn: str, state: str, count: int, timeout: float = 600, kind: str | None = None
+    dsn: str,
+    state: str,
+    count: int,
+    timeout: float = 600,
+    kind: str | None = None,
+    after_id: int = 0,
+    due_only: bool = False,
 ) -> None:
-    """Wait until ``count`` jobs (of ``kind``) are in ``state``, without loading the server:
-    a cheap index probe for unfinished work in queue ``bench`` every 20 ms, and the exact
-    count only once that is empty. The drains are timed from the jobs' own timestamps."""
+    """Wait until ``count`` jobs (of ``kind``, with ids above ``after_id``) are in ``state``,
+    without loading the server: a cheap index probe for unfinished work in queue ``bench``
+    (runnable rows — only those due with ``due_only`` — or running) every 20 ms, and the
+    exact count only once that is empty. The drains are timed from the jobs' own timestamps."""
     deadline = time.monotonic() + timeout
     pending = (
         "SELECT EXISTS (SELECT 1 FROM awa.jobs WHERE queue = 'bench' "
-        "AND state IN ('available', 'scheduled', 'retryable')) "
-        "OR EXISTS (SELECT 1 FROM awa.jobs WHERE state = 'running' AND queue = 'bench')"
+        "AND state IN ('available', 'scheduled', 'retryable')"
+        + (" AND run_at <= now()) " if due_only else ") ")
+        + "OR EXISTS (SELECT 1 FROM awa.jobs WHERE state = 'running' AND queue = 'bench')"
     )
-    query = "SELECT count(*) FROM awa.jobs WHERE state = %s" + (" AND kind = %s" if kind else "")
-    params: tuple[Any, ...] = (state, kind) if kind else (state,)
+    query = "SELECT count(*) FROM awa.jobs WHERE state = %(state)s AND id > %(after)s" + (
+        " AND kind = %(kind)s" if kind else ""
+    )
+    params = {"state": state, "kind": kind, "after": after_id}
     with psycopg.connect(dsn, autocommit=True) as conn:
         while True:
-            if not conn.execute(pending).fetchone()[0]:  # type: ignore[index]
+            if not conn.execute(pending, params).fetchone()[0]:  # type: ignore[index]
                 if conn.execute(query, params).fetchone()[0] >= count:  # type: ignore[index]
                     return
             if time.monotonic() > deadline:
@@ -95,12 +131,17 @@ def per_job(server: BenchServer, dsn: str, jobs: int, run: Callable[[], float]) 
     """Rate, commits and WAL bytes per job of ``run`` (which returns the seconds it timed),
     from server snapshots taken before and after it."""
     before = server.snapshot(dsn)
+    client_cpu = time.process_time()
     elapsed = run()
+    client_cpu = time.process_time() - client_cpu
     after = server.snapshot(dsn)
     return {
         "jobs_per_s": jobs / elapsed,
         "commits_per_job": (after["commits"] - before["commits"]) / jobs,
         "wal_bytes_per_job": server.wal_bytes(before["lsn"], after["lsn"]) / jobs,
+        # CPU per job moves much less than the rate when the machine is shared
+        "cpu_client_us_per_job": client_cpu / jobs * 1e6,
+        "cpu_postgres_us_per_job": (after["cpu"] - before["cpu"]) / jobs * 1e6,
     }
 
 
@@ -108,6 +149,13 @@ def pre_enqueue(dsn: str, args: list[Any]) -> None:
     with awa.Client(dsn) as client:
         for i in range(0, len(args), 5000):
             client.insert_many(args[i : i + 5000], queue="bench")
+
+
+def pre_enqueue_n(dsn: str, count: int, make: Any) -> None:
+    """``count`` jobs ``make(i)`` with insert_many, 5,000 a batch, built a batch at a time."""
+    with awa.Client(dsn) as client:
+        for i in range(0, count, 5000):
+            client.insert_many([make(n) for n in range(i, min(count, i + 5000))], queue="bench")
 
 
 def _drain(
@@ -118,22 +166,85 @@ def _drain(
     processes: int = 1,
     concurrency: int = 10,
     extra_config: str = "",
+    after_id: int = 0,
+    due_only: bool = False,
 ) -> dict[str, Any]:
-    pre_enqueue(dsn, [make(i) for i in range(jobs)])
+    """Enqueue ``jobs`` (ids above ``after_id``: rows already there are not counted), drain
+    them with one ``awa worker``, and report the drain (``drain_result``) and the table."""
+    pre_enqueue_n(dsn, jobs, make)
     before = server.snapshot(dsn)
-    kind = "noop_with_follow_up" if make is NoopWithFollowUp else None
     with worker_process(
         dsn, concurrency=concurrency, processes=processes, extra_config=extra_config
     ) as proc:
-        wait_for_state(dsn, "completed", jobs, kind=kind)
+        startup = startup_cpu(dsn, proc.pid, after_id)
+        wait_for_state(
+            dsn,
+            "completed",
+            jobs,
+            timeout=max(600, jobs / 500),
+            kind=None if make is Noop else "noop_with_follow_up",
+            after_id=after_id,
+            due_only=due_only,
+        )
         worker_cpu = tree_cpu(proc.pid)
     after = server.snapshot(dsn)
     with psycopg.connect(dsn) as conn:
         span = conn.execute(
             "SELECT extract(epoch FROM max(finalized_at) - min(attempted_at)) FROM awa.jobs "
-            "WHERE state = 'completed' AND queue = 'bench'"
+            "WHERE state = 'completed' AND queue = 'bench' AND id > %s",
+            (after_id,),
         ).fetchone()[0]  # type: ignore[index]
-    return drain_result(server, jobs, float(span), before, after, worker_cpu)
+    result = drain_result(server, jobs, float(span), before, after, worker_cpu, startup)
+    return {**result, **table_stats(dsn, jobs)}
+
+
+def startup_cpu(dsn: str, pid: int, after_id: int = 0, timeout: float = 60) -> float:
+    """The worker's CPU seconds when its first job (the lowest id above ``after_id``, which
+    the first claim takes) has left 'available', polled every 10 ms by primary key: its
+    start-up, taken off its CPU per job."""
+    deadline = time.monotonic() + timeout
+    probe = (
+        "SELECT coalesce(bool_or(state <> 'available'), false) FROM awa.jobs "
+        "WHERE id = (SELECT min(id) FROM awa.jobs WHERE id > %s)"
+    )
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        while not conn.execute(probe, (after_id,)).fetchone()[0]:  # type: ignore[index]
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the worker claimed nothing in {timeout}s")
+            time.sleep(0.01)
+    return tree_cpu(pid)
+
+
+def table_stats(dsn: str, jobs: int) -> dict[str, Any]:
+    """awa.jobs after a run, once the worker has stopped (its backends flush their statistics
+    when they exit): dead tuples per job, HOT updates, heap and index sizes. Reference only:
+    in the JSON, not in the printed table; autovacuum may have run (``autovacuums``)."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        live, dead, upd, hot, heap, vacuums = conn.execute(
+            "SELECT n_live_tup, n_dead_tup, n_tup_upd, n_tup_hot_upd, pg_relation_size(relid), "
+            "autovacuum_count FROM pg_stat_user_tables "
+            "WHERE schemaname = 'awa' AND relname = 'jobs'"
+        ).fetchone()  # type: ignore[misc]
+        indexes = dict(
+            conn.execute(
+                "SELECT indexrelname, pg_relation_size(indexrelid) FROM pg_stat_user_indexes "
+                "WHERE schemaname = 'awa' AND relname = 'jobs' ORDER BY indexrelname"
+            ).fetchall()
+        )
+    return {
+        "dead_tuples_per_job": dead / jobs,
+        "hot_update_share": hot / upd if upd else 0.0,
+        "index_bytes": sum(indexes.values()),
+        "table": {
+            "n_live_tup": live,
+            "n_dead_tup": dead,
+            "n_tup_upd": upd,
+            "n_tup_hot_upd": hot,
+            "autovacuums": vacuums,
+            "heap_bytes": heap,
+            "index_bytes": indexes,
+        },
+    }
 
 
 def drain_result(
@@ -143,6 +254,7 @@ def drain_result(
     before: dict[str, Any],
     after: dict[str, Any],
     worker_cpu: float,
+    startup: float = 0.0,
 ) -> dict[str, Any]:
     """A drain's numbers: rate over the measured span, commits, WAL and CPU per the snapshots."""
     return {
@@ -152,6 +264,10 @@ def drain_result(
         "wal_bytes_per_job": server.wal_bytes(before["lsn"], after["lsn"]) / jobs,
         "cpu_worker_s": worker_cpu,
         "cpu_postgres_s": after["cpu"] - before["cpu"],
+        "cpu_worker_startup_s": startup,
+        # the worker's without its start-up
+        "cpu_worker_us_per_job": (worker_cpu - startup) / jobs * 1e6,
+        "cpu_postgres_us_per_job": (after["cpu"] - before["cpu"]) / jobs * 1e6,
     }
 
 
@@ -184,68 +300,6 @@ def drain_processes_2(server: BenchServer, dsn: str, jobs: int) -> dict[str, Any
 def drain_concurrency_100(server: BenchServer, dsn: str, jobs: int) -> dict[str, Any]:
     """Reference: the drain with concurrency 100 (claims of up to 100 jobs)."""
     return _drain(server, dsn, jobs, Noop, concurrency=100)
-
-
-def claim_complete_sql(server: BenchServer, dsn: str, jobs: int) -> dict[str, Any]:
-    """Reference: awa's own claim and completion statements in a bare loop, 10 jobs a time."""
-    pre_enqueue(dsn, [Noop(i) for i in range(jobs)])
-    params = {"queue": "bench", "limit": 10, "deadline": 0.0, "worker": "bench:1"}
-
-    def run() -> float:
-        with (
-            psycopg.connect(dsn, autocommit=True) as claimer,
-            psycopg.connect(dsn, autocommit=True) as completer,
-        ):
-            claimer.execute("SET synchronous_commit = off")  # as the worker's claims
-            start = time.perf_counter()
-            done = 0
-            while done < jobs:
-                rows = claimer.execute(SQL["claim_by_queue"], params).fetchall()
-                if not rows:
-                    raise RuntimeError("the queue ran dry before every job was completed")
-                results = [
-                    AttemptResult(job=JobRow.from_values(r), action="complete") for r in rows
-                ]
-                completer.execute(SQL["finalize_changed"], finalize_params(results)).fetchall()
-                done += len(rows)
-            return time.perf_counter() - start
-
-    return per_job(server, dsn, jobs, run)
-
-
-def insert_many_copy_sql(server: BenchServer, dsn: str, jobs: int) -> dict[str, Any]:
-    """Reference: the COPY text insert_many writes, pre-built, sent in batches of 1,000."""
-    batches = max(1, jobs * 5 // 1000)
-    statement, encode = copy_encoder(prepare(Noop(0), InsertOpts(queue="bench")))
-    payload = [
-        encode(prepare_many([Noop(b * 1000 + i) for i in range(1000)], InsertOpts(queue="bench")))
-        for b in range(batches)
-    ]
-
-    def run() -> float:
-        with psycopg.connect(dsn, autocommit=True) as conn:
-            start = time.perf_counter()
-            for data in payload:
-                with conn.cursor() as cur, cur.copy(statement) as copy:
-                    copy.write(data)
-            return time.perf_counter() - start
-
-    return per_job(server, dsn, batches * 1000, run)
-
-
-def enqueue_one_sql(server: BenchServer, dsn: str, jobs: int) -> dict[str, Any]:
-    """Reference: the statement awa's insert sends, one by one, from a bare psycopg connection."""
-    count = min(jobs, 5000)
-    params = insert_params(prepare(Noop(0), InsertOpts(queue="bench")))
-
-    def run() -> float:
-        with psycopg.connect(dsn, autocommit=True) as conn:
-            start = time.perf_counter()
-            for _ in range(count):
-                conn.execute(SQL["insert_one"], params, prepare=True).fetchone()
-            return time.perf_counter() - start
-
-    return per_job(server, dsn, count, run)
 
 
 def enqueue_one(server: BenchServer, dsn: str, jobs: int) -> dict[str, Any]:
@@ -294,7 +348,15 @@ def pickup_latency(server: BenchServer, dsn: str, jobs: int) -> dict[str, Any]:
         started = dict(
             conn.execute("SELECT id, (output->>'started')::float8 FROM awa.jobs").fetchall()
         )
-    latencies = sorted((started[i] - commits[i]) * 1000 for i in commits)
+    return {
+        **quantiles_ms([(started[i] - commits[i]) * 1000 for i in commits]),
+        **{"loop": worker_loop(dsn)},
+    }
+
+
+def quantiles_ms(latencies: list[float]) -> dict[str, float]:
+    """p50, p95, p99 and max of latencies in ms."""
+    latencies = sorted(latencies)
     q = statistics.quantiles(latencies, n=100)
     return {
         "p50_ms": statistics.median(latencies),
@@ -302,3 +364,13 @@ def pickup_latency(server: BenchServer, dsn: str, jobs: int) -> dict[str, Any]:
         "p99_ms": q[98],
         "max_ms": latencies[-1],
     }
+
+
+def worker_loop(dsn: str) -> str:
+    """The event loop module the latency jobs ran on; fails if it is not the one asked for."""
+    with psycopg.connect(dsn) as conn:
+        loops = {r[0] for r in conn.execute("SELECT DISTINCT output->>'loop' FROM awa.jobs")}
+    expected = "uvloop" if OPTIONS.loop == "uvloop" else "asyncio"
+    if len(loops) != 1 or not str(next(iter(loops))).startswith(expected):
+        raise RuntimeError(f"the worker ran on {sorted(map(str, loops))}, not {expected}")
+    return str(next(iter(loops)))

@@ -31,7 +31,7 @@ from typing import Any
 
 import psycopg
 
-from benchmarks.measures import drain_result, per_job, running
+from benchmarks.measures import drain_result, per_job, python_path, running
 from benchmarks.server import BenchServer, tree_cpu
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -47,7 +47,7 @@ def peer_worker(module: str, dsn: str, first_job_file: Path) -> Iterator[subproc
         "BENCH_DSN": dsn,
         "BENCH_CONCURRENCY": str(CONCURRENCY),
         "BENCH_FIRST_JOB_FILE": str(first_job_file),
-        "PYTHONPATH": str(ROOT),
+        "PYTHONPATH": python_path(),  # uvloop's sitecustomize too with --loop uvloop
     }
     with running([sys.executable, "-m", f"benchmarks.peer_workers.{module}"], env) as proc:
         yield proc

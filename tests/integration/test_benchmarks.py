@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from tests.helpers import ROOT
@@ -13,7 +15,8 @@ from tests.helpers import ROOT
 pytestmark = [pytest.mark.integration]
 
 
-def test_benchmark_runner_end_to_end(pg_server, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def run_benchmarks(pg_server: Any, tmp_path: Path, *options: str) -> tuple[dict[str, Any], str]:
+    """``python -m benchmarks --repeat 1 OPTIONS`` on the test server: (summary, stdout)."""
     out = tmp_path / "results.json"
     done = subprocess.run(
         [
@@ -24,12 +27,9 @@ def test_benchmark_runner_end_to_end(pg_server, tmp_path: Path) -> None:  # type
             pg_server.dsn_for("postgres"),
             "--repeat",
             "1",
-            "--jobs",
-            "300",
-            "--only",
-            "drain,enqueue_one,insert_many,claim_complete_sql,enqueue_one_sql,insert_many_copy_sql",
             "--json",
             str(out),
+            *options,
         ],
         cwd=ROOT,
         capture_output=True,
@@ -37,7 +37,21 @@ def test_benchmark_runner_end_to_end(pg_server, tmp_path: Path) -> None:  # type
         timeout=300,
     )
     assert done.returncode == 0, done.stderr[-2000:]
-    results = json.loads(out.read_text())
+    document = json.loads(out.read_text())
+    assert document["machine"]["settings"]["fsync"] in ("on", "off")
+    return document["summary"], done.stdout
+
+
+def test_benchmark_runner_end_to_end(pg_server, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    results, stdout = run_benchmarks(
+        pg_server,
+        tmp_path,
+        "--jobs",
+        "300",
+        "--only",
+        "drain,enqueue_one,insert_many,claim_complete_sql,enqueue_one_sql,insert_many_copy_sql,"
+        "claim_complete_overlap_sql",
+    )
     assert set(results) == {
         "drain",
         "enqueue_one",
@@ -45,13 +59,94 @@ def test_benchmark_runner_end_to_end(pg_server, tmp_path: Path) -> None:  # type
         "claim_complete_sql",
         "enqueue_one_sql",
         "insert_many_copy_sql",
+        "claim_complete_overlap_sql",
     }
     assert results["drain"]["jobs_per_s"]["median"] > 0
     assert results["drain"]["commits_per_job"]["median"] > 0
+    # every drained job was claimed and finalised: two row versions each, until vacuumed
+    table = results["drain"]["runs"][0]["table"]
+    assert table["n_tup_upd"] >= 2 * 300
+    assert table["index_bytes"]["jobs_claim_idx"] > 0
     # the bare loop completed every job it claimed: one durable commit per claim of up to 10
     assert results["claim_complete_sql"]["commits_per_job"]["median"] >= 0.2
+    assert results["claim_complete_overlap_sql"]["commits_per_job"]["median"] >= 0.2
     assert results["enqueue_one_sql"]["commits_per_job"]["median"] >= 1
-    assert "jobs/s" in done.stdout
-    assert "ratio drain / claim_complete_sql:" in done.stdout
-    assert "ratio enqueue_one / enqueue_one_sql:" in done.stdout
+    assert "jobs/s" in stdout
+    assert "ratio drain / claim_complete_sql:" in stdout
+    assert "ratio enqueue_one / enqueue_one_sql:" in stdout
     assert results["insert_many_copy_sql"]["wal_bytes_per_job"]["median"] > 0
+
+
+def test_history_deep_and_sustained_measures(pg_server, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    results, stdout = run_benchmarks(
+        pg_server,
+        tmp_path,
+        "--jobs",
+        "200",
+        "--history",
+        "2000",
+        "--deep",
+        "2000",
+        "--rate",
+        "400",
+        "--duration",
+        "1",
+        "--only",
+        "drain,drain_with_history,drain_deep,drain_deep_vacuumed,sustained_load,"
+        "insert_one_no_trigger_sql,insert_one_no_notify_sql,insert_one_no_conflict_sql,"
+        "insert_one_bare_sql",
+    )
+    history = results["drain_with_history"]
+    assert history["jobs_per_s"]["median"] > 0
+    run = history["runs"][0]
+    assert (run["history_completed"], run["history_scheduled"]) == (2000, 200)
+    # the history is still there, untouched: 2,200 rows besides the 200 drained
+    assert run["table"]["n_live_tup"] >= 2200
+    assert "ratio drain_with_history / drain:" in stdout
+
+    deep = results["drain_deep"]
+    assert deep["runs"][0]["backlog"] == 2000
+    assert deep["first_10pct_jobs_per_s"]["median"] > 0
+    assert deep["last_10pct_jobs_per_s"]["median"] > 0
+    assert "ratio drain_deep / drain:" in stdout
+
+    load = results["sustained_load"]
+    assert load["runs"][0]["jobs"] == 400
+    assert 0 < load["p50_ms"]["median"] <= load["p99_ms"]["median"] <= load["max_ms"]["median"]
+    assert load["max_backlog_jobs"]["median"] >= 0
+    assert load["runs"][0]["backlog_samples"] > 0
+    assert load["commits_per_job"]["median"] > 0
+    assert load["wal_bytes_per_job"]["median"] > 0
+    assert load["dead_tuples_per_job"]["median"] >= 0
+    assert load["runs"][0]["loop"].startswith("asyncio")
+
+    # the vacuuming thread ran at least its first VACUUM only if the drain lasted 5 s: the
+    # count is reported either way
+    assert results["drain_deep_vacuumed"]["runs"][0]["vacuums"] >= 0
+    assert "ratio drain_deep_vacuumed / drain_deep:" in stdout
+
+    # the insert references: one durable commit per row each; the one-column table's row
+    # and the insert without ON CONFLICT's speculative insertion write less WAL
+    for name in (
+        "insert_one_no_trigger_sql",
+        "insert_one_no_notify_sql",
+        "insert_one_no_conflict_sql",
+        "insert_one_bare_sql",
+    ):
+        assert results[name]["commits_per_job"]["median"] >= 1, name
+        # (CPU is counted in clock ticks of 10 ms: 200 inserts may show none)
+        assert "cpu_postgres_us_per_job" in results[name], name
+    wal = {name: results[name]["wal_bytes_per_job"]["median"] for name in results}
+    assert wal["insert_one_bare_sql"] < wal["insert_one_no_conflict_sql"]
+    assert wal["insert_one_no_conflict_sql"] < wal["insert_one_no_trigger_sql"]
+
+
+@pytest.mark.skipif(importlib.util.find_spec("uvloop") is None, reason="uvloop not installed")
+def test_loop_both_runs_the_worker_on_uvloop(pg_server, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    results, stdout = run_benchmarks(
+        pg_server, tmp_path, "--jobs", "200", "--only", "pickup_latency", "--loop", "both"
+    )
+    # the latency jobs record their loop, and the runner fails a run on the wrong one
+    assert results["pickup_latency"]["runs"][0]["loop"].startswith("asyncio")
+    assert results["uvloop.pickup_latency"]["runs"][0]["loop"] == "uvloop"
+    assert "ratio uvloop.pickup_latency / pickup_latency" in stdout
