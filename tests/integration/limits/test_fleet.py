@@ -99,9 +99,12 @@ ALL_DONE = "SELECT count(*) = 0 FROM awa.jobs WHERE state <> 'completed'"
 @pytest.mark.parametrize("processes", [2, 3])
 def test_max_running_holds_across_processes(dsn: str, tmp_path: Path, processes: int) -> None:
     _side_tables(dsn)
-    _enqueue(dsn, [f"t{i % 3}" for i in range(90)], sleep=0.03)
     config = "[queues.default]\nconcurrency = 20\n" + _limit(2)
     with workers(dsn, tmp_path, config, processes) as procs:
+        # Every process is up (registered in awa.workers) before the jobs arrive, so that more
+        # than one of them can claim: a fast first process could drain a backlog alone.
+        _wait(dsn, procs, f"SELECT count(*) >= {processes} FROM awa.workers")
+        _enqueue(dsn, [f"t{i % 3}" for i in range(90)], sleep=0.05)
         _wait(dsn, procs, ALL_DONE)
     overlap = dict(_query(dsn, MAX_OVERLAP))
     assert set(overlap) == {"t0", "t1", "t2"}
