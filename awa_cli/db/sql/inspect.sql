@@ -51,8 +51,8 @@ ORDER BY 1, 2
 -- last id shown (before_id), so a deep page costs what the first one does. A psycopg.sql
 -- template: db/dashboard.py joins the inspect_where_* conditions the filters ask for with
 -- AND (or TRUE for none), so each combination is its own plan with no `IS NULL OR`: a state
--- or kind filter walks jobs_state_id_idx / jobs_kind_id_idx backwards from before_id, the
--- others the primary key.
+-- filter other than completed walks jobs_state_id_idx backwards from before_id, the others
+-- (completed, kind, queue, tag) the primary key.
 SELECT * FROM awa.jobs WHERE {conditions} ORDER BY id DESC LIMIT %(limit)s
 
 -- name: inspect_where_state
