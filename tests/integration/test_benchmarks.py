@@ -76,6 +76,28 @@ def test_benchmark_runner_end_to_end(pg_server, tmp_path: Path) -> None:  # type
     assert "ratio enqueue_one / enqueue_one_sql:" in stdout
     assert results["insert_many_copy_sql"]["wal_bytes_per_job"]["median"] > 0
 
+    # The README's targets table from the same JSON: the measures of this run get a figure
+    # and a verdict, the ones it left out say so; the machine line names the server settings.
+    targets = subprocess.run(
+        [sys.executable, "-m", "benchmarks.targets", str(tmp_path / "results.json")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout
+    rows = {line.split(" | ")[0].lstrip("| "): line for line in targets.splitlines() if "|" in line}
+    drain_rate = f"{results['drain']['jobs_per_s']['median']:,.0f} jobs/s"
+    assert drain_rate in rows["`drain`, concurrency 10"]
+    insert_ratio = (
+        results["insert_many"]["jobs_per_s"]["median"]
+        / results["insert_many_copy_sql"]["jobs_per_s"]["median"]
+    )
+    assert f"{insert_ratio:.2f}×" in rows["`insert_many` / `insert_many_copy_sql`"]
+    assert "not run" in rows["`drain_deep` / `drain`"]
+    assert "not run" in rows["`drain` / pgqueuer's drain"]  # no --compare
+    assert "fsync=" in targets.splitlines()[0]
+
 
 def test_history_deep_and_sustained_measures(pg_server, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     results, stdout = run_benchmarks(
