@@ -31,8 +31,11 @@ def seconds(value: float | int | timedelta, field: str) -> float:
 
 
 def show_value(value: Any) -> str:
-    """A value the way TOML would spell it, for error messages."""
-    return json.dumps(value, default=str, ensure_ascii=False)
+    """A value the way TOML would spell it, for error messages: on one line, whatever it holds
+    (a character that is not printable, such as U+0085 or U+2028, which end a line for
+    ``str.splitlines``, is shown escaped)."""
+    text = json.dumps(value, default=str, ensure_ascii=False)
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode() for c in text)
 
 
 _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
