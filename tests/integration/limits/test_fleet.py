@@ -99,7 +99,11 @@ ALL_DONE = "SELECT count(*) = 0 FROM awa.jobs WHERE state <> 'completed'"
 @pytest.mark.parametrize("processes", [2, 3])
 def test_max_running_holds_across_processes(dsn: str, tmp_path: Path, processes: int) -> None:
     _side_tables(dsn)
-    config = "[queues.default]\nconcurrency = 20\n" + _limit(2)
+    # 4 slots a process: more slots in all (8 or 12) than the limit lets run (2 for each of 3
+    # tenants), so the limit binds across processes; and fewer in one process than it lets
+    # run, so one process cannot take every job the limit allows (it would be the only one
+    # to claim, and the test would prove nothing across processes).
+    config = "[queues.default]\nconcurrency = 4\n" + _limit(2)
     with workers(dsn, tmp_path, config, processes) as procs:
         # Every process is up (registered in awa.workers) before the jobs arrive, so that more
         # than one of them can claim: a fast first process could drain a backlog alone.
