@@ -41,6 +41,7 @@ MEASURES = {
     "sustained_load": sustained.sustained_load,
     # references: what bounds the measures above on this machine (README, "What bounds the rest")
     "drain_concurrency_100": measures.drain_concurrency_100,
+    "drain_without_claim_ahead": measures.drain_without_claim_ahead,
     "claim_complete_sql": references.claim_complete_sql,
     "claim_complete_overlap_sql": references.claim_complete_overlap_sql,
     "enqueue_one_sql": references.enqueue_one_sql,
@@ -69,6 +70,7 @@ RATIOS = [  # (numerator, denominator) printed when both ran
     ("drain", "claim_complete_sql"),
     ("drain", "claim_complete_overlap_sql"),
     ("drain_concurrency_100", "drain"),
+    ("drain", "drain_without_claim_ahead"),
     ("enqueue_one", "enqueue_one_sql"),
     ("insert_many", "insert_many_copy_sql"),
     ("insert_one_no_notify_sql", "enqueue_one_sql"),

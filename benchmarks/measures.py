@@ -98,11 +98,11 @@ def wait_for_state(
     state: str,
     count: int,
     timeout: float = 600,
-    kind: str | None = None,
+    queue: str | None = None,
     after_id: int = 0,
     due_only: bool = False,
 ) -> None:
-    """Wait until ``count`` jobs (of ``kind``, with ids above ``after_id``) are in ``state``,
+    """Wait until ``count`` jobs (of ``queue``, with ids above ``after_id``) are in ``state``,
     without loading the server: a cheap index probe for unfinished work in queue ``bench``
     (runnable rows — only those due with ``due_only`` — or running) every 20 ms, and the
     exact count only once that is empty. The drains are timed from the jobs' own timestamps."""
@@ -114,9 +114,9 @@ def wait_for_state(
         + "OR EXISTS (SELECT 1 FROM awa.jobs WHERE state = 'running' AND queue = 'bench')"
     )
     query = "SELECT count(*) FROM awa.jobs WHERE state = %(state)s AND id > %(after)s" + (
-        " AND kind = %(kind)s" if kind else ""
+        " AND queue = %(queue)s" if queue else ""
     )
-    params = {"state": state, "kind": kind, "after": after_id}
+    params = {"state": state, "queue": queue, "after": after_id}
     with psycopg.connect(dsn, autocommit=True) as conn:
         while True:
             if not conn.execute(pending, params).fetchone()[0]:  # type: ignore[index]
@@ -182,7 +182,7 @@ def _drain(
             "completed",
             jobs,
             timeout=max(600, jobs / 500),
-            kind=None if make is Noop else "noop_with_follow_up",
+            queue="bench",  # not the follow-ups (queue follow_ups), which nothing works
             after_id=after_id,
             due_only=due_only,
         )
@@ -300,6 +300,11 @@ def drain_processes_2(server: BenchServer, dsn: str, jobs: int) -> dict[str, Any
 def drain_concurrency_100(server: BenchServer, dsn: str, jobs: int) -> dict[str, Any]:
     """Reference: the drain with concurrency 100 (claims of up to 100 jobs)."""
     return _drain(server, dsn, jobs, Noop, concurrency=100)
+
+
+def drain_without_claim_ahead(server: BenchServer, dsn: str, jobs: int) -> dict[str, Any]:
+    """Reference: the drain with ``claim_ahead = false`` (claims of the free slots only)."""
+    return _drain(server, dsn, jobs, Noop, extra_config="claim_ahead = false\n")
 
 
 def enqueue_one(server: BenchServer, dsn: str, jobs: int) -> dict[str, Any]:

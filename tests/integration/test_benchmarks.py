@@ -50,10 +50,13 @@ def test_benchmark_runner_end_to_end(pg_server, tmp_path: Path) -> None:  # type
         "300",
         "--only",
         "drain,enqueue_one,insert_many,claim_complete_sql,enqueue_one_sql,insert_many_copy_sql,"
-        "claim_complete_overlap_sql",
+        "claim_complete_overlap_sql,drain_limited,drain_follow_up,drain_without_claim_ahead",
     )
     assert set(results) == {
         "drain",
+        "drain_limited",
+        "drain_follow_up",
+        "drain_without_claim_ahead",
         "enqueue_one",
         "insert_many",
         "claim_complete_sql",
@@ -73,6 +76,10 @@ def test_benchmark_runner_end_to_end(pg_server, tmp_path: Path) -> None:  # type
     assert results["enqueue_one_sql"]["commits_per_job"]["median"] >= 1
     assert "jobs/s" in stdout
     assert "ratio drain / claim_complete_sql:" in stdout
+    assert "ratio drain / drain_without_claim_ahead:" in stdout
+    # the limited and follow-up drains wait for their own jobs (queue bench), not a kind
+    assert results["drain_limited"]["jobs_per_s"]["median"] > 0
+    assert results["drain_follow_up"]["jobs_per_s"]["median"] > 0
     assert "ratio enqueue_one / enqueue_one_sql:" in stdout
     assert results["insert_many_copy_sql"]["wal_bytes_per_job"]["median"] > 0
 
