@@ -59,6 +59,8 @@ class QueueConfig:
     dead_letter: bool | None = None
     # seconds of waiting per priority level gained by an available job (DESIGN §13); 0: none
     priority_aging: float = 0.0
+    # claim up to `concurrency` jobs beyond the free slots while attempts are short
+    claim_ahead: bool = True
 
 
 @dataclass(frozen=True)
@@ -247,6 +249,7 @@ _SCHEMA: dict[str, dict[str, Parser]] = {
         "deadline": _ANY_DURATION,
         "dead_letter": values.boolean,
         "priority_aging": _ANY_DURATION,
+        "claim_ahead": values.boolean,
     },
     "dead_letter": {"default": values.boolean},
     "maintenance": {

@@ -88,13 +88,19 @@ def build_worker(ctx: CliContext, queue_options: tuple[str, ...]) -> Any:
                 config.queues[name].deadline if name in config.queues else 0.0,
                 dead_letter_enabled(config, name),
                 config.queues[name].priority_aging if name in config.queues else 0.0,
+                config.queues[name].claim_ahead if name in config.queues else True,
             )
             for name, n in parse_queue_options(queue_options).items()
         }
     else:
         specs = {
             name: QueueSpec(
-                name, q.concurrency, q.deadline, dead_letter_enabled(config, name), q.priority_aging
+                name,
+                q.concurrency,
+                q.deadline,
+                dead_letter_enabled(config, name),
+                q.priority_aging,
+                q.claim_ahead,
             )
             for name, q in config.queues.items()
         }

@@ -53,8 +53,12 @@ async def execute(
     prepare: Prepare | None = None,
     on_unknown: Callable[[JobRow], None] | None = None,
     on_deadline: Callable[[JobRow], None] | None = None,
+    waited: float = 0.0,
 ) -> AttemptResult:
     """Run the handler of ``row`` and map what it did to an :class:`AttemptResult`.
+
+    ``waited``: seconds since the claim (a job claimed ahead waited for a slot): the deadline
+    counts from the claim, so that much less of it is left.
 
     ``prepare`` validates staged follow-ups (default: for ``app``); the job is registered in
     ``running`` while its handler runs (the caller removes it once the result is final);
@@ -91,7 +95,7 @@ async def execute(
     )
     if running is not None:
         running.add(job)
-    timer = _arm_deadline(row, control, on_deadline)
+    timer = _arm_deadline(row, control, on_deadline, waited)
     started = time.monotonic()
     result: Any = None
     error_raised: BaseException | None = None
@@ -128,13 +132,16 @@ def deadline_seconds(row: JobRow) -> float | None:
 
 
 def _arm_deadline(
-    row: JobRow, control: JobControl, on_deadline: Callable[[JobRow], None] | None
+    row: JobRow,
+    control: JobControl,
+    on_deadline: Callable[[JobRow], None] | None,
+    waited: float = 0.0,
 ) -> asyncio.TimerHandle | None:
     delay = deadline_seconds(row)
     if delay is None:
         return None
     loop = asyncio.get_running_loop()
-    return loop.call_later(delay, _deadline_passed, row, control, on_deadline)
+    return loop.call_later(max(0.0, delay - waited), _deadline_passed, row, control, on_deadline)
 
 
 def _deadline_passed(

@@ -2,6 +2,15 @@
 
 A runner is given a :class:`~awa_cli.worker.services.RunnerContext` (the claim, the
 executor, the finalizer's submit, ...), not the worker.
+
+Claim-ahead: while the queue's attempts are short (their moving average under
+:data:`CLAIM_AHEAD_BELOW`) and there is a backlog, a runner also claims up to ``concurrency``
+jobs beyond its free slots and keeps them in order; a slot that frees starts the next of them
+at once, without waiting for a claim's round trip, while the next claim is already under way.
+Such a job is ``running`` from its claim (its deadline counts from the claim, as the row's
+``deadline_at`` says); it waits for a slot about one attempt's length, and its ``Started``
+fires, and its handler starts, when it gets one. An operator cancel or a rescue of a job
+still waiting drops it here, so its handler never starts.
 """
 
 from __future__ import annotations
@@ -9,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,6 +31,11 @@ from awa_cli.worker.services import RunnerContext
 
 log = logging.getLogger("awa.worker")
 
+CLAIM_AHEAD_BELOW = 0.005
+"""Seconds: a queue claims ahead while the moving average of its attempts' durations (handler
+start to result) is below this, so a job claimed ahead waits about that long at most."""
+AVERAGE_WEIGHT = 0.1  # each attempt's weight in that moving average
+
 
 @dataclass(frozen=True)
 class QueueSpec:
@@ -30,6 +45,7 @@ class QueueSpec:
     # exhausted jobs move to the dead-letter queue; None: as a worker announced it in awa.queues
     dead_letter: bool | None = None
     priority_aging: float = 0.0  # seconds per priority level gained while waiting; 0 = none
+    claim_ahead: bool = True  # claim beyond the free slots while attempts are short
 
 
 class QueueRunner:
@@ -39,17 +55,48 @@ class QueueRunner:
         self.tasks: set[asyncio.Task[Any]] = set()
         self._wake = asyncio.Event()
         self._has_work = True  # the last claim filled every free slot
+        self._notified = False  # woken for new work since the last claim began
         self.claimed = 0
         self.claims = 0
         self.ready = asyncio.Event()  # set after the first successful claim round
         self.failing = False  # in error backoff: the last claim round failed
         self._stop = asyncio.Event()
+        # claimed ahead, not started yet: (row, monotonic time of its claim), in claim order
+        self.ahead: deque[tuple[JobRow, float]] = deque()
+        self.average: float | None = None  # moving average of attempt durations (s)
 
     @property
     def free(self) -> int:
         return self.spec.concurrency - len(self.tasks)
 
+    @property
+    def ahead_room(self) -> int:
+        """How many more jobs to claim ahead: up to ``concurrency`` while attempts are short."""
+        if not self.spec.claim_ahead or self.average is None:
+            return 0
+        if self.average >= CLAIM_AHEAD_BELOW:
+            return 0
+        return max(0, self.spec.concurrency - len(self.ahead))
+
+    def drop(self, job_id: int, run_lease: int | None = None) -> bool:
+        """A job claimed ahead is no longer ours (an operator cancel; a rescue, for that
+        ``run_lease``): forget it, so its handler never starts."""
+        for entry in self.ahead:
+            row = entry[0]
+            if row.id == job_id and (run_lease is None or row.run_lease == run_lease):
+                self.ahead.remove(entry)
+                log.info(
+                    "job %s, claimed ahead, was taken away before it started: dropped",
+                    job_id,
+                    extra={"action": "claimed_ahead_dropped", "job_id": job_id},
+                )
+                return True
+        return False
+
     def wake(self) -> None:
+        """New work may be there (a NOTIFY, a reconnect): claim, ahead too if attempts are short."""
+        self._has_work = True
+        self._notified = True  # kept across a claim under way, which may not have seen it
         self._wake.set()
 
     def stop(self) -> None:
@@ -64,14 +111,16 @@ class QueueRunner:
             # Cleared before claiming, so a wake-up that arrives while we claim (a NOTIFY, a
             # freed slot) is kept and the next wait returns at once.
             self._wake.clear()
+            self._notified = False
             timeout: float | None = poll
             if 0 < self.free < self.spec.concurrency and self._has_work:
                 # Woken by a freed slot: yield once so handlers finishing in the same loop
                 # iteration free theirs too, and one claim fills them all.
                 await asyncio.sleep(0)
-            if self.free > 0:
+            room = self.free - len(self.ahead)
+            if room > 0 or (self._has_work and self.ahead_room > 0):
                 try:
-                    requested = self.free
+                    requested = max(0, room) + (self.ahead_room if self._has_work else 0)
                     rows = await self.claim(requested)
                 except (psycopg.Error, OSError) as exc:
                     await self._claim_failed(exc, backoff)
@@ -79,14 +128,16 @@ class QueueRunner:
                     continue
                 backoff = defaults.LOOP_BACKOFF_MIN
                 self._claim_ok()
-                for row in rows:
-                    self._start(row)
-                self._has_work = len(rows) >= requested
+                claimed_at = time.monotonic()
+                self.ahead.extend((row, claimed_at) for row in rows)
+                self._start_ahead()
+                self._has_work = len(rows) >= requested or self._notified
                 if self._has_work:
                     continue
                 timeout = await self._until_next_due(poll)
-            else:
+            elif self._has_work:
                 timeout = None  # a freed slot wakes us
+            # else: slots full with jobs claimed ahead of a short claim; poll as when idle
             try:
                 await asyncio.wait_for(self._wake.wait(), timeout=timeout)
             except TimeoutError:
@@ -137,26 +188,54 @@ class QueueRunner:
             return poll
         return max(0.0, min(poll, due))
 
-    def _start(self, row: JobRow) -> None:
+    def abandon_ahead(self) -> None:
+        """The drain timed out: start nothing more. Jobs claimed ahead and never started stay
+        ``running`` with no heartbeat, and are rescued as a crashed worker's jobs are."""
+        if self.ahead:
+            log.warning(
+                "%d jobs claimed ahead on queue %s never started: the rescue will retry them",
+                len(self.ahead),
+                self.spec.name,
+                extra={"action": "claimed_ahead_abandoned", "queue": self.spec.name},
+            )
+            self.ahead.clear()
+
+    def _start_ahead(self) -> None:
+        """Start the jobs claimed ahead, oldest claim first, in the free slots."""
+        while self.ahead and self.free > 0:
+            row, claimed_at = self.ahead.popleft()
+            self._start(row, claimed_at)
+
+    def _start(self, row: JobRow, claimed_at: float) -> None:
         self.context.started(row)
-        task = asyncio.get_running_loop().create_task(self._execute(row), name=f"awa-job-{row.id}")
+        task = asyncio.get_running_loop().create_task(
+            self._execute(row, claimed_at), name=f"awa-job-{row.id}"
+        )
         self.tasks.add(task)
         task.add_done_callback(self._done)
 
-    async def _execute(self, row: JobRow) -> None:
+    async def _execute(self, row: JobRow, claimed_at: float) -> None:
         started = time.monotonic()
         try:
-            result = await self.context.execute(row)
+            result = await self.context.execute(row, started - claimed_at)
         except Exception:
             log.exception(
                 "executing job %s failed inside awa", row.id, extra={"action": "execute_bug"}
             )
             self.context.lost(row.id)
             return
-        log.debug("job %s %s in %.3fs", row.id, result.action, time.monotonic() - started)
+        duration = time.monotonic() - started
+        average = self.average
+        self.average = (
+            duration if average is None else average + AVERAGE_WEIGHT * (duration - average)
+        )
+        log.debug("job %s %s in %.3fs", row.id, result.action, duration)
         self.context.submit(result)
 
     def _done(self, task: asyncio.Task[Any]) -> None:
         self.tasks.discard(task)
+        # A job claimed ahead takes the slot at once (also while stopping: it is claimed, and
+        # the drain waits for it as for the others).
+        self._start_ahead()
         if self._has_work and not self.context.is_stopping():
             self._wake.set()

@@ -18,6 +18,7 @@ import functools
 import logging
 import os
 import socket
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -143,7 +144,7 @@ class Worker:
             claim=self.core.claim,
             seconds_until_due=self.core.seconds_until_due,
             started=self.core.started,
-            execute=lambda row: execute(
+            execute=lambda row, waited: execute(
                 self.app,
                 row,
                 self.services,
@@ -152,6 +153,7 @@ class Worker:
                 prepare=prepare,
                 on_unknown=self._unknown_kind,
                 on_deadline=self._deadline_passed,
+                waited=waited,
             ),
             submit=self.finalizer.submit,
             lost=self.running.discard,
@@ -165,7 +167,7 @@ class Worker:
             self.runners,
             self.services,
             self.timings.poll_interval,
-            on_cancel=self.running.cancel_job,
+            on_cancel=self.cancel_job,
         )
         self.heartbeat = Heartbeat(
             self.core.heartbeat,
@@ -235,7 +237,7 @@ class Worker:
                     RescueReason.DEADLINE_EXCEEDED,
                     extra={"action": "rescued", "reason": "deadline_exceeded"},
                 )
-                self.running.fence_rows(rows)
+                self.fence_rescued(rows)
 
     def _unknown_kind(self, row: JobRow) -> None:
         key = (row.kind, row.queue)
@@ -346,7 +348,7 @@ class Worker:
             self.pool,
             self.core,
             self.timings,
-            on_rescued=self.running.fence_rows,
+            on_rescued=self.fence_rescued,
             on_depth=self.plugins.queue_depth if self.plugins is not None else None,
             on_limits=(
                 self.plugins.limit_waiting if self.plugins is not None and self.limits else None
@@ -462,16 +464,26 @@ class Worker:
         self._stopped.set()
 
     async def _drain(self, timeout: float) -> None:
-        in_flight = [t for r in self.runners.values() for t in r.tasks]
+        """Wait up to ``timeout`` for the running jobs and those claimed ahead (each starts as
+        a slot frees); then cancel what still runs."""
+        runners = list(self.runners.values())
+        in_flight = [t for r in runners for t in r.tasks]
         if not in_flight:
             return
         log.info(
-            "draining %d in-flight jobs (up to %.0fs)",
+            "draining %d in-flight jobs, %d more claimed ahead (up to %.0fs)",
             len(in_flight),
+            sum(len(r.ahead) for r in runners),
             timeout,
             extra={"action": "worker_draining"},
         )
-        _, pending = await asyncio.wait(in_flight, timeout=timeout)
+        deadline = time.monotonic() + timeout
+        pending: set[asyncio.Task[Any]] = set(in_flight)
+        while pending and (left := deadline - time.monotonic()) > 0:
+            await asyncio.wait(pending, timeout=left, return_when=asyncio.FIRST_COMPLETED)
+            pending = {t for r in runners for t in r.tasks}
+        for runner in runners:
+            runner.abandon_ahead()  # never started: rescued as a stopped worker's jobs are
         for task in pending:
             task.cancel()  # the executor turns this into a retryable interrupted attempt
         if pending:
@@ -497,5 +509,17 @@ class Worker:
         await self.heartbeat.once()
 
     def fence_rescued(self, rows: list[JobRow]) -> None:
-        """Fence the attempts of rescued rows still running here (``Maintenance``'s callback)."""
+        """Fence the attempts of rescued rows still running here, and drop those still
+        waiting here, claimed ahead (``Maintenance``'s callback)."""
+        for row in rows:
+            runner = self.runners.get(row.queue)
+            if runner is not None:
+                runner.drop(row.id, row.run_lease)
         self.running.fence_rows(rows)
+
+    def cancel_job(self, job_id: int) -> bool:
+        """An operator cancelled job ``job_id``: drop it if it waits here, claimed ahead (its
+        handler never starts), or fence it if it runs here."""
+        if any(runner.drop(job_id) for runner in self.runners.values()):
+            return True
+        return self.running.cancel_job(job_id)

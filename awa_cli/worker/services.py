@@ -199,7 +199,7 @@ class RunnerContext:
     claim: Callable[[str, int, float], Awaitable[list[JobRow]]]  # queue, limit, deadline
     seconds_until_due: Callable[[str], Awaitable[float | None]]
     started: Callable[[JobRow], None]  # the claim committed: dispatch Started
-    execute: Callable[[JobRow], Awaitable[AttemptResult]]
+    execute: Callable[[JobRow, float], Awaitable[AttemptResult]]  # row, seconds since its claim
     submit: Callable[[AttemptResult], None]  # to the finalizer
     lost: Callable[[int], None]  # executing failed inside awa: forget the job
     is_stopping: Callable[[], bool]

@@ -496,7 +496,13 @@ def test_display_dict_redacts_the_password(tmp_path: Path) -> None:
     assert display["worker"] == {"processes": 1, "shutdown_timeout": 30.0}
     assert display["app"] == {"modules": [], "plugins": []}
     assert display["queues"] == {
-        "default": {"concurrency": 10, "deadline": 0.0, "dead_letter": None, "priority_aging": 0.0}
+        "default": {
+            "concurrency": 10,
+            "deadline": 0.0,
+            "dead_letter": None,
+            "priority_aging": 0.0,
+            "claim_ahead": True,
+        }
     }
     assert display["dead_letter"] == {"default": False}
     assert json.loads(json.dumps(display)) == display
@@ -511,6 +517,7 @@ def test_display_dict_human_durations(tmp_path: Path) -> None:
         "deadline": "0s",
         "dead_letter": None,
         "priority_aging": "0s",
+        "claim_ahead": True,
     }
     assert display["maintenance"]["dead_letter_retention"] == "30d"
 
@@ -551,6 +558,7 @@ def test_check_json(tmp_path: Path) -> None:
                 "deadline": 300.0,
                 "dead_letter": None,
                 "priority_aging": 0.0,
+                "claim_ahead": True,
             }
         }
         assert "config OK" in result.stderr
