@@ -19,7 +19,7 @@ from awa_cli import defaults
 from awa_cli.db.dsn import redact
 from awa_cli import config_values as values
 from awa_cli.config_values import Parser
-from awa_cli.durations import format_duration, parse_duration
+from awa_cli.durations import format_duration, parse_duration, show_value
 from awa_cli.enqueue import InsertOpts, check_name, prepare
 from awa_cli.errors import ConfigError, ValidationError
 from awa_cli.errors import ScheduleError
@@ -330,6 +330,19 @@ def _section(raw: dict[str, Any], schema: str, label: str) -> dict[str, Any]:
     return kwargs
 
 
+def _expand_user(text: str) -> Path:
+    """``[database] embedded_dir`` with a leading ``~`` or ``~user`` expanded; a user with no
+    home directory (``~nobody0``) is the key's error, not a traceback."""
+    try:
+        return Path(text).expanduser()
+    except RuntimeError:
+        key = "[database] embedded_dir"
+        raise ConfigError(
+            f"{key}: cannot expand {show_value(text)}: no such user or no home directory",
+            key=key,
+        ) from None
+
+
 def _build(data: dict[str, Any], path: Path | None, base_dir: Path) -> Config:
     for name in data:
         if name not in _TABLES:
@@ -340,7 +353,7 @@ def _build(data: dict[str, Any], path: Path | None, base_dir: Path) -> Config:
     tables = {name: _as_table(data.get(name, {}), _table_label(name)) for name in _TABLES}
 
     database = _section(tables["database"], "database", "[database]")
-    embedded_dir = base_dir / Path(database.pop("embedded_dir", EMBEDDED_DIR_NAME)).expanduser()
+    embedded_dir = base_dir / _expand_user(database.pop("embedded_dir", EMBEDDED_DIR_NAME))
 
     queues: dict[str, QueueConfig] = {}
     for name, raw in tables["queues"].items():

@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 
+import hypothesis
 import pytest
 
 try:  # `python -m pytest` from the checkout, or tests/ made a package
@@ -30,6 +31,14 @@ except ModuleNotFoundError:  # rootdir-relative import of this conftest's folder
     from pgcluster import awa_database_url, db, dsn, fresh_dsn, own_server, pg_server  # type: ignore[no-redef]  # noqa: F401
 
 STRIPPED_EXACT = ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID")
+
+# In CI (.ci/run sets CI=true) the property tests draw the same examples on every run, so a
+# build fails for a change and not for a lucky draw; a developer's runs keep drawing new ones
+# (which is how the escaped-character and "~user" config errors were found), and each find
+# becomes an @example.
+hypothesis.settings.register_profile("ci", derandomize=True)
+if os.environ.get("CI"):
+    hypothesis.settings.load_profile("ci")
 
 
 @pytest.fixture(autouse=True)

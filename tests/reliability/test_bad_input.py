@@ -305,6 +305,8 @@ def test_random_config_text_is_a_config_or_a_config_error(
 # found the first; the error used to print it as is, on two lines).
 @example(entries=[(("database", "url"), '"\\u0085"')])
 @example(entries=[(("worker", "shutdown_timeout"), '"a\\u2028b"')])
+# "~0": a user with no home directory; expanding it raised RuntimeError (a traceback).
+@example(entries=[(("database", "embedded_dir"), '"~0"')])
 def test_random_values_for_known_keys(
     tmp_path_factory: pytest.TempPathFactory, entries: list[tuple[tuple[str, str], str]]
 ) -> None:
