@@ -72,7 +72,7 @@ def require_handlers(ctx: CliContext, app: Any) -> None:
 
 
 def build_worker(ctx: CliContext, queue_options: tuple[str, ...]) -> Any:
-    from awa_cli.config import dead_letter_enabled
+    from awa_cli.config import QueueConfig, dead_letter_enabled
     from awa_cli.worker.queues import QueueSpec
     from awa_cli.worker.runtime import Worker
 
@@ -80,30 +80,24 @@ def build_worker(ctx: CliContext, queue_options: tuple[str, ...]) -> Any:
     require_app_modules(ctx)
     app = ctx.app
     require_handlers(ctx, app)
-    if queue_options:
+
+    def spec(name: str, concurrency: int, q: QueueConfig) -> QueueSpec:
+        return QueueSpec(
+            name,
+            concurrency,
+            q.deadline,
+            dead_letter_enabled(config, name),
+            q.priority_aging,
+            q.claim_ahead,
+        )
+
+    if queue_options:  # --queue NAME=N: the concurrency from the flag, the rest from [queues]
         specs = {
-            name: QueueSpec(
-                name,
-                n,
-                config.queues[name].deadline if name in config.queues else 0.0,
-                dead_letter_enabled(config, name),
-                config.queues[name].priority_aging if name in config.queues else 0.0,
-                config.queues[name].claim_ahead if name in config.queues else True,
-            )
+            name: spec(name, n, config.queues.get(name, QueueConfig()))
             for name, n in parse_queue_options(queue_options).items()
         }
     else:
-        specs = {
-            name: QueueSpec(
-                name,
-                q.concurrency,
-                q.deadline,
-                dead_letter_enabled(config, name),
-                q.priority_aging,
-                q.claim_ahead,
-            )
-            for name, q in config.queues.items()
-        }
+        specs = {name: spec(name, q.concurrency, q) for name, q in config.queues.items()}
     m = config.maintenance
     return Worker(
         app,

@@ -920,3 +920,26 @@ def test_serve_defaults_and_tokens(tmp_path: Path) -> None:
 )
 def test_serve_errors_name_the_key(tmp_path: Path, text: str, expected: str) -> None:
     assert expected in config_error(tmp_path, text).message
+
+
+def test_worker_queue_flag_keeps_the_queue_table_settings(tmp_path: Path) -> None:
+    """`awa worker --queue NAME=N` takes the concurrency from the flag and everything else of
+    the queue from its [queues.NAME] table (the defaults for a queue without one)."""
+    from awa_cli.commands.context import CliContext
+    from awa_cli.commands.worker import build_worker
+    from awa_cli.terminal import Terminal
+    from awa_cli.worker.queues import QueueSpec
+
+    path = write(
+        tmp_path,
+        '[database]\nurl = "postgresql://awa@localhost/awa"\n'
+        '[app]\nmodules = ["tests.apps.periodic_app"]\n'
+        '[queues.email]\nconcurrency = 7\ndeadline = "5m"\ndead_letter = true\n'
+        'priority_aging = "1m"\nclaim_ahead = false\n',
+    )
+    ctx = CliContext(str(path), None, False, 0, Terminal(no_color=True, quiet=True), env={})
+    flagged = build_worker(ctx, ("email=3", "other=2")).queues
+    assert flagged["email"] == QueueSpec("email", 3, 300.0, True, 60.0, claim_ahead=False)
+    assert flagged["other"] == QueueSpec("other", 2, 0.0, False, 0.0, claim_ahead=True)
+    configured = build_worker(ctx, ()).queues
+    assert configured == {"email": QueueSpec("email", 7, 300.0, True, 60.0, claim_ahead=False)}
