@@ -10,12 +10,12 @@ from typing import Any
 
 import click
 
-from awa_cli.admin import BULK_STATES
 from awa_cli.commands.context import CliContext, json_option, pass_context, run_with_client
 from awa_cli.commands.operate import (
     age,
     all_option,
     dry_run_option,
+    job_filter_options,
     older_than_option,
     refuse_mixed,
     run_counted,
@@ -358,15 +358,7 @@ def wait(ctx: CliContext, job_id: int, timeout: str | None, json_flag: bool) -> 
 
 @command.command(name="cancel")
 @click.argument("job_id", type=int, required=False)
-@click.option(
-    "--state",
-    "states",
-    multiple=True,
-    type=click.Choice(sorted(s.value for s in BULK_STATES["cancel"])),
-    help="Bulk: only jobs in this state (repeatable; default: all four).",
-)
-@click.option("--kind", help="Bulk: only jobs of this kind.")
-@click.option("--queue", help="Bulk: only jobs in this queue.")
+@job_filter_options("cancel", "Bulk: only", "all four")
 @all_option
 @dry_run_option
 @json_option
@@ -409,15 +401,7 @@ def cancel(
 
 @command.command(name="retry")
 @click.argument("job_id", type=int, required=False)
-@click.option(
-    "--state",
-    "states",
-    multiple=True,
-    type=click.Choice(sorted(s.value for s in BULK_STATES["retry"])),
-    help="Bulk: only jobs in this state (repeatable; default: failed and cancelled).",
-)
-@click.option("--kind", help="Bulk: only jobs of this kind.")
-@click.option("--queue", help="Bulk: only jobs in this queue.")
+@job_filter_options("retry", "Bulk: only", "failed and cancelled")
 @all_option
 @dry_run_option
 @json_option
@@ -451,15 +435,7 @@ def retry(
 
 
 @command.command(name="purge")
-@click.option(
-    "--state",
-    "states",
-    multiple=True,
-    type=click.Choice(sorted(s.value for s in BULK_STATES["purge"])),
-    help="Only jobs in this state (repeatable; default: completed, failed and cancelled).",
-)
-@click.option("--kind", help="Only jobs of this kind.")
-@click.option("--queue", help="Only jobs in this queue.")
+@job_filter_options("purge", "Only", "completed, failed and cancelled")
 @older_than_option
 @all_option
 @dry_run_option

@@ -8,6 +8,7 @@ from typing import Any
 
 import click
 
+from awa_cli.admin import BULK_STATES, BulkOperation
 from awa_cli.commands.context import CliContext, run_with_client
 from awa_cli.durations import parse_duration
 
@@ -30,6 +31,25 @@ def older_than_option(fn: Any) -> Any:
     return click.option(
         "--older-than", metavar="DURATION", help="Only those older than this (e.g. 7d, 12h)."
     )(fn)
+
+
+def job_filter_options(operation: BulkOperation, lead: str, default: str) -> Callable[[Any], Any]:
+    """``--state`` (one of the states ``operation`` acts on, repeatable), ``--kind`` and
+    ``--queue`` of `awa job cancel|retry|purge`; each help starts with ``lead`` ("Bulk: only"
+    or "Only"), and ``default`` names the states taken without ``--state``."""
+
+    def decorate(fn: Any) -> Any:
+        fn = click.option("--queue", help=f"{lead} jobs in this queue.")(fn)
+        fn = click.option("--kind", help=f"{lead} jobs of this kind.")(fn)
+        return click.option(
+            "--state",
+            "states",
+            multiple=True,
+            type=click.Choice(sorted(s.value for s in BULK_STATES[operation])),
+            help=f"{lead} jobs in this state (repeatable; default: {default}).",
+        )(fn)
+
+    return decorate
 
 
 def age(text: str | None) -> float | None:
