@@ -71,6 +71,11 @@ def fresh() -> Iterator[None]:
         gate.set()
 
 
+def ahead_ids(worker: awa.Worker) -> list[int]:
+    """The jobs queue default's runner holds claimed ahead, in claim order."""
+    return [row.id for row, _ in worker.runners["default"].ahead]
+
+
 def running_ids(dsn: str) -> set[int]:
     with psycopg.connect(dsn) as conn:
         return {r[0] for r in conn.execute("SELECT id FROM awa.jobs WHERE state = 'running'")}
@@ -93,8 +98,7 @@ async def held_with_ahead(
     held = [(await client.insert(Gated("hold"))).id for _ in range(slots)]
     behind = [(await client.insert(Quick(100 + i))).id for i in range(ahead)]
     await wait_until(lambda: set(held) <= set(started))
-    runner = worker.runners["default"]
-    await wait_until(lambda: [row.id for row, _ in runner.ahead] == behind)
+    await wait_until(lambda: ahead_ids(worker) == behind)
     assert set(behind) <= running_ids(dsn)  # claimed: running in the database
     assert not set(behind) & set(started)  # but not started
     return held, behind
@@ -217,7 +221,7 @@ async def test_the_deadline_of_a_job_waiting_ahead_counts_from_its_claim(dsn: st
             # a 1.5 s deadline, of which it waits 1 s ahead, then an attempt of 1 s: past it
             behind = (await client.insert(Timed(1.0), deadline_duration=1.5)).id
             await wait_until(lambda: held in started)
-            await wait_until(lambda: [r.id for r, _ in worker.runners["default"].ahead] == [behind])
+            await wait_until(lambda: ahead_ids(worker) == [behind])
             await asyncio.sleep(1.0)
             gates["hold"].set()
             await wait_until(lambda: job_row(dsn, behind).state != awa.JobState.RUNNING)
@@ -237,7 +241,7 @@ async def test_a_stopping_worker_runs_the_jobs_it_claimed_ahead(dsn: str) -> Non
         held = (await client.insert(Gated("hold"))).id
         behind = (await client.insert(Timed(0.5))).id  # still running when the held one ends
         await wait_until(lambda: held in started)
-        await wait_until(lambda: [r.id for r, _ in worker.runners["default"].ahead] == [behind])
+        await wait_until(lambda: ahead_ids(worker) == [behind])
         stopping = asyncio.create_task(worker.shutdown(timeout=30))
         await asyncio.sleep(0.3)
         gates["hold"].set()  # the held job ends; the job claimed ahead takes its slot
