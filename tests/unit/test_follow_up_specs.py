@@ -13,7 +13,7 @@ from awa_cli.events import Outcome
 from awa_cli.follow_up_specs import SPEC_PARAMETERS, expected_signature
 from tests.helpers import ROOT
 
-README = ROOT / "README.md"
+GUIDE = ROOT / "docs" / "follow-ups.md"  # the follow-ups page of the guide
 
 
 @dataclass
@@ -99,8 +99,8 @@ def test_the_expected_signatures_are_the_design_ones() -> None:
     }
 
 
-def test_the_readme_table_lists_every_signature() -> None:
-    text = README.read_text(encoding="utf-8")
+def test_the_guide_table_lists_every_signature() -> None:
+    text = GUIDE.read_text(encoding="utf-8")
     for outcome in Outcome:
         row = re.search(rf"^\| `on_{outcome.value}_enqueue`.*$", text, re.MULTILINE)
         assert row is not None, outcome
