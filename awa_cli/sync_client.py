@@ -20,6 +20,8 @@ from awa_cli.client import AsyncClient, DefaultAction, ResolveResult
 from awa_cli.sync_reads import SyncInspectReads
 
 if TYPE_CHECKING:
+    from psycopg_pool import AsyncConnectionPool
+
     from awa_cli.app import App
     from awa_cli.db.migrations import Migration
     from awa_cli.dispatch import Dispatcher, EventHook
@@ -113,6 +115,12 @@ class Client(SyncInspectReads):
         if self._runner.thread.is_alive():
             self._runner.run(self._async.close(hook_timeout))
             self._runner.stop()
+
+    def ensure_open(self) -> AsyncConnectionPool:
+        """Open the connection pool now instead of on first use, so an unreachable database
+        fails here with libpq's own message; returns the pool (it lives on this client's
+        event loop: use it only through :meth:`call`)."""
+        return self._runner.run(self._async.ensure_open())
 
     # -- enqueue and inspect ---------------------------------------------------------------
     def migrate(self) -> list[Migration]:

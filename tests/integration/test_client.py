@@ -657,3 +657,23 @@ def test_insert_many_copy_path_round_trips_awkward_values(dsn: str) -> None:
         assert row.tags == awkward[:10] and row.metadata == {"m": awkward}
         assert (row.priority, row.max_attempts, row.deadline_duration) == (3, 7, 2.5)
         assert row.state == "scheduled" and abs((row.run_at - run_at).total_seconds()) < 0.001
+
+
+def test_the_sync_client_opens_its_pool_on_demand(dsn: str) -> None:
+    """``Client.ensure_open()`` opens the pool now (the twin of ``AsyncClient.ensure_open``);
+    an unreachable database fails there, not on the first insert."""
+    with Client(dsn) as client:
+        pool = client.ensure_open()
+        assert client.call(_one(pool)) == 1
+    unreachable = Client("postgresql://nobody@127.0.0.1:1/none")
+    try:
+        with pytest.raises(psycopg.OperationalError):
+            unreachable.ensure_open()
+    finally:
+        unreachable.close()
+
+
+async def _one(pool: Any) -> int:
+    async with pool.connection() as conn:
+        row = await (await conn.execute("SELECT 1")).fetchone()
+        return int(row[0])

@@ -11,10 +11,8 @@ from typing import Any
 from awa_cli.client import AsyncClient
 from awa_cli.sync_client import Client
 
-# The context-manager protocols differ by nature. ``ensure_open`` (opening the pool on the
-# client's own loop) is package-internal: code built on the sync client runs such coroutines
-# on its loop with ``Client.call``.
-ASYNC_ONLY = {"__aenter__", "__aexit__", "ensure_open"}
+# The context-manager protocols differ by nature; everything else has a twin.
+ASYNC_ONLY = {"__aenter__", "__aexit__"}
 SYNC_ONLY = {"__enter__", "__exit__", "call"}
 
 
