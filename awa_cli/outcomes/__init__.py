@@ -79,7 +79,8 @@ from awa_cli.outcomes.bulk import Progress
 from awa_cli.periodic import PeriodicJob, Schedule
 from awa_cli.errors import InvalidJobState
 from awa_cli.outcomes.attempts import FinalizeGroup
-from awa_cli.outcomes.callbacks import ResolveAction, parse_callback_id
+from awa_cli.jobs import parse_callback_id
+from awa_cli.outcomes.callbacks import ResolveAction
 from awa_cli.outcomes.follow_ups import insert_follow_ups
 from awa_cli.outcomes.periodic import PeriodicSweep, Registered
 from awa_cli.outcomes.rescue import RESCUE_ERRORS
