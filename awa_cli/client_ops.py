@@ -16,6 +16,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from awa_cli.db import audit as audit_table
 from awa_cli.admin import AuditEntry, DeadLetterFilter, JobFilter, QueueInfo
 from awa_cli.app import prepare_job
 from awa_cli.enqueue import InsertOpts
@@ -97,10 +98,16 @@ class OperatorMethods:
         limit: int = 100,
     ) -> list[AuditEntry]:
         """Recorded operator actions, newest first (``awa.audit_log``, DESIGN §15.4)."""
-        await self.ensure_open()
-        return await self.core.audit_entries(
-            actor=actor, action=action, target=target, since=since, limit=_limit(limit)
-        )
+        params = {
+            "actor": actor,
+            "action": action,
+            "target": target,
+            "since": since,
+            "limit": _limit(limit),
+        }
+        pool = await self.ensure_open()
+        async with pool.connection() as conn:
+            return [AuditEntry.from_record(r) for r in await audit_table.entries(conn, params)]
 
     # -- bulk operations -------------------------------------------------------------------
     async def retry_jobs(

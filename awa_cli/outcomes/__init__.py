@@ -57,7 +57,7 @@ from awa_cli.attempts import (
     event_for,
     unknown_kind,
 )
-from awa_cli.admin import AuditEntry, DeadLetterFilter, JobFilter, QueueInfo
+from awa_cli.admin import DeadLetterFilter, JobFilter, QueueInfo
 from awa_cli.deadletters import DeadLetter, DlqDepth
 from awa_cli.events import JobEvent, RescueReason
 from awa_cli.jobs import JobRow
@@ -65,7 +65,6 @@ from awa_cli.limits import ClaimPlan
 from awa_cli.outcomes import (
     admin,
     attempts,
-    audit,
     bulk,
     callbacks,
     claims,
@@ -325,20 +324,6 @@ class OutcomeCore(CoreState):
 
     async def paused_queues(self) -> list[str]:
         return await queues.paused_names(self)
-
-    async def audit_entries(
-        self,
-        *,
-        actor: str | None = None,
-        action: str | None = None,
-        target: str | None = None,
-        since: datetime | None = None,
-        limit: int = 100,
-    ) -> list[AuditEntry]:
-        """The audit log, newest first (outcomes/audit.py)."""
-        return await audit.entries(
-            self, actor=actor, action=action, target=target, since=since, limit=limit
-        )
 
     async def register_queues(self, dead_letter: Mapping[str, bool]) -> None:
         """A worker's queues and their dead-letter flags, announced in awa.queues."""
