@@ -45,10 +45,31 @@ def test_round_trip_and_the_documented_formula() -> None:
     import hashlib
     import hmac
 
-    expected = hmac.new(KEY.encode(), b"1700000000." + CB.encode() + b"." + body, hashlib.sha256)
-    assert headers["Awa-Signature"] == f"v1={expected.hexdigest()}"
+    signed = b"1700000000." + CB.encode() + b".complete." + body
+    expected = hmac.new(KEY.encode(), signed, hashlib.sha256)
+    assert headers["Awa-Signature"] == f"v2={expected.hexdigest()}"
     verified = verify([KEY], CB, body, headers, now=1_700_000_000)
     assert verified.timestamp == 1_700_000_000 and verified.key_index == 0
+    beat = sign(KEY, CB, body, timestamp=1_700_000_000, action="heartbeat")
+    assert verify([KEY], CB, body, beat, "heartbeat", now=1_700_000_000).key_index == 0
+
+
+@pytest.mark.parametrize("other", ["complete", "retry", "resume", "fail"])
+def test_a_signature_covers_its_action(other: str) -> None:
+    """M1: a captured heartbeat's headers do not verify for any other action."""
+    headers = sign(KEY, CB, b"", action="heartbeat")
+    with pytest.raises(SignatureError, match="matches no configured key"):
+        verify([KEY], CB, b"", headers, other)
+
+
+def test_v1_signatures_are_gone() -> None:
+    import hashlib
+    import hmac
+
+    ts = str(int(time.time()))
+    old = hmac.new(KEY.encode(), f"{ts}.{CB}.".encode(), hashlib.sha256).hexdigest()
+    with pytest.raises(SignatureError, match="expected v2="):
+        verify([KEY], CB, b"", {"Awa-Timestamp": ts, "Awa-Signature": f"v1={old}"})
 
 
 def test_key_may_be_bytes_and_body_may_be_text() -> None:
@@ -78,7 +99,7 @@ def test_rotation_accepts_every_configured_key() -> None:
     assert verify([KEY, OLD_KEY], CB, body, sign(KEY, CB, body)).key_index == 0
     # A sender mid-rotation may send one signature per key, separated by spaces.
     both = sign(OLD_KEY, CB, body)
-    both["Awa-Signature"] = "v1=" + "0" * 64 + " " + both["Awa-Signature"]
+    both["Awa-Signature"] = "v2=" + "0" * 64 + " " + both["Awa-Signature"]
     assert verify([OLD_KEY], CB, body, both).key_index == 0
     with pytest.raises(SignatureError):
         verify([KEY], CB, body, sign(OLD_KEY, CB, body))  # the old key once dropped
@@ -106,7 +127,7 @@ def test_timestamps_inside_the_window_pass(offset: int) -> None:
         ({"Awa-Timestamp": "soon"}, "malformed Awa-Timestamp"),
         ({"Awa-Timestamp": "NOW"}, "malformed Awa-Timestamp"),
         ({"Awa-Timestamp": str(int(time.time()))}, "missing Awa-Signature"),
-        ({"Awa-Timestamp": str(int(time.time())), "Awa-Signature": "abc"}, "expected v1="),
+        ({"Awa-Timestamp": str(int(time.time())), "Awa-Signature": "abc"}, "expected v2="),
     ],
 )
 def test_missing_or_malformed_headers(headers: dict[str, str], reason: str) -> None:
@@ -222,7 +243,9 @@ def post(
     http: TestClient, callback_id: object, action: str, body: object = None, key: str = KEY
 ) -> object:
     raw = b"" if body is None else json.dumps(body).encode()
-    headers = sign(key, str(callback_id), raw)
+    headers = sign(
+        key, str(callback_id), raw, action=action if action in callbacks.ACTIONS else "complete"
+    )
     return http.post(f"/callbacks/{callback_id}/{action}", content=raw, headers=headers)
 
 
