@@ -144,8 +144,18 @@ def _callback_urls(request: Request, row: JobRow) -> list[tuple[str, str]]:
 
     if row.callback_id is None:
         return []
-    base = request.app.state.settings.callback_base_url or f"{request.base_url}callbacks"
+    base = request.app.state.settings.callback_base_url or f"{server_origin(request)}/callbacks"
     return list(callback_urls(base, row.callback_id))
+
+
+def server_origin(request: Request) -> str:
+    """This server's own address as it listens (never the request's ``Host`` header)."""
+    server = request.scope.get("server") or ("127.0.0.1", 8477)
+    host, port = str(server[0]), int(server[1])
+    shown = f"[{host}]" if ":" in host else host
+    scheme = request.url.scheme
+    default = (scheme == "http" and port == 80) or (scheme == "https" and port == 443)
+    return f"{scheme}://{shown}" if default else f"{scheme}://{shown}:{port}"
 
 
 def _back_to_job(job_id: int, done: str) -> Response:
