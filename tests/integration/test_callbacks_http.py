@@ -460,3 +460,137 @@ async def test_a_worker_with_callback_base_url_gives_tokens_their_urls(dsn: str)
     [token] = tokens
     assert token.url() == f"{base}/{token.id}/complete"
     assert token.url("fail") == callbacks.callback_url(base, token.id, "fail")
+
+
+# --- the security review's callback findings (M1, M2, I3, I4, I12) ----------------------------
+
+
+@integration
+@pytest.mark.parametrize("replayed_to", ["complete", "retry", "resume"])
+def test_a_captured_heartbeat_replayed_to_another_action_is_refused(
+    dsn: str, http: tuple[TestClient, list[object], awa.App], replayed_to: str
+) -> None:
+    """M1 (review attack 47): the headers and body of a signed heartbeat answer 401 at any
+    other action, and the job keeps waiting."""
+    client, _, app = http
+    parked = park(dsn, app)
+    cid = str(parked.callback_id)
+    captured = sign(KEY, cid, b"", action="heartbeat")
+    beat = client.post(f"/callbacks/{cid}/heartbeat", content=b"", headers=captured)
+    assert beat.status_code == 200, beat.text
+    replay = client.post(f"/callbacks/{cid}/{replayed_to}", content=b"", headers=captured)
+    assert replay.status_code == 401, replay.text
+    assert job_row(dsn, parked.id).state == "waiting_external"
+
+
+async def _call_asgi(
+    app: Starlette, headers: list[tuple[bytes, bytes]], chunks: list[bytes]
+) -> tuple[int, int]:
+    """One POST straight through ASGI: (status, how many body chunks the app pulled)."""
+    pulled = 0
+    status = 0
+
+    async def receive() -> dict[str, object]:
+        nonlocal pulled
+        if pulled >= len(chunks):
+            return {"type": "http.disconnect"}
+        pulled += 1
+        return {
+            "type": "http.request",
+            "body": chunks[pulled - 1],
+            "more_body": pulled < len(chunks),
+        }
+
+    async def send(message: dict[str, object]) -> None:
+        nonlocal status
+        if message["type"] == "http.response.start":
+            status = int(message["status"])  # type: ignore[call-overload]
+
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": f"/{CB}/complete",
+        "raw_path": f"/{CB}/complete".encode(),
+        "root_path": "",
+        "query_string": b"",
+        "headers": headers,
+        "client": ("127.0.0.1", 5000),
+        "server": ("127.0.0.1", 8477),
+    }
+    await app(scope, receive, send)  # type: ignore[arg-type]
+    return status, pulled
+
+
+def test_an_unsigned_or_oversized_body_is_refused_before_it_is_read() -> None:
+    """M2 (review attacks 49, 51): no signature headers, a stale timestamp, or a declared
+    Content-Length over max_body: answered without pulling one body chunk."""
+    app = callbacks.asgi_app(_InvalidStateClient(), [KEY], max_body=1024)  # type: ignore[arg-type]
+    big = [b"x" * 512] * 8
+    signed = [(k.lower().encode(), v.encode()) for k, v in sign(KEY, CB, b"x").items()]
+    stale = [
+        (k.lower().encode(), v.encode())
+        for k, v in sign(KEY, CB, b"x", timestamp=int(time.time()) - 400).items()
+    ]
+    cases = [
+        ([(b"content-length", b"4096")], 401),
+        (stale + [(b"content-length", b"4096")], 401),
+        ([*signed, (b"content-length", b"4096")], 413),
+    ]
+    for headers, expected in cases:
+        assert asyncio.run(_call_asgi(app, headers, big)) == (expected, 0), headers
+    # Chunked (no Content-Length): streamed up to the cap, then refused.
+    status, pulled = asyncio.run(_call_asgi(app, signed, big))
+    assert status == 413 and pulled == 3
+
+
+def test_the_default_body_limit_is_one_mib() -> None:
+    assert callbacks.MAX_BODY_BYTES == 1024 * 1024
+
+
+@integration
+def test_deep_json_answers_400_and_a_huge_heartbeat_422(
+    dsn: str, http: tuple[TestClient, list[object], awa.App]
+) -> None:
+    """I3 (attack 42) and I4 (attack 50)."""
+    client, _, app = http
+    parked = park(dsn, app)
+    cid = str(parked.callback_id)
+    deep = b'{"payload": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
+    response = client.post(f"/callbacks/{cid}/complete", content=deep, headers=sign(KEY, cid, deep))
+    assert response.status_code == 400 and set(response.json()) == {"error"}, response.text
+    huge = post(client, cid, "heartbeat", {"timeout": "876000h"})
+    assert huge.status_code == 422 and "7d" in huge.json()["error"]
+    assert post(client, cid, "heartbeat", {"timeout": "7d"}).status_code == 200
+    assert job_row(dsn, parked.id).state == "waiting_external"
+
+
+@integration
+def test_the_audit_entry_says_which_key_verified(dsn: str) -> None:
+    """I12: the audit seam is given key_index (1: the older key of a rotation)."""
+    app = hook_app([])
+    parked = park(dsn, app)
+    seen: list[tuple[object, ...]] = []
+
+    async def audit(*entry: object) -> None:
+        seen.append(entry)
+
+    client = awa.AsyncClient(dsn, app=app)
+    cid = str(parked.callback_id)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_: Starlette) -> AsyncIterator[None]:
+        yield
+        await client.close()
+
+    mounted = Starlette(
+        routes=[Mount("/cb", callbacks.asgi_app(client, [KEY, OLD_KEY], audit=audit))],
+        lifespan=lifespan,
+    )
+    raw = b'{"payload": 1}'
+    with TestClient(mounted) as http:
+        response = http.post(f"/cb/{cid}/complete", content=raw, headers=sign(OLD_KEY, cid, raw))
+    assert response.status_code == 200, response.text
+    assert seen == [("callback", "callback.complete", f"callback:{cid}", "ok", {"key_index": 1})]
