@@ -131,6 +131,35 @@ def bulk_states(operation: BulkOperation, states: Iterable[JobState | str]) -> l
     return sorted(set(chosen) or allowed)
 
 
+@dataclass(frozen=True)
+class JobFilter:
+    """Which jobs a bulk retry, cancel or purge acts on. ``states`` empty: every state the
+    operation accepts; ``older_than`` (seconds since the job finished) applies to purge only;
+    ``all`` allows an action with no filter at all."""
+
+    states: tuple[str, ...] = ()
+    queue: str | None = None
+    kind: str | None = None
+    older_than: float | None = None
+    all: bool = False
+
+    @property
+    def state(self) -> str | None:
+        """The states as the audit log and the refusal name them (``failed,cancelled``)."""
+        return ",".join(self.states) or None
+
+
+@dataclass(frozen=True)
+class DeadLetterFilter:
+    """Which dead letters a bulk retry, move or purge acts on (``id``: purge only)."""
+
+    id: int | None = None
+    queue: str | None = None
+    kind: str | None = None
+    older_than: float | None = None
+    all: bool = False
+
+
 def require_filter(operation: str, *, all_: bool, **filters: Any) -> None:
     """Refuse a bulk operation with no filter unless ``all`` was asked for (DESIGN §10).
 
@@ -147,6 +176,8 @@ __all__ = [
     "DEFAULT_BATCH",
     "AuditEntry",
     "BulkOperation",
+    "DeadLetterFilter",
+    "JobFilter",
     "QueueInfo",
     "bulk_states",
     "cli_actor",

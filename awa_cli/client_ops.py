@@ -16,7 +16,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from awa_cli.admin import AuditEntry, QueueInfo
+from awa_cli.db import audit as audit_table
+from awa_cli.admin import AuditEntry, DeadLetterFilter, JobFilter, QueueInfo
 from awa_cli.app import prepare_job
 from awa_cli.enqueue import InsertOpts
 from awa_cli.deadletters import DeadLetter, DlqDepth
@@ -34,12 +35,12 @@ if TYPE_CHECKING:
 States = JobState | str | Sequence[JobState | str] | None
 
 
-def _states(state: States) -> list[JobState | str]:
+def _states(state: States) -> tuple[str, ...]:
     if state is None:
-        return []
+        return ()
     if isinstance(state, str):  # JobState is a str too
-        return [state]
-    return list(state)
+        return (str(state),)
+    return tuple(str(s) for s in state)
 
 
 def _age(value: float | timedelta | None, name: str) -> float | None:
@@ -97,10 +98,16 @@ class OperatorMethods:
         limit: int = 100,
     ) -> list[AuditEntry]:
         """Recorded operator actions, newest first (``awa.audit_log``, DESIGN §15.4)."""
-        await self.ensure_open()
-        return await self.core.audit_entries(
-            actor=actor, action=action, target=target, since=since, limit=_limit(limit)
-        )
+        params = {
+            "actor": actor,
+            "action": action,
+            "target": target,
+            "since": since,
+            "limit": _limit(limit),
+        }
+        pool = await self.ensure_open()
+        async with pool.connection() as conn:
+            return [AuditEntry.from_record(r) for r in await audit_table.entries(conn, params)]
 
     # -- bulk operations -------------------------------------------------------------------
     async def retry_jobs(
@@ -115,15 +122,9 @@ class OperatorMethods:
     ) -> int:
         """Retry every matching failed or cancelled job (as ``retry``); the number retried."""
         await self.ensure_open()
-        return await self.core.bulk(
-            "retry",
-            states=_states(state),
-            kind=kind,
-            queue=queue,
-            all_=all,
-            dry_run=dry_run,
-            actor=current_actor(self.core),
-            progress=progress,
+        where = JobFilter(_states(state), queue, kind, all=all)
+        return await self.core.retry_jobs(
+            where, dry_run=dry_run, actor=current_actor(self.core), progress=progress
         )
 
     async def cancel_jobs(
@@ -139,15 +140,9 @@ class OperatorMethods:
         """Cancel every matching available, scheduled, retryable or waiting job (as
         ``cancel``: with an app, Cancelled fires and on_cancelled specs run, per job)."""
         await self.ensure_open()
-        return await self.core.bulk(
-            "cancel",
-            states=_states(state),
-            kind=kind,
-            queue=queue,
-            all_=all,
-            dry_run=dry_run,
-            actor=current_actor(self.core),
-            progress=progress,
+        where = JobFilter(_states(state), queue, kind, all=all)
+        return await self.core.cancel_jobs(
+            where, dry_run=dry_run, actor=current_actor(self.core), progress=progress
         )
 
     async def purge_jobs(
@@ -165,16 +160,9 @@ class OperatorMethods:
         ``older_than`` ago when given."""
         age = _age(older_than, "older_than")
         await self.ensure_open()
-        return await self.core.bulk(
-            "purge",
-            states=_states(state),
-            kind=kind,
-            queue=queue,
-            older_than=age,
-            all_=all,
-            dry_run=dry_run,
-            actor=current_actor(self.core),
-            progress=progress,
+        where = JobFilter(_states(state), queue, kind, older_than=age, all=all)
+        return await self.core.purge_jobs(
+            where, dry_run=dry_run, actor=current_actor(self.core), progress=progress
         )
 
     async def cancel_by_unique_key(
@@ -240,14 +228,9 @@ class OperatorMethods:
     ) -> int:
         """Retry every matching dead letter; the number put back."""
         await self.ensure_open()
-        return await self.core.dlq_action(
-            "retry",
-            queue=queue,
-            kind=kind,
-            all_=all,
-            dry_run=dry_run,
-            actor=current_actor(self.core),
-            progress=progress,
+        where = DeadLetterFilter(queue=queue, kind=kind, all=all)
+        return await self.core.retry_dead_letters(
+            where, dry_run=dry_run, actor=current_actor(self.core), progress=progress
         )
 
     async def move_failed_to_dlq(
@@ -262,15 +245,9 @@ class OperatorMethods:
     ) -> int:
         """Move failed jobs into the DLQ (reason ``manual``); the number moved."""
         await self.ensure_open()
-        return await self.core.dlq_action(
-            "move",
-            queue=queue,
-            kind=kind,
-            reason=reason,
-            all_=all,
-            dry_run=dry_run,
-            actor=current_actor(self.core),
-            progress=progress,
+        where = DeadLetterFilter(queue=queue, kind=kind, all=all)
+        return await self.core.move_to_dlq(
+            where, reason=reason, dry_run=dry_run, actor=current_actor(self.core), progress=progress
         )
 
     async def purge_dlq(
@@ -287,14 +264,7 @@ class OperatorMethods:
         """Delete dead letters (one ``id``, or by filter); the number deleted."""
         age = _age(older_than, "older_than")
         await self.ensure_open()
-        return await self.core.dlq_action(
-            "purge",
-            job_id=id,
-            queue=queue,
-            kind=kind,
-            older_than=age,
-            all_=all,
-            dry_run=dry_run,
-            actor=current_actor(self.core),
-            progress=progress,
+        where = DeadLetterFilter(id, queue, kind, older_than=age, all=all)
+        return await self.core.purge_dead_letters(
+            where, dry_run=dry_run, actor=current_actor(self.core), progress=progress
         )

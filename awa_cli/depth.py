@@ -16,7 +16,7 @@ from typing import Any
 
 import psycopg
 
-from awa_cli.db.statements import SQL
+from awa_cli.db import stats
 
 
 @dataclass(frozen=True)
@@ -37,7 +37,7 @@ class QueueDepth:
 
 async def queue_depth(conn: psycopg.AsyncConnection[Any]) -> list[QueueDepth]:
     """The current backlog of every queue with available jobs (one statement)."""
-    rows = await (await conn.execute(SQL["queue_depth"])).fetchall()
+    rows = await stats.queue_depth(conn)
     return [QueueDepth(queue, int(available), age) for queue, available, age in rows]
 
 

@@ -225,6 +225,19 @@ _MOVED_TO_ENQUEUE = frozenset(
 )
 
 
+def parse_callback_id(value: Any) -> uuid.UUID:
+    """A callback id as a UUID; anything else is a ValidationError naming ``callback_id``
+    (pure, so the CLI can refuse a malformed id before it connects)."""
+    if isinstance(value, uuid.UUID):
+        return value
+    try:
+        return uuid.UUID(str(value).strip())
+    except (ValueError, AttributeError, TypeError):
+        raise ValidationError(
+            "callback_id", f"not a valid callback id: {str(value)[:80]!r}"
+        ) from None
+
+
 def __getattr__(name: str) -> Any:
     if name in _MOVED_TO_ENQUEUE:
         from awa_cli import enqueue

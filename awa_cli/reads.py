@@ -14,13 +14,13 @@ from datetime import datetime
 from typing import Any
 
 import psycopg
-from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
 
 from awa_cli import defaults
 from awa_cli.admin import AuditEntry
+from awa_cli.db import audit as audit_table
 from awa_cli.db import dashboard
-from awa_cli.db.statements import SQL
+from awa_cli.db import workers as workers_table
 from awa_cli.jobs import JobRow, JobState
 from awa_cli.results import ValidationError
 
@@ -203,9 +203,8 @@ class InspectReads:
     async def list_workers(self) -> list[WorkerInfo]:
         """The worker processes that heartbeated in the last 30 s, newest first."""
         pool = await self.ensure_open()
-        async with pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
-            await cur.execute(SQL["workers_live"], {"stale": defaults.WORKER_STALENESS})
-            rows = await cur.fetchall()
+        async with pool.connection() as conn:
+            rows = await workers_table.live(conn, defaults.WORKER_STALENESS)
         return [
             WorkerInfo(
                 id=r["id"],
@@ -227,9 +226,8 @@ class InspectReads:
         now; those with such jobs and no live worker first (``unhandled``)."""
         workers = await self.list_workers()
         pool = await self.ensure_open()
-        async with pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
-            await cur.execute(SQL["kinds_with_available"])
-            available = await cur.fetchall()
+        async with pool.connection() as conn:
+            available = await workers_table.kinds_with_available(conn)
         return kinds_table(workers, available)
 
     async def record_audit(
@@ -252,11 +250,8 @@ class InspectReads:
             "detail": json.dumps(detail or {}),
         }
         pool = await self.ensure_open()
-        async with pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
-            await cur.execute(SQL["audit_insert"], params)
-            row = await cur.fetchone()
-        assert row is not None
-        return AuditEntry.from_record(row)
+        async with pool.connection() as conn:
+            return AuditEntry.from_record(await audit_table.insert(conn, params))
 
     async def list_audit(
         self,
@@ -278,9 +273,8 @@ class InspectReads:
             "limit": limit,
         }
         pool = await self.ensure_open()
-        async with pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
-            await cur.execute(SQL["audit_list"], params)
-            return [AuditEntry.from_record(r) for r in await cur.fetchall()]
+        async with pool.connection() as conn:
+            return [AuditEntry.from_record(r) for r in await audit_table.entries(conn, params)]
 
 
 __all__ = ["InspectReads", "JobCount", "KindInfo", "WorkerInfo", "kinds_table"]

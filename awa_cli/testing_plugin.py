@@ -56,19 +56,10 @@ def _with_dbname(url: str, dbname: str) -> str:
     return make_conninfo("", **params)
 
 
-def _admin(url: str) -> Any:
-    import psycopg
-
-    return psycopg.connect(url, autocommit=True)
-
-
 def _drop(url: str, dbname: str) -> None:
-    from psycopg import sql
+    from awa_cli.db import databases
 
-    from awa_cli.db.statements import SQL
-
-    with _admin(url) as conn:
-        conn.execute(sql.SQL(SQL["drop_database"]).format(sql.Identifier(dbname)))
+    databases.drop(url, dbname)
 
 
 @pytest.fixture(scope="session")
@@ -86,14 +77,11 @@ def awa_database_url(pytestconfig: pytest.Config) -> str:
 @pytest.fixture(scope="session")
 def _awa_template_db(awa_database_url: str) -> Iterator[str]:
     """A database migrated once per session; each test's database is a clone of it."""
-    from psycopg import sql
-
+    from awa_cli.db import databases
     from awa_cli.db.migrations import migrate_dsn
-    from awa_cli.db.statements import SQL
 
     name = f"awa_test_tmpl_{uuid.uuid4().hex[:12]}"
-    with _admin(awa_database_url) as conn:
-        conn.execute(sql.SQL(SQL["create_database"]).format(sql.Identifier(name)))
+    databases.create(awa_database_url, name)
     try:
         migrate_dsn(_with_dbname(awa_database_url, name))
         yield name
@@ -104,17 +92,10 @@ def _awa_template_db(awa_database_url: str) -> Iterator[str]:
 @pytest.fixture
 def awa_dsn(awa_database_url: str, _awa_template_db: str) -> Iterator[str]:
     """The connection string of a fresh, migrated database for this test."""
-    from psycopg import sql
-
-    from awa_cli.db.statements import SQL
+    from awa_cli.db import databases
 
     name = f"awa_test_{uuid.uuid4().hex[:12]}"
-    with _admin(awa_database_url) as conn:
-        conn.execute(
-            sql.SQL(SQL["create_database_from_template"]).format(
-                sql.Identifier(name), sql.Identifier(_awa_template_db)
-            )
-        )
+    databases.clone(awa_database_url, name, _awa_template_db)
     try:
         yield _with_dbname(awa_database_url, name)
     finally:

@@ -13,7 +13,7 @@ import click
 
 from awa_cli.commands.context import CliContext, json_option, pass_context, run_with_client
 from awa_cli.commands.job import parse_json_option, show_row
-from awa_cli.outcomes import parse_callback_id
+from awa_cli.jobs import parse_callback_id
 from awa_cli.errors import ResolutionRefused
 
 

@@ -57,15 +57,14 @@ from awa_cli.attempts import (
     event_for,
     unknown_kind,
 )
-from awa_cli.admin import AuditEntry, QueueInfo
+from awa_cli.admin import DeadLetterFilter, JobFilter, QueueInfo
 from awa_cli.deadletters import DeadLetter, DlqDepth
 from awa_cli.events import JobEvent, RescueReason
-from awa_cli.jobs import JobRow, JobState
+from awa_cli.jobs import JobRow
 from awa_cli.limits import ClaimPlan
 from awa_cli.outcomes import (
     admin,
     attempts,
-    audit,
     bulk,
     callbacks,
     claims,
@@ -79,7 +78,8 @@ from awa_cli.outcomes.bulk import Progress
 from awa_cli.periodic import PeriodicJob, Schedule
 from awa_cli.errors import InvalidJobState
 from awa_cli.outcomes.attempts import FinalizeGroup
-from awa_cli.outcomes.callbacks import ResolveAction, parse_callback_id
+from awa_cli.jobs import parse_callback_id
+from awa_cli.outcomes.callbacks import ResolveAction
 from awa_cli.outcomes.follow_ups import insert_follow_ups
 from awa_cli.outcomes.periodic import PeriodicSweep, Registered
 from awa_cli.outcomes.rescue import RESCUE_ERRORS
@@ -331,54 +331,44 @@ class OutcomeCore(CoreState):
     async def paused_queues(self) -> list[str]:
         return await queues.paused_names(self)
 
-    async def audit_entries(
-        self,
-        *,
-        actor: str | None = None,
-        action: str | None = None,
-        target: str | None = None,
-        since: datetime | None = None,
-        limit: int = 100,
-    ) -> list[AuditEntry]:
-        """The audit log, newest first (outcomes/audit.py)."""
-        return await audit.entries(
-            self, actor=actor, action=action, target=target, since=since, limit=limit
-        )
-
     async def register_queues(self, dead_letter: Mapping[str, bool]) -> None:
         """A worker's queues and their dead-letter flags, announced in awa.queues."""
         await queues.register(self, dead_letter)
 
     # -- bulk operator actions (outcomes/bulk.py) ------------------------------------------
-    async def bulk(
+    async def retry_jobs(
         self,
-        operation: str,
+        where: JobFilter,
         *,
-        states: Iterable[JobState | str] = (),
-        queue: str | None = None,
-        kind: str | None = None,
-        older_than: float | None = None,
-        all_: bool = False,
         dry_run: bool = False,
         actor: str | None = None,
         progress: Progress | None = None,
     ) -> int:
-        """Retry, cancel or purge every matching job in bounded batches; the number changed
-        (with ``dry_run``: the number that would be)."""
-        common: dict[str, Any] = dict(
-            states=states,
-            queue=queue,
-            kind=kind,
-            all_=all_,
-            dry_run=dry_run,
-            actor=actor,
-            progress=progress,
-        )
-        if operation == "retry":
-            return await bulk.retry_jobs(self, **common)
-        if operation == "cancel":
-            return await bulk.cancel_jobs(self, **common)
-        return await bulk.purge_jobs(self, older_than=older_than, **common)
+        """Operator retry of every matching failed or cancelled job, in bounded batches; the
+        number retried (with ``dry_run``: the number that would be)."""
+        return await bulk.retry_jobs(self, where, dry_run=dry_run, actor=actor, progress=progress)
+
+    async def cancel_jobs(
+        self,
+        where: JobFilter,
+        *,
+        dry_run: bool = False,
+        actor: str | None = None,
+        progress: Progress | None = None,
+    ) -> int:
+        """Operator cancel of every matching unfinished job (Cancelled fires, specs run)."""
+        return await bulk.cancel_jobs(self, where, dry_run=dry_run, actor=actor, progress=progress)
+
+    async def purge_jobs(
+        self,
+        where: JobFilter,
+        *,
+        dry_run: bool = False,
+        actor: str | None = None,
+        progress: Progress | None = None,
+    ) -> int:
+        """Delete every matching finished job, in bounded batches."""
+        return await bulk.purge_jobs(self, where, dry_run=dry_run, actor=actor, progress=progress)
 
     async def cancel_by_unique_key(
         self, unique_key: bytes, actor: str | None = None
@@ -410,26 +400,38 @@ class OutcomeCore(CoreState):
             self, job_id, queue=queue, priority=priority, run_at=run_at, actor=actor
         )
 
-    async def dlq_action(
+    async def retry_dead_letters(
         self,
-        action: str,
+        where: DeadLetterFilter,
         *,
-        job_id: int | None = None,
-        queue: str | None = None,
-        kind: str | None = None,
-        older_than: float | None = None,
-        reason: str | None = None,
-        all_: bool = False,
         dry_run: bool = False,
         actor: str | None = None,
         progress: Progress | None = None,
     ) -> int:
-        """``retry``, ``move`` or ``purge`` dead letters by filter in bounded batches."""
-        common: dict[str, Any] = dict(
-            queue=queue, kind=kind, all_=all_, dry_run=dry_run, actor=actor, progress=progress
+        """Put every matching dead letter back into ``awa.jobs``, in bounded batches."""
+        return await dlq.retry_many(self, where, dry_run=dry_run, actor=actor, progress=progress)
+
+    async def move_to_dlq(
+        self,
+        where: DeadLetterFilter,
+        *,
+        reason: str | None = None,
+        dry_run: bool = False,
+        actor: str | None = None,
+        progress: Progress | None = None,
+    ) -> int:
+        """Move matching failed jobs into the dead-letter queue (reason ``manual``)."""
+        return await dlq.move_failed(
+            self, where, reason=reason, dry_run=dry_run, actor=actor, progress=progress
         )
-        if action == "retry":
-            return await dlq.retry_many(self, **common)
-        if action == "move":
-            return await dlq.move_failed(self, reason=reason, **common)
-        return await dlq.purge(self, job_id=job_id, older_than=older_than, **common)
+
+    async def purge_dead_letters(
+        self,
+        where: DeadLetterFilter,
+        *,
+        dry_run: bool = False,
+        actor: str | None = None,
+        progress: Progress | None = None,
+    ) -> int:
+        """Delete matching dead letters (one ``id``, or by filter), in bounded batches."""
+        return await dlq.purge(self, where, dry_run=dry_run, actor=actor, progress=progress)

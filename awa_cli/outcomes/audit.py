@@ -9,14 +9,11 @@ import json
 from collections.abc import Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
 import psycopg
-from psycopg.rows import dict_row
 
-from awa_cli.admin import AuditEntry
-from awa_cli.db.statements import SQL
+from awa_cli.db import audit as audit_table
 from awa_cli.outcomes.transaction import CoreState
 
 _ACTOR: ContextVar[str | None] = ContextVar("awa_audit_actor", default=None)
@@ -85,8 +82,8 @@ async def _write(
     result: str,
     detail: dict[str, Any] | None,
 ) -> None:
-    await conn.execute(
-        SQL["audit_insert"],
+    await audit_table.insert(
+        conn,
         {
             "actor": actor,
             "action": action,
@@ -119,19 +116,3 @@ def describe(**filters: Any) -> str:
     """An audit target from an action's filters: ``queue=mail kind=send``, or ``all``."""
     parts = [f"{name}={value}" for name, value in filters.items() if value is not None]
     return " ".join(parts) or "all"
-
-
-async def entries(
-    core: CoreState,
-    *,
-    actor: str | None,
-    action: str | None,
-    target: str | None,
-    since: datetime | None,
-    limit: int,
-) -> list[AuditEntry]:
-    """The newest entries first, filtered."""
-    params = {"actor": actor, "action": action, "target": target, "since": since, "limit": limit}
-    async with core.pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
-        await cur.execute(SQL["audit_list"], params)
-        return [AuditEntry.from_record(r) for r in await cur.fetchall()]

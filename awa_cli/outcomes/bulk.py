@@ -13,18 +13,18 @@ per transaction, and a job whose spec still raises is left as it was and reporte
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, LiteralString
 
 import psycopg
 from psycopg.rows import dict_row
 
-from awa_cli.admin import DEFAULT_BATCH, BulkOperation, bulk_states, require_filter
+from awa_cli.admin import DEFAULT_BATCH, BulkOperation, JobFilter, bulk_states, require_filter
 from awa_cli.attempts import Finalized
 from awa_cli.db.statements import SQL
 from awa_cli.errors import FollowUpError, ValidationError
 from awa_cli.events import JobEvent
-from awa_cli.jobs import JobRow, JobState
+from awa_cli.jobs import JobRow
 from awa_cli.outcomes import audit
 from awa_cli.outcomes.transaction import CoreState, Transition, transition
 
@@ -123,37 +123,28 @@ async def by_id_batches(
         after = ids[-1]
 
 
-def _filters(
-    operation: BulkOperation,
-    states: Iterable[JobState | str],
-    queue: str | None,
-    kind: str | None,
-    older_than: float | None = None,
-) -> dict[str, Any]:
+def _filters(operation: BulkOperation, where: JobFilter) -> dict[str, Any]:
+    """The statement parameters of ``where`` (the states checked against the operation)."""
     return {
-        "states": [str(s) for s in bulk_states(operation, states)],
-        "queue": queue,
-        "kind": kind,
-        "older_than": older_than,
+        "states": [str(s) for s in bulk_states(operation, where.states)],
+        "queue": where.queue,
+        "kind": where.kind,
+        "older_than": where.older_than if operation == "purge" else None,
     }
 
 
 async def retry_jobs(
     core: CoreState,
+    where: JobFilter,
     *,
-    states: Iterable[JobState | str],
-    queue: str | None,
-    kind: str | None,
-    all_: bool,
     dry_run: bool,
     actor: str | None,
     progress: Progress | None,
 ) -> int:
     """Operator retry (DESIGN §5.9) of every matching failed or cancelled job; fires nothing."""
-    states = list(states)
-    params = _filters("retry", states, queue, kind)
-    state = ",".join(states) or None
-    await refusing(core, actor, "job.retry", "retry", all_, state=state, queue=queue, kind=kind)
+    params = _filters("retry", where)
+    filters = {"state": where.state, "queue": where.queue, "kind": where.kind}
+    await refusing(core, actor, "job.retry", "retry", where.all, **filters)
     total = await count(core, "bulk_count_jobs", params) if dry_run or progress else 0
     if dry_run:
         return total
@@ -170,28 +161,24 @@ async def retry_jobs(
     done = await by_id_batches(
         core, "bulk_select_jobs", params, apply, total, progress or no_progress
     )
-    target = audit.describe(state=state, queue=queue, kind=kind)
+    target = audit.describe(**filters)
     await audit.record_alone(core, actor, "job.retry", target, detail={"count": done})
     return done
 
 
 async def cancel_jobs(
     core: CoreState,
+    where: JobFilter,
     *,
-    states: Iterable[JobState | str],
-    queue: str | None,
-    kind: str | None,
-    all_: bool,
     dry_run: bool,
     actor: str | None,
     progress: Progress | None,
 ) -> int:
     """Operator cancel of every matching available, scheduled, retryable or waiting job:
     Cancelled fires and ``on_cancelled`` specs run, atomically per job (see the module)."""
-    states = list(states)
-    params = _filters("cancel", states, queue, kind)
-    state = ",".join(states) or None
-    await refusing(core, actor, "job.cancel", "cancel", all_, state=state, queue=queue, kind=kind)
+    params = _filters("cancel", where)
+    filters = {"state": where.state, "queue": where.queue, "kind": where.kind}
+    await refusing(core, actor, "job.cancel", "cancel", where.all, **filters)
     total = await count(core, "bulk_count_jobs", params) if dry_run or progress else 0
     if dry_run:
         return total
@@ -206,7 +193,7 @@ async def cancel_jobs(
     done = await by_id_batches(
         core, "bulk_select_jobs", params, apply, total, progress or no_progress
     )
-    target = audit.describe(state=state, queue=queue, kind=kind)
+    target = audit.describe(**filters)
     result = "failed" if left else "ok"
     detail: dict[str, Any] = {"count": done, **({"left": left} if left else {})}
     await audit.record_alone(core, actor, "job.cancel", target, result, detail)
@@ -266,22 +253,21 @@ async def _cancel_ids(
 
 async def purge_jobs(
     core: CoreState,
+    where: JobFilter,
     *,
-    states: Iterable[JobState | str],
-    queue: str | None,
-    kind: str | None,
-    older_than: float | None,
-    all_: bool,
     dry_run: bool,
     actor: str | None,
     progress: Progress | None,
 ) -> int:
     """Delete matching finished jobs (completed, failed, cancelled) in bounded batches."""
-    states = list(states)
-    params = _filters("purge", states, queue, kind, older_than)
-    state = ",".join(states) or None
-    filters = {"state": state, "queue": queue, "kind": kind, "older_than": older_than}
-    await refusing(core, actor, "job.purge", "purge", all_, **filters)
+    params = _filters("purge", where)
+    filters = {
+        "state": where.state,
+        "queue": where.queue,
+        "kind": where.kind,
+        "older_than": where.older_than,
+    }
+    await refusing(core, actor, "job.purge", "purge", where.all, **filters)
     total = await count(core, "bulk_count_jobs", params) if dry_run or progress else 0
     if dry_run:
         return total

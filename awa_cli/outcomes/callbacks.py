@@ -15,7 +15,7 @@ from awa_cli.db.channels import CALLBACK_CHANNEL
 from awa_cli.db.statements import SQL
 from awa_cli.deadletters import DeadReason
 from awa_cli.events import AnyEvent, JobEvent
-from awa_cli.jobs import JobRow, JobState, to_json
+from awa_cli.jobs import JobRow, JobState, parse_callback_id, to_json
 from awa_cli.outcomes.deadletters import then_move
 from awa_cli.outcomes.transaction import (
     CoreState,
@@ -34,18 +34,6 @@ _RESOLVE: dict[ResolveAction, Literal["resolve_complete", "resolve_fail", "resol
     "fail": "resolve_fail",
     "retry": "resolve_retry",
 }
-
-
-def parse_callback_id(value: Any) -> UUID:
-    """A callback id as a UUID; anything else is a ValidationError naming ``callback_id``."""
-    if isinstance(value, UUID):
-        return value
-    try:
-        return UUID(str(value).strip())
-    except (ValueError, AttributeError, TypeError):
-        raise ValidationError(
-            "callback_id", f"not a valid callback id: {str(value)[:80]!r}"
-        ) from None
 
 
 def callback_params(callback_id: Any, run_lease: int | None) -> dict[str, Any]:

@@ -13,7 +13,7 @@ from typing import Any
 import psycopg
 from psycopg.rows import dict_row
 
-from awa_cli.admin import DEFAULT_BATCH
+from awa_cli.admin import DEFAULT_BATCH, DeadLetterFilter
 from awa_cli.attempts import Finalized
 from awa_cli.db.statements import SQL
 from awa_cli.deadletters import DeadLetter, DlqDepth
@@ -86,17 +86,16 @@ async def retry_one(
 
 async def retry_many(
     core: CoreState,
+    where: DeadLetterFilter,
     *,
-    queue: str | None,
-    kind: str | None,
-    all_: bool,
     dry_run: bool,
     actor: str | None,
     progress: Progress | None,
 ) -> int:
     """Put every matching dead letter back (as :func:`retry_one`), in bounded batches; those
     whose unique key is held again stay in the DLQ."""
-    await refusing(core, actor, "dlq.retry", "dlq retry", all_, queue=queue, kind=kind)
+    queue, kind = where.queue, where.kind
+    await refusing(core, actor, "dlq.retry", "dlq retry", where.all, queue=queue, kind=kind)
     params: dict[str, Any] = {"ids": None, "queue": queue, "kind": kind, "older_than": None}
     total = await count(core, "dead_letter_count", params) if dry_run or progress else 0
     if dry_run:
@@ -120,17 +119,16 @@ async def retry_many(
 
 async def move_failed(
     core: CoreState,
+    where: DeadLetterFilter,
     *,
-    queue: str | None,
-    kind: str | None,
-    all_: bool,
     reason: str | None,
     dry_run: bool,
     actor: str | None,
     progress: Progress | None,
 ) -> int:
     """Move failed jobs into the DLQ (reason ``manual``, an error entry saying so)."""
-    await refusing(core, actor, "dlq.move", "dlq move", all_, queue=queue, kind=kind)
+    queue, kind = where.queue, where.kind
+    await refusing(core, actor, "dlq.move", "dlq move", where.all, queue=queue, kind=kind)
     counted = {"states": ["failed"], "queue": queue, "kind": kind, "older_than": None}
     total = await count(core, "bulk_count_jobs", counted) if dry_run or progress else 0
     if dry_run:
@@ -147,21 +145,22 @@ async def move_failed(
 
 async def purge(
     core: CoreState,
+    where: DeadLetterFilter,
     *,
-    job_id: int | None,
-    queue: str | None,
-    kind: str | None,
-    older_than: float | None,
-    all_: bool,
     dry_run: bool,
     actor: str | None,
     progress: Progress | None,
 ) -> int:
     """Delete matching dead letters, in bounded batches."""
-    filters = {"id": job_id, "queue": queue, "kind": kind, "older_than": older_than}
-    await refusing(core, actor, "dlq.purge", "dlq purge", all_, **filters)
-    ids = None if job_id is None else [job_id]
-    params = {"ids": ids, "queue": queue, "kind": kind, "older_than": older_than}
+    filters = {
+        "id": where.id,
+        "queue": where.queue,
+        "kind": where.kind,
+        "older_than": where.older_than,
+    }
+    await refusing(core, actor, "dlq.purge", "dlq purge", where.all, **filters)
+    ids = None if where.id is None else [where.id]
+    params = {"ids": ids, "queue": where.queue, "kind": where.kind, "older_than": where.older_than}
     total = await count(core, "dead_letter_count", params) if dry_run or progress else 0
     if dry_run:
         return total

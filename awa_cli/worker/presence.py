@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import psycopg
 
-from awa_cli.db.statements import SQL
+from awa_cli.db import workers as workers_table
 
 if TYPE_CHECKING:
     from psycopg_pool import AsyncConnectionPool
@@ -86,13 +86,9 @@ class Presence:
     async def beat(self) -> None:
         """Register (the first time, or after the row was pruned) or touch the row."""
         async with self.pool.connection() as conn:
-            if self.registered:
-                cur = await conn.execute(
-                    SQL["worker_heartbeat"], {"id": self.id, "running": self.running()}
-                )
-                if cur.rowcount == 1:
-                    return
-            await conn.execute(SQL["worker_register"], self._params())
+            if self.registered and await workers_table.heartbeat(conn, self.id, self.running()):
+                return
+            await workers_table.register(conn, self._params())
             self.registered = True
 
     async def run(self, stopping: asyncio.Event) -> None:
@@ -114,6 +110,6 @@ class Presence:
         """Delete the row (best-effort: a row left behind expires)."""
         try:
             async with self.pool.connection(timeout=5) as conn:
-                await conn.execute(SQL["worker_remove"], {"id": self.id})
+                await workers_table.remove(conn, self.id)
         except Exception as exc:
             log.warning("worker presence: %s", exc, extra={"action": "presence_failed"})

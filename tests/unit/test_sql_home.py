@@ -139,3 +139,29 @@ def test_the_loader_refuses_a_duplicate_or_an_empty_block() -> None:
     assert parse("-- header\n\n-- name: a\n-- what it does\nSELECT 1;\n", "x.sql") == {
         "a": "SELECT 1"
     }
+
+
+# Modules outside db/ and outcomes/ that still run named statements themselves; each is to
+# move its statements behind a db/ gateway (docs/architecture.md, "The layers"). The list
+# only shrinks: a new module that loads the statements fails the test below.
+LOADS_STATEMENTS_STILL = {
+    "client.py",
+    "doctor.py",
+    "limit_status.py",
+    "maintenance.py",
+    "worker/listener.py",
+}
+_LOADS = re.compile(r"^\s*from awa_cli\.db\.statements import|awa_cli\.db\.statements\b", re.M)
+
+
+def test_only_db_and_outcomes_run_named_statements() -> None:
+    """Reads and writes go through db/ gateways (and writes through the outcome core): no
+    other module imports the statement catalogue."""
+    loading = {
+        module
+        for module in OUTSIDE_DB
+        if Path(module).parts[0] != "outcomes" and _LOADS.search((PACKAGE / module).read_text())
+    }
+    assert loading <= LOADS_STATEMENTS_STILL, sorted(loading - LOADS_STATEMENTS_STILL)
+    moved = LOADS_STATEMENTS_STILL - loading
+    assert not moved, f"these no longer load statements: drop them from the list {sorted(moved)}"

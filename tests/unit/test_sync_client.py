@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 import inspect
 import textwrap
 from collections.abc import Callable
@@ -10,6 +12,7 @@ from typing import Any
 
 from awa_cli.client import AsyncClient
 from awa_cli.sync_client import Client
+from tests.helpers import ROOT
 
 # The context-manager protocols differ by nature; everything else has a twin.
 ASYNC_ONLY = {"__aenter__", "__aexit__"}
@@ -17,8 +20,7 @@ SYNC_ONLY = {"__enter__", "__exit__", "call"}
 
 
 def _public(cls: type) -> dict[str, Callable[..., Any]]:
-    """Public methods of ``cls`` and the mixins it is built from (awa_cli.reads.InspectReads,
-    awa_cli.sync_reads.SyncInspectReads), nearest definition first."""
+    """Public methods of ``cls`` and the mixins it is built from, nearest definition first."""
     found: dict[str, Callable[..., Any]] = {}
     for klass in cls.__mro__[:-1]:  # not object
         for name, member in vars(klass).items():
@@ -69,3 +71,14 @@ def test_each_twin_runs_the_async_method_of_its_own_name() -> None:
 
 def test_the_sync_client_has_no_catch_all_forwarding() -> None:
     assert "__getattr__" not in vars(Client)
+
+
+def test_the_generated_sync_client_is_current() -> None:
+    """``awa_cli/sync_client.py`` is what ``tools/gen_sync.py`` writes from AsyncClient today."""
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "tools" / "gen_sync.py"), "--check"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
