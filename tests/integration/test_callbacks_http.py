@@ -594,3 +594,70 @@ def test_the_audit_entry_says_which_key_verified(dsn: str) -> None:
         response = http.post(f"/cb/{cid}/complete", content=raw, headers=sign(OLD_KEY, cid, raw))
     assert response.status_code == 200, response.text
     assert seen == [("callback", "callback.complete", f"callback:{cid}", "ok", {"key_index": 1})]
+
+
+async def _post_asgi(app: Starlette, path: str, raw: bytes, headers: dict[str, str]) -> int:
+    status = 0
+    sent = False
+
+    async def receive() -> dict[str, object]:
+        nonlocal sent
+        if sent:
+            await asyncio.sleep(3600)  # a client that stays connected
+        sent = True
+        return {"type": "http.request", "body": raw, "more_body": False}
+
+    async def send(message: dict[str, object]) -> None:
+        nonlocal status
+        if message["type"] == "http.response.start":
+            status = int(message["status"])  # type: ignore[call-overload]
+
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "root_path": "",
+        "query_string": b"",
+        "headers": [(k.lower().encode(), v.encode()) for k, v in headers.items()],
+        "client": ("127.0.0.1", 5000),
+        "server": ("127.0.0.1", 8477),
+    }
+    await app(scope, receive, send)  # type: ignore[arg-type]
+    return status
+
+
+@integration
+def test_concurrent_resolutions_of_one_callback_have_one_winner(dsn: str) -> None:
+    """Review attack 45: 20 concurrent signed resolutions (complete, fail, retry, resume) of
+    one callback: exactly one 200, at most one follow-up."""
+    app = hook_app([])
+    parked = park(dsn, app)
+    cid = str(parked.callback_id)
+    bodies = {
+        "complete": b'{"payload": 1}',
+        "fail": b'{"error": "no"}',
+        "retry": b"",
+        "resume": b'{"payload": 2}',
+    }
+
+    async def race() -> list[int]:
+        client = awa.AsyncClient(dsn, app=app)
+        endpoint = callbacks.asgi_app(client, [KEY])
+        try:
+            calls = []
+            for i in range(20):
+                action = list(bodies)[i % 4]
+                raw = bodies[action]
+                headers = sign(KEY, cid, raw, action=action)
+                calls.append(_post_asgi(endpoint, f"/{cid}/{action}", raw, headers))
+            return list(await asyncio.gather(*calls))
+        finally:
+            await client.close()
+
+    statuses = asyncio.run(race())
+    assert statuses.count(200) == 1 and set(statuses) <= {200, 404}, statuses
+    assert len(follow_ups(dsn)) <= 1
