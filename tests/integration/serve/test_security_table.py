@@ -237,3 +237,29 @@ def test_rows_1_2_public_routes_answer_and_the_rest_challenge(dsn: str) -> None:
         assert http.get("/jobs").headers["location"].startswith("/login?next=")
         assert http.get("/api/jobs").status_code == 401
         assert http.post("/api/queues/default/pause").status_code == 401
+
+
+XSS = [
+    "<script>window.__xss=1</script>",
+    '"><img src=x onerror=window.__xss=2>',
+    "<svg onload=window.__xss=3>",
+]
+
+
+def test_row_28_payloads_are_escaped_on_every_page(dsn: str) -> None:
+    """Row 28 in-process (the browser tests run Chromium over the pages): payloads in the
+    kind, queue, args, tags and metadata never reach a page as markup."""
+    with psycopg.connect(dsn) as conn:
+        job = awa.insert(
+            conn,
+            {"a": XSS[0], "b": XSS[1]},
+            kind="k" + XSS[0],
+            queue="q" + XSS[1],
+            tags=[XSS[2]],
+            metadata={"m": XSS[2]},
+        )
+    with serve(dsn, tokens=False) as http:
+        for path in (f"/jobs/{job.id}", "/jobs", "/queues", "/", "/kinds", "/audit"):
+            page = http.get(path).text
+            for payload in XSS:
+                assert payload not in page, (path, payload)
