@@ -16,7 +16,7 @@ import pytest
 from starlette.testclient import TestClient
 
 import awa_cli as awa
-from awa_cli.commands.serve import access_line, read_tokens
+from awa_cli.commands.serve import access_line, check_allowed_hosts, read_tokens
 from awa_cli.config import ConfigError, ServeConfig, ServeToken
 from awa_cli.serve import api
 from awa_cli.serve.auth import Token
@@ -393,3 +393,29 @@ def test_application_jsonp_is_not_json(dsn: str) -> None:
         )
     assert jsonp.status_code == 403
     assert json_ok.status_code in (200, 404)
+
+
+def test_allowed_hosts_without_tokens_is_refused_at_start() -> None:
+    """H1: with no tokens only loopback names are answered; naming public hosts needs tokens
+    (or a read-only or callbacks-only server)."""
+    config = ServeConfig(allowed_hosts=("jobs.example.com",))
+    with pytest.raises(ConfigError, match=r"\[serve\] allowed_hosts: needs \[serve\] tokens"):
+        check_allowed_hosts(config, has_tokens=False, read_only=False)
+    check_allowed_hosts(config, has_tokens=True, read_only=False)
+    check_allowed_hosts(config, has_tokens=False, read_only=True)
+
+
+def test_allowed_hosts_are_checked_in_the_config(tmp_path: object) -> None:
+    from pathlib import Path
+
+    from awa_cli.config import load_config
+
+    path = Path(str(tmp_path)) / "awa.toml"
+    path.write_text('[serve]\nallowed_hosts = ["jobs.example.com:8443", "Ops.Example.com"]\n')
+    assert load_config(path, explicit=True).serve.allowed_hosts == (
+        "jobs.example.com:8443",
+        "ops.example.com",
+    )
+    path.write_text('[serve]\nallowed_hosts = ["http://jobs.example.com/"]\n')
+    with pytest.raises(ConfigError, match=r"allowed_hosts\[0\]"):
+        load_config(path, explicit=True)
