@@ -4,16 +4,23 @@ The one implementation, used by ``awa serve`` (mounted at ``/callbacks``) and by
 Starlette or FastAPI application (``app.mount("/awa", asgi_app(client, keys))``).
 
 A request is signed as Standard Webhooks do: ``Awa-Timestamp`` holds unix seconds and
-``Awa-Signature`` holds ``v1=<hex>``, where ``<hex>`` is
-HMAC-SHA256(key, ``"<timestamp>.<callback_id>.<raw body>"``). A key is the secret's text as
-UTF-8 bytes; the callback id is signed as it appears in the URL; the timestamp must lie
-within 300 s of now, past or future. Several ``v1=`` signatures separated by spaces are
-accepted (a sender in the middle of a key rotation may send one per key), and any of the
-configured keys verifies (the receiver's side of a rotation: newest first, older still valid).
+``Awa-Signature`` holds ``v2=<hex>``, where ``<hex>`` is
+HMAC-SHA256(key, ``"<timestamp>.<callback_id>.<action>.<raw body>"``): the action is signed,
+so a captured heartbeat cannot be replayed to ``/complete`` (architecture §18.4; the old
+``v1=`` scheme, without the action, is gone). A key is the secret's text as UTF-8 bytes; the
+callback id is signed as it appears in the URL; the timestamp must lie within 300 s of now,
+past or future. Several ``v2=`` signatures separated by spaces are accepted (a sender in the
+middle of a key rotation may send one per key), and any of the configured keys verifies (the
+receiver's side of a rotation: newest first, older still valid).
+
+The ASGI app looks at the headers before it reads a byte of the body: a request without a
+well-formed, current ``Awa-Timestamp`` and a ``v2=<64 hex>`` signature, or whose
+``Content-Length`` exceeds ``max_body`` (``[serve] max_body``, 1 MiB), is answered at once;
+the body is then streamed with that cap (413 beyond it).
 
 :func:`verify` raises :class:`SignatureError` (with the reason) or returns a
-:class:`Verified`. The ASGI app answers 200 with the job's JSON, 401 for a bad or missing
-signature, 404 for an unknown or already resolved callback (and for every request when no
+:class:`Verified`. The ASGI app answers 200 with the job's JSON, 400 for a body nested too
+deeply to parse, 401 for a bad or missing signature, 404 for an unknown or already resolved callback (and for every request when no
 key is configured), 409 when the job is not in a resolvable state (or its kind is not
 registered in the client's app: see :class:`UnknownKindRefused`), 422 for a bad body, and
 500 when a follow-up spec raised (the job keeps waiting, so the sender retries); every error
@@ -44,14 +51,18 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("awa.callbacks")
 
-AuditFn = Callable[[str, str, str, str], Awaitable[None]]  # (actor, action, target, result)
+# (actor, action, target, result, detail): detail says which key verified ({"key_index": 0})
+AuditFn = Callable[[str, str, str, str, dict[str, Any]], Awaitable[None]]
 
 TIMESTAMP_HEADER = "Awa-Timestamp"
 SIGNATURE_HEADER = "Awa-Signature"
 TOLERANCE_SECONDS = 300
 ACTIONS = ("complete", "fail", "retry", "resume", "heartbeat")
-MAX_BODY_BYTES = 8 * 1024 * 1024
+MAX_BODY_BYTES = 1024 * 1024  # the default of [serve] max_body
 DEFAULT_HEARTBEAT_TIMEOUT = "1h"  # as `awa callback heartbeat`
+MAX_HEARTBEAT_SECONDS = 7 * 86400  # a heartbeat extends the wait by at most a week
+SCHEME = "v2="
+_HEX = frozenset("0123456789abcdef")
 
 
 @dataclass(frozen=True)
@@ -75,9 +86,15 @@ def _body_bytes(body: str | bytes) -> bytes:
     return body.encode("utf-8") if isinstance(body, str) else bytes(body)
 
 
-def _digest(key: bytes, timestamp: int | str, callback_id: str, body: bytes) -> str:
-    message = f"{timestamp}.{callback_id}.".encode() + body
+def _digest(key: bytes, timestamp: int | str, callback_id: str, action: str, body: bytes) -> str:
+    message = f"{timestamp}.{callback_id}.{action}.".encode() + body
     return hmac.new(key, message, hashlib.sha256).hexdigest()
+
+
+def _check_action(action: str) -> str:
+    if action not in ACTIONS:
+        raise ValidationError("action", f"expected one of {', '.join(ACTIONS)}, got {action!r}")
+    return action
 
 
 def sign(
@@ -85,11 +102,15 @@ def sign(
     callback_id: str | uuid.UUID,
     body: str | bytes,
     timestamp: int | None = None,
+    action: str = "complete",
 ) -> dict[str, str]:
-    """The headers that sign ``body`` for ``callback_id`` (``timestamp``: now by default)."""
+    """The headers that sign ``body`` for ``action`` on ``callback_id`` (``timestamp``: now by
+    default): ``Awa-Timestamp`` and ``Awa-Signature: v2=<hex>``."""
     ts = int(time.time()) if timestamp is None else int(timestamp)
-    signature = _digest(_key_bytes(key), ts, str(callback_id), _body_bytes(body))
-    return {TIMESTAMP_HEADER: str(ts), SIGNATURE_HEADER: f"v1={signature}"}
+    signature = _digest(
+        _key_bytes(key), ts, str(callback_id), _check_action(action), _body_bytes(body)
+    )
+    return {TIMESTAMP_HEADER: str(ts), SIGNATURE_HEADER: f"{SCHEME}{signature}"}
 
 
 def _header(headers: Mapping[str, str], name: str) -> str | None:
@@ -100,23 +121,10 @@ def _header(headers: Mapping[str, str], name: str) -> str | None:
     return value
 
 
-def verify(
-    keys: Sequence[str | bytes],
-    callback_id: str | uuid.UUID,
-    body: str | bytes,
-    headers: Mapping[str, str],
-    *,
-    now: float | None = None,
-) -> Verified:
-    """Check a request's ``Awa-Timestamp`` and ``Awa-Signature`` headers against ``keys``.
-
-    Returns a :class:`Verified`; raises :class:`SignatureError` when there is no key, a header
-    is missing or malformed, the timestamp is more than 300 s from ``now`` (past or future), or
-    no ``v1=`` signature matches any key. Comparisons take constant time.
-    """
-    key_bytes = [_key_bytes(k) for k in keys]
-    if not key_bytes:
-        raise SignatureError("no callback signing key is configured")
+def check_headers(headers: Mapping[str, str], *, now: float | None = None) -> tuple[int, list[str]]:
+    """The timestamp and the offered ``v2=`` signatures, checked for form and for the 300 s
+    window without the body (so a request that cannot verify is refused before it is read).
+    Raises :class:`SignatureError`."""
     raw_ts = _header(headers, TIMESTAMP_HEADER)
     if raw_ts is None:
         raise SignatureError(f"missing {TIMESTAMP_HEADER} header")
@@ -132,12 +140,41 @@ def verify(
     raw_sig = _header(headers, SIGNATURE_HEADER)
     if raw_sig is None:
         raise SignatureError(f"missing {SIGNATURE_HEADER} header")
-    offered = [part[3:] for part in raw_sig.split() if part.startswith("v1=")]
+    offered = [
+        part[len(SCHEME) :]
+        for part in raw_sig.split()[:16]
+        if part.startswith(SCHEME) and len(part) == len(SCHEME) + 64 and set(part[3:]) <= _HEX
+    ]
     if not offered:
-        raise SignatureError(f"malformed {SIGNATURE_HEADER} header: expected v1=<hex>")
+        raise SignatureError(f"malformed {SIGNATURE_HEADER} header: expected v2=<64 hex digits>")
+    return timestamp, offered
+
+
+def verify(
+    keys: Sequence[str | bytes],
+    callback_id: str | uuid.UUID,
+    body: str | bytes,
+    headers: Mapping[str, str],
+    action: str = "complete",
+    *,
+    now: float | None = None,
+) -> Verified:
+    """Check a request's ``Awa-Timestamp`` and ``Awa-Signature`` headers against ``keys``, for
+    ``action`` on ``callback_id`` with ``body``.
+
+    Returns a :class:`Verified`; raises :class:`SignatureError` when there is no key, a header
+    is missing or malformed, the timestamp is more than 300 s from ``now`` (past or future), or
+    no ``v2=`` signature matches any key (one signed for another action or callback does not).
+    Comparisons take constant time.
+    """
+    key_bytes = [_key_bytes(k) for k in keys]
+    if not key_bytes:
+        raise SignatureError("no callback signing key is configured")
+    timestamp, offered = check_headers(headers, now=now)
     payload = _body_bytes(body)
+    signed_action = _check_action(action)
     for index, key in enumerate(key_bytes):
-        expected = _digest(key, timestamp, str(callback_id), payload).encode()
+        expected = _digest(key, timestamp, str(callback_id), signed_action, payload).encode()
         # Every offered signature is compared (no early exit on the first mismatch).
         matched = False
         for candidate in offered:
@@ -153,8 +190,7 @@ def callback_url(base_url: str, callback_id: str | uuid.UUID, action: str = "com
     ``base_url`` is the public URL of the callback routes' mount point (for ``awa serve``,
     ``https://host/callbacks``: the ``[serve] callback_base_url`` setting).
     """
-    if action not in ACTIONS:
-        raise ValidationError("action", f"expected one of {', '.join(ACTIONS)}, got {action!r}")
+    _check_action(action)
     if not isinstance(base_url, str) or not base_url.strip():
         raise ValidationError("callback_base_url", "expected a URL")
     return f"{base_url.strip().rstrip('/')}/{callback_id}/{action}"
@@ -169,7 +205,12 @@ def callback_urls(base_url: str, callback_id: str | uuid.UUID) -> tuple[tuple[st
 
 
 class _BadBody(Exception):
-    """The request body does not fit the action (answered 422)."""
+    """The request body does not fit the action (answered 422), or cannot be parsed at all
+    because it is nested too deeply (answered 400)."""
+
+    def __init__(self, message: str, status: int = 422) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 async def check_resolvable(client: AsyncClient, callback_id: str) -> None:
@@ -200,6 +241,8 @@ def _parse_body(raw: bytes, allowed: tuple[str, ...]) -> dict[str, Any]:
         data = json.loads(raw)
     except (ValueError, UnicodeDecodeError) as exc:
         raise _BadBody(f"the body is not valid JSON: {exc}") from None
+    except RecursionError:
+        raise _BadBody("the body is nested too deeply to parse", 400) from None
     if not isinstance(data, dict):
         raise _BadBody("the body must be a JSON object")
     unknown = sorted(set(data) - set(allowed))
@@ -213,9 +256,12 @@ def _heartbeat_seconds(data: dict[str, Any]) -> float:
     from awa_cli.config import ConfigError, parse_duration
 
     try:
-        return parse_duration(data.get("timeout", DEFAULT_HEARTBEAT_TIMEOUT), "timeout")
+        seconds = parse_duration(data.get("timeout", DEFAULT_HEARTBEAT_TIMEOUT), "timeout")
     except ConfigError as exc:
         raise _BadBody(exc.message) from None
+    if seconds > MAX_HEARTBEAT_SECONDS:
+        raise _BadBody(f"timeout: at most {MAX_HEARTBEAT_SECONDS // 86400} days (7d)")
+    return seconds
 
 
 def _call_for(
@@ -262,7 +308,9 @@ def _status_for(exc: Exception) -> int:
         return 404
     if isinstance(exc, (InvalidJobState, UnknownKindRefused)):
         return 409
-    if isinstance(exc, (ValidationError, _BadBody)):
+    if isinstance(exc, _BadBody):
+        return exc.status
+    if isinstance(exc, ValidationError):
         return 422
     if isinstance(exc, FollowUpError):
         return 500
@@ -272,14 +320,20 @@ def _status_for(exc: Exception) -> int:
 
 
 class _Endpoint:
-    """``POST /{callback_id}/{action}``: verify, then parse, resolve and answer."""
+    """``POST /{callback_id}/{action}``: check the headers, read the body (capped), verify,
+    then parse, resolve and answer."""
 
     def __init__(
-        self, client: AsyncClient, keys: Sequence[str | bytes], audit: AuditFn | None
+        self,
+        client: AsyncClient,
+        keys: Sequence[str | bytes],
+        audit: AuditFn | None,
+        max_body: int = MAX_BODY_BYTES,
     ) -> None:
         self.client = client
         self.keys = [_key_bytes(k) for k in keys]
         self.audit = audit
+        self.max_body = max_body
 
     async def handle(self, request: Request) -> Response:
         from starlette.responses import JSONResponse
@@ -290,11 +344,16 @@ class _Endpoint:
         action = str(request.path_params["action"])
         if action not in ACTIONS:
             return _error(404, f"unknown callback action {action!r}")
-        raw = await _read_body(request)
+        try:  # the headers first: nothing is read for a request that cannot verify
+            check_headers(request.headers)
+        except SignatureError as exc:
+            log.warning("action=callback_refused reason=signature callback=%r", callback_id[:64])
+            return _error(401, str(exc))
+        raw = await read_capped(request, self.max_body)
         if raw is None:
-            return _error(413, f"the body is larger than {MAX_BODY_BYTES} bytes")
+            return _error(413, f"the body is larger than {self.max_body} bytes")
         try:
-            verified = verify(self.keys, callback_id, raw, request.headers)
+            verified = verify(self.keys, callback_id, raw, request.headers, action)
         except SignatureError as exc:
             log.warning("action=callback_refused reason=signature callback=%r", callback_id[:64])
             return _error(401, str(exc))
@@ -302,13 +361,14 @@ class _Endpoint:
             uuid.UUID(callback_id)
         except ValueError:
             return _error(404, "unknown callback")
+        detail = {"key_index": verified.key_index}
         try:
             row = await _resolve(self.client, callback_id, action, raw)
         except Exception as exc:  # every failure is answered with its documented status
             response = self._failed(exc, callback_id, action)
-            await self._audit(callback_id, action, f"error: {response.status_code}")
+            await self._audit(callback_id, action, f"error: {response.status_code}", detail)
             return response
-        await self._audit(callback_id, action, "ok")
+        await self._audit(callback_id, action, "ok", detail)
         log.info(
             "action=callback_resolved callback=%s verb=%s job=%d key_index=%d",
             callback_id,
@@ -318,9 +378,12 @@ class _Endpoint:
         )
         return JSONResponse(row.to_json())
 
-    async def _audit(self, callback_id: str, action: str, result: str) -> None:
+    async def _audit(
+        self, callback_id: str, action: str, result: str, detail: dict[str, Any]
+    ) -> None:
         if self.audit is not None:
-            await self.audit("callback", f"callback.{action}", f"callback:{callback_id}", result)
+            target = f"callback:{callback_id}"
+            await self.audit("callback", f"callback.{action}", target, result, detail)
 
     @staticmethod
     def _failed(exc: Exception, callback_id: str, action: str) -> Response:
@@ -337,13 +400,17 @@ class _Endpoint:
         return _error(status, message)
 
 
-async def _read_body(request: Request) -> bytes | None:
-    """The raw body, or None when it exceeds MAX_BODY_BYTES."""
+async def read_capped(request: Request, limit: int) -> bytes | None:
+    """The raw body, or None when its ``Content-Length`` or the bytes streamed exceed
+    ``limit`` (refused before reading when the length is declared)."""
+    declared = request.headers.get("content-length", "")
+    if declared.strip().isdigit() and int(declared) > limit:
+        return None
     chunks: list[bytes] = []
     size = 0
     async for chunk in request.stream():
         size += len(chunk)
-        if size > MAX_BODY_BYTES:
+        if size > limit:
             return None
         chunks.append(chunk)
     return b"".join(chunks)
@@ -358,7 +425,11 @@ async def _http_error(request: Request, exc: Exception) -> Response:
 
 
 def asgi_app(
-    client: AsyncClient, keys: Sequence[str | bytes], *, audit: AuditFn | None = None
+    client: AsyncClient,
+    keys: Sequence[str | bytes],
+    *,
+    audit: AuditFn | None = None,
+    max_body: int = MAX_BODY_BYTES,
 ) -> Starlette:
     """The callback routes as a Starlette app, to mount anywhere (routes are relative to the
     mount point): ``POST /{callback_id}/complete|fail|retry|resume|heartbeat``.
@@ -366,14 +437,15 @@ def asgi_app(
     ``client`` should be bound to the application's ``App`` (``AsyncClient(dsn, app=app)``),
     so follow-up specs commit with the resolution and hooks fire; ``keys`` are the signing
     secrets, newest first (none: every request answers 404). The client is opened on first
-    use and stays the caller's to close. ``audit(actor, action, target, result)``, if given,
-    is awaited for every signed request (``awa serve`` passes its audit seam).
+    use and stays the caller's to close. ``audit(actor, action, target, result, detail)``, if
+    given, is awaited for every verified request (``awa serve`` passes its audit seam;
+    ``detail`` holds ``key_index``). A body over ``max_body`` bytes answers 413.
     """
     from starlette.applications import Starlette
     from starlette.exceptions import HTTPException
     from starlette.routing import Route
 
-    endpoint = _Endpoint(client, keys, audit)
+    endpoint = _Endpoint(client, keys, audit, max_body)
     return Starlette(
         routes=[Route("/{callback_id}/{action}", endpoint.handle, methods=["POST"])],
         exception_handlers={HTTPException: _http_error},
@@ -391,6 +463,7 @@ __all__ = [
     "asgi_app",
     "callback_url",
     "callback_urls",
+    "check_headers",
     "check_resolvable",
     "sign",
     "verify",

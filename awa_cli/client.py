@@ -149,6 +149,7 @@ class AsyncClient(InspectReads, OperatorMethods):
             dsn, min_size=1, max_size=max_connections, open=False, kwargs={"autocommit": True}
         )
         self._opened = False
+        self._open_lock = asyncio.Lock()  # concurrent first uses open the pool once
         self.dispatcher = Dispatcher(app, list(plugin_hooks)) if (app or plugin_hooks) else None
         self.core = OutcomeCore(self._pool, app, self.dispatcher)
         # wait_for_job: one LISTEN connection for all of this client's waiters, opened on
@@ -163,13 +164,16 @@ class AsyncClient(InspectReads, OperatorMethods):
 
     async def ensure_open(self) -> AsyncConnectionPool:
         """Open the pool on first use (an unreachable database fails at once) and return it."""
-        if not self._opened:
-            # One plain connection first, so an unreachable database fails at once with
-            # libpq's own message instead of a pool timeout.
-            conn = await psycopg.AsyncConnection.connect(self.dsn, connect_timeout=10)
-            await conn.close()
-            await self._pool.open(wait=True, timeout=30)
-            self._opened = True
+        if self._opened:
+            return self._pool
+        async with self._open_lock:  # awa serve's first requests arrive together
+            if not self._opened:
+                # One plain connection first, so an unreachable database fails at once with
+                # libpq's own message instead of a pool timeout.
+                conn = await psycopg.AsyncConnection.connect(self.dsn, connect_timeout=10)
+                await conn.close()
+                await self._pool.open(wait=True, timeout=30)
+                self._opened = True
         return self._pool
 
     async def close(self, hook_timeout: float = 5.0) -> None:

@@ -77,6 +77,7 @@ class MaintenanceConfig:
     completed_retention: float = defaults.COMPLETED_RETENTION
     failed_retention: float = defaults.FAILED_RETENTION
     dead_letter_retention: float = defaults.DEAD_LETTER_RETENTION
+    audit_retention: float = defaults.AUDIT_RETENTION
 
 
 @dataclass(frozen=True)
@@ -128,6 +129,10 @@ class ServeConfig:
     tokens: tuple[ServeToken, ...] = ()
     callback_secrets: tuple[str, ...] = ()  # env var names, newest first
     callback_base_url: str | None = None  # public URL of the /callbacks mount point
+    allowed_hosts: tuple[str, ...] = ()  # Host names answered besides loopback (needs tokens)
+    secure_cookies: bool = False  # Secure, __Host- cookies (behind a TLS-terminating proxy)
+    forwarded_allow_ips: str | None = None  # proxies trusted for X-Forwarded-Proto/-For
+    max_body: int = 1024 * 1024  # the largest request body read, in bytes
 
 
 @dataclass(frozen=True)
@@ -260,6 +265,7 @@ _SCHEMA: dict[str, dict[str, Parser]] = {
         "completed_retention": _ANY_DURATION,
         "failed_retention": _ANY_DURATION,
         "dead_letter_retention": _ANY_DURATION,
+        "audit_retention": _ANY_DURATION,
     },
     "metrics": {"prometheus_port": values.integer(1, 65535), "host": values.host},
     "periodic.*": {
@@ -281,6 +287,10 @@ _SCHEMA: dict[str, dict[str, Parser]] = {
         "tokens": _serve_tokens,
         "callback_secrets": values.env_names,
         "callback_base_url": values.http_url,
+        "allowed_hosts": values.host_names,
+        "secure_cookies": values.boolean,
+        "forwarded_allow_ips": values.nonempty_text,
+        "max_body": values.integer(1024, 64 * 1024 * 1024),
     },
     "telemetry": {"otlp_endpoint": values.otlp_url, "service_name": values.nonempty_text},
     "limits.*": {

@@ -70,6 +70,20 @@ def texts(value: Any, key: str) -> tuple[str, ...]:
     return tuple(nonempty_text(item, f"{key}[{index}]") for index, item in enumerate(value))
 
 
+def host_names(value: Any, key: str) -> tuple[str, ...]:
+    """``[serve] allowed_hosts``: host names, each optionally with ``:port``."""
+    names = texts(value, key)
+    for index, name in enumerate(names):
+        bare, _, port = name.rpartition(":") if name.count(":") == 1 else (name, "", "")
+        if not HOST_NAME.fullmatch(bare) or (port and not (port.isdigit() and len(port) <= 5)):
+            raise ConfigError(
+                f'{key}[{index}]: expected a host name like "jobs.example.com" or '
+                f'"jobs.example.com:8443", got {show(name)}',
+                key=key,
+            )
+    return tuple(n.lower() for n in names)
+
+
 HOST_NAME = re.compile(
     r"(?=.{1,253}$)[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*"
 )

@@ -42,6 +42,9 @@ QUEUE_CONCURRENCY = 10
 DEAD_LETTER_RETENTION = 2592000.0
 """Seconds a dead letter is kept before the sweep prunes it (30 days)."""
 
+AUDIT_RETENTION = 7776000.0
+"""Seconds an audit log entry is kept before the sweep prunes it (90 days)."""
+
 PERIODIC_PRUNE_INTERVAL = 600.0
 """Seconds between the leader's pruning of old recorded periodic fires."""
 

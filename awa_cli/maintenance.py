@@ -55,6 +55,8 @@ class MaintenanceTimings(Protocol):
     def failed_retention(self) -> float: ...
     @property
     def dead_letter_retention(self) -> float: ...
+    @property
+    def audit_retention(self) -> float: ...
 
 
 log = logging.getLogger("awa.maintenance")
@@ -73,6 +75,7 @@ class SweepReport:
     follow_ups_failed: int = 0
     pruned: int = 0
     dead_letters_pruned: int = 0
+    audit_pruned: int = 0
     dry_run: bool = False
 
     def to_json(self) -> dict[str, Any]:
@@ -82,6 +85,7 @@ class SweepReport:
             "rescue_follow_ups": {"done": self.follow_ups_done, "failed": self.follow_ups_failed},
             "pruned": self.pruned,
             "dead_letters_pruned": self.dead_letters_pruned,
+            "audit_pruned": self.audit_pruned,
         }
 
 
@@ -94,9 +98,11 @@ async def sweep_once(
     dry_run: bool = False,
     on_rescued: OnRescued | None = None,
     dead_letter_retention: float | None = None,
+    audit_retention: float | None = None,
 ) -> SweepReport:
     """One pass: the three rescue sweeps, pending rescue follow-ups, then retention (and the
-    dead letters' retention when ``dead_letter_retention`` is given)."""
+    dead letters' and audit log's retention when ``dead_letter_retention`` and
+    ``audit_retention`` are given)."""
     report = SweepReport(dry_run=dry_run)
     for reason in RescueReason:
         rows = await core.rescue(reason, staleness=heartbeat_staleness, dry_run=dry_run)
@@ -117,7 +123,22 @@ async def sweep_once(
     report.pruned = await core.prune(completed_retention, failed_retention)
     if dead_letter_retention is not None:  # bounded batches until one comes back short
         report.dead_letters_pruned = await core.prune_dlq(dead_letter_retention)
+    if audit_retention is not None:
+        report.audit_pruned = await _prune_audit(core, audit_retention)
     return report
+
+
+async def _prune_audit(core: OutcomeCore, retention: float) -> int:
+    """Audit retention; a role without DELETE on awa.audit_log keeps every entry (and says
+    so) rather than failing the whole sweep."""
+    try:
+        return await core.prune_audit(retention)
+    except psycopg.errors.InsufficientPrivilege:
+        log.warning(
+            "audit retention skipped: this role may not DELETE from awa.audit_log",
+            extra={"action": "audit_prune_refused"},
+        )
+        return 0
 
 
 class Maintenance:
@@ -284,6 +305,7 @@ class Maintenance:
                 failed_retention=self.timings.failed_retention,
                 on_rescued=self.on_rescued,
                 dead_letter_retention=self.timings.dead_letter_retention,
+                audit_retention=self.timings.audit_retention,
             )
         except (psycopg.Error, OSError) as exc:  # any database error; the next sweep retries
             log.error(

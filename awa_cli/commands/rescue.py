@@ -41,6 +41,7 @@ def run(ctx: CliContext, dry_run: bool, json_flag: bool) -> None:
             failed_retention=m.failed_retention,
             dry_run=dry_run,
             dead_letter_retention=m.dead_letter_retention,
+            audit_retention=m.audit_retention,
         )
 
     report = run_with_client(ctx, sweep, app=app, plugin_hooks=ctx.plugins.event_hooks())

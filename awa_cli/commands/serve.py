@@ -19,6 +19,7 @@ from awa_cli.commands.context import CliContext, pass_context
 from awa_cli.config import ConfigError, ServeConfig
 
 MIN_SECRET_LENGTH = 16
+MIN_DISTINCT_CHARACTERS = 8  # 'a' * 16 or '0123' * 4 is not a secret
 
 
 def is_loopback(host: str) -> bool:
@@ -37,6 +38,13 @@ def _secret(env: Mapping[str, str], name: str, key: str) -> str:
     if len(value) < MIN_SECRET_LENGTH:
         raise ConfigError(
             f"{key}: the value of {name} is shorter than {MIN_SECRET_LENGTH} characters", key=key
+        )
+    if len(set(value)) < MIN_DISTINCT_CHARACTERS:
+        raise ConfigError(
+            f"{key}: the value of {name} is too weak: it has fewer than "
+            f"{MIN_DISTINCT_CHARACTERS} different characters (make one with "
+            "`openssl rand -hex 32`)",
+            key=key,
         )
     return value
 
@@ -64,6 +72,17 @@ def read_callback_keys(serve: ServeConfig, env: Mapping[str, str]) -> list[bytes
     ]
 
 
+def check_allowed_hosts(serve: ServeConfig, *, has_tokens: bool, read_only: bool) -> None:
+    """``allowed_hosts`` opens the dashboard to other names, which is for token mode (a
+    read-only or callbacks-only server without tokens may name them too)."""
+    if serve.allowed_hosts and not has_tokens and not read_only:
+        raise ConfigError(
+            "[serve] allowed_hosts: needs [serve] tokens (without them awa serve answers only "
+            "loopback names), or --read-only / --callbacks-only",
+            key="[serve] allowed_hosts",
+        )
+
+
 def check_host(host: str, *, has_tokens: bool, read_only: bool, callbacks_only: bool) -> None:
     if has_tokens or read_only or callbacks_only or is_loopback(host):
         return
@@ -74,10 +93,24 @@ def check_host(host: str, *, has_tokens: bool, read_only: bool, callbacks_only: 
     )
 
 
-def _announce(ctx: CliContext, url: str, tokens: list[Any], keys: list[bytes], flags: str) -> None:
+def access_line(host: str, port: int, *, tokens: int, callbacks_only: bool) -> str:
+    """What the start line says about who may use this server (true in every mode)."""
+    if tokens:
+        return f"{tokens} token(s)"
+    if is_loopback(host):
+        return "no tokens: open to this host only"
+    if callbacks_only:
+        return "no tokens: only the signed callback routes and the health checks are served"
+    return f"no tokens: WARNING every client that can reach {host}:{port} can read all job data"
+
+
+def _announce(
+    ctx: CliContext, url: str, access: str, keys: list[bytes], flags: str, hosts: tuple[str, ...]
+) -> None:
     status = ctx.terminal.status
-    access = f"{len(tokens)} token(s)" if tokens else "no tokens: open to this host only"
     status(f"awa serve on {url}{flags} ({access})")
+    names = ", ".join(("loopback names with the port", *hosts))
+    status(f"answers Host: {names}; any other name is refused (421)")
     if keys:
         status(f"HTTP callbacks on at {url}/callbacks/ ({len(keys)} signing key(s))")
     else:
@@ -97,9 +130,21 @@ def _announce(ctx: CliContext, url: str, tokens: list[Any], keys: list[bytes], f
 @click.option(
     "--read-only", is_flag=True, help="Refuse every action (403): a dashboard to look at."
 )
+@click.option(
+    "--forwarded-allow-ips",
+    metavar="IPS",
+    help="Comma-separated addresses of reverse proxies whose X-Forwarded-Proto and "
+    "X-Forwarded-For are trusted (cookies are then Secure when the proxy says https; "
+    "default: [serve] forwarded_allow_ips, none).",
+)
 @pass_context
 def command(
-    ctx: CliContext, host: str | None, port: int | None, callbacks_only: bool, read_only: bool
+    ctx: CliContext,
+    host: str | None,
+    port: int | None,
+    callbacks_only: bool,
+    read_only: bool,
+    forwarded_allow_ips: str | None,
 ) -> None:
     """Run the dashboard, the admin API and the signed HTTP callback routes.
 
@@ -121,11 +166,19 @@ def command(
     /api/periodic/NAME/pause|resume|trigger. Health: /healthz (the process is up) and /readyz (the database answers
     and the schema is current).
 
+    Host: every request must name this server: a loopback name with its port, or one of
+    [serve] allowed_hosts (token mode); any other Host answers 421, so a web page that
+    rebinds its own name to 127.0.0.1 gets nothing.
+
     Auth: with no [serve] tokens, awa serve listens on loopback only (another --host is refused
     unless --read-only or --callbacks-only) and the local browser may act. With tokens, every
     request but the health checks and /callbacks/* needs `Authorization: Bearer TOKEN` or the
-    session cookie of the /login form; role viewer reads, operator also acts. Form posts carry
-    a CSRF token; --read-only refuses every action with 403. Every action, and every post the
+    session cookie of the /login form (a server-side session: logout ends it, so do 30 idle
+    minutes and 8 hours; /login allows 5 failures per client, then one try per 10 s, counted
+    at /metrics); role viewer reads, operator also acts. Form posts carry a CSRF token bound
+    to the session; --read-only refuses every action with 403. Cookies are Secure (and
+    __Host-) with [serve] secure_cookies or behind a --forwarded-allow-ips proxy that says
+    https. Request bodies above [serve] max_body (1 MiB) answer 413. Every action, and every post the
     guard refuses, is recorded in awa.audit_log (actor serve:TOKEN-NAME, result ok, refused or
     failed) and shown at /audit.
 
@@ -147,6 +200,8 @@ def command(
     tokens = read_tokens(serve, ctx.env)
     keys = read_callback_keys(serve, ctx.env)
     check_host(host, has_tokens=bool(tokens), read_only=read_only, callbacks_only=callbacks_only)
+    check_allowed_hosts(serve, has_tokens=bool(tokens), read_only=read_only or callbacks_only)
+    forwarded = forwarded_allow_ips or serve.forwarded_allow_ips
     app = ctx.app if ctx.config.app.modules else None
     client = AsyncClient(ctx.dsn(), app, plugin_hooks=ctx.plugins.event_hooks())
     settings = ServeSettings(
@@ -155,6 +210,10 @@ def command(
         read_only=read_only,
         callbacks_only=callbacks_only,
         callback_base_url=serve.callback_base_url,
+        allowed_hosts=serve.allowed_hosts,
+        secure_cookies=serve.secure_cookies,
+        forwarded_allow_ips=forwarded,
+        max_body=serve.max_body,
     )
     flags = "".join(
         f" {flag}"
@@ -162,7 +221,8 @@ def command(
         if on
     )
     shown = f"[{host}]" if ":" in host else host
-    _announce(ctx, f"http://{shown}:{port}", tokens, keys, flags)
+    access = access_line(host, port, tokens=len(tokens), callbacks_only=callbacks_only)
+    _announce(ctx, f"http://{shown}:{port}", access, keys, flags, serve.allowed_hosts)
     if app is None:
         ctx.terminal.status(
             "no [app] modules: actions and callbacks run without follow-ups or hooks"

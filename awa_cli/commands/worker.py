@@ -113,6 +113,7 @@ def build_worker(ctx: CliContext, queue_options: tuple[str, ...]) -> Any:
         completed_retention=m.completed_retention,
         failed_retention=m.failed_retention,
         dead_letter_retention=m.dead_letter_retention,
+        audit_retention=m.audit_retention,
         shutdown_timeout=config.worker.shutdown_timeout,
     )
 

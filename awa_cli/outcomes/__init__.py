@@ -307,6 +307,12 @@ class OutcomeCore(CoreState):
         """Drop the schedule and its recorded fires; the row as it was."""
         return await periodic.delete(self, name, actor)
 
+    async def prune_audit(self, retention: float) -> int:
+        """Delete audit entries older than ``retention`` seconds, in bounded batches."""
+        from awa_cli.outcomes.bulk import no_progress, repeat_batches
+
+        return await repeat_batches(self, "audit_prune", {"retention": retention}, 0, no_progress)
+
     async def prune_dlq(self, retention: float) -> int:
         """Delete dead letters older than ``retention`` seconds, in bounded batches."""
         return await dlq.prune(self, retention)

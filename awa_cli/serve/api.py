@@ -19,6 +19,8 @@ if TYPE_CHECKING:
     from starlette.routing import BaseRoute
 
 MAX_LIMIT = 1000
+PAGE_BYTES = 4 * 1024 * 1024  # a list page stops early (next_before set) past this many bytes
+CHUNK = 100  # rows fetched per query while a page is assembled
 
 
 def _failed(exc: Exception) -> Response:
@@ -76,7 +78,8 @@ async def stats(request: Request) -> Response:
 
 async def list_jobs(request: Request) -> Response:
     """``{"jobs": [...], "next_before": id | null}``: newest first; pass ``before=next_before``
-    for the next page."""
+    for the next page. ``limit`` is 1 to 1000 (100 by default); a page also stops once it
+    holds about 4 MiB of JSON (jobs with big args), so one request's memory stays bounded."""
     from starlette.responses import JSONResponse
 
     q = request.query_params
@@ -84,19 +87,44 @@ async def list_jobs(request: Request) -> Response:
         limit = _optional_int(request, "limit", 100) or 100
         if limit > MAX_LIMIT:
             raise ValidationError("limit", f"must be at most {MAX_LIMIT}")
-        rows = await client_of(request).list_jobs_page(
-            state=q.get("state") or None,
-            kind=q.get("kind") or None,
-            queue=q.get("queue") or None,
-            tag=q.get("tag") or None,
-            before_id=_optional_int(request, "before", None),
-            limit=limit + 1,
+        filters = {
+            "state": q.get("state") or None,
+            "kind": q.get("kind") or None,
+            "queue": q.get("queue") or None,
+            "tag": q.get("tag") or None,
+        }
+        jobs, next_before = await _bounded_page(
+            request, filters, _optional_int(request, "before", None), limit
         )
     except Exception as exc:
         return _failed(exc)
-    page = rows[:limit]
-    next_before = page[-1].id if len(rows) > limit else None
-    return JSONResponse({"jobs": [r.to_json() for r in page], "next_before": next_before})
+    return JSONResponse({"jobs": jobs, "next_before": next_before})
+
+
+async def _bounded_page(
+    request: Request, filters: dict[str, str | None], before: int | None, limit: int
+) -> tuple[list[dict[str, object]], int | None]:
+    """Up to ``limit`` rows older than ``before``, fetched ``CHUNK`` at a time and cut at
+    ``PAGE_BYTES``; the ``next_before`` cursor when more rows remain."""
+    import json
+
+    client = client_of(request)
+    jobs: list[dict[str, object]] = []
+    size = 0
+    while True:
+        want = min(CHUNK, limit - len(jobs))
+        rows = await client.list_jobs_page(**filters, before_id=before, limit=want + 1)
+        for index, row in enumerate(rows[:want]):
+            data = row.to_json()
+            jobs.append(data)
+            before = row.id
+            size += len(json.dumps(data))
+            if size >= PAGE_BYTES:
+                return jobs, before if index + 1 < len(rows) else None
+        if len(rows) <= want:
+            return jobs, None
+        if len(jobs) >= limit:
+            return jobs, before
 
 
 async def get_job(request: Request) -> Response:

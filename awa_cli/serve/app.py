@@ -39,6 +39,10 @@ class ServeSettings:
     callbacks_only: bool = False
     callback_base_url: str | None = None  # shown on the job page (default: this server's)
     close_client: bool = field(default=True)  # close the client when the server stops
+    allowed_hosts: Sequence[str] = ()  # Host names answered besides loopback (architecture §18.4)
+    secure_cookies: bool = False  # Secure, __Host- cookies even over plain http (a TLS proxy)
+    forwarded_allow_ips: str | None = None  # proxies whose X-Forwarded-Proto/-For are trusted
+    max_body: int = 1024 * 1024  # the largest request body read (callbacks, forms, JSON)
 
 
 async def healthz(request: Request) -> Response:
@@ -46,6 +50,25 @@ async def healthz(request: Request) -> Response:
     from starlette.responses import JSONResponse
 
     return JSONResponse({"status": "ok"})
+
+
+async def metrics(request: Request) -> Response:
+    """This process's counters in the Prometheus text format (viewer or above)."""
+    from starlette.responses import PlainTextResponse
+
+    policy: Policy = request.app.state.policy
+    lines = [
+        "# HELP awa_serve_login_failures_total Failed /login attempts (refused tokens).",
+        "# TYPE awa_serve_login_failures_total counter",
+        f"awa_serve_login_failures_total {policy.throttle.failures_total}",
+        "# HELP awa_serve_login_throttled_total /login attempts refused by the throttle (429).",
+        "# TYPE awa_serve_login_throttled_total counter",
+        f"awa_serve_login_throttled_total {policy.throttle.throttled_total}",
+        "# HELP awa_serve_sessions Login sessions this process holds.",
+        "# TYPE awa_serve_sessions gauge",
+        f"awa_serve_sessions {len(policy.sessions)}",
+    ]
+    return PlainTextResponse("\n".join(lines) + "\n", media_type="text/plain; version=0.0.4")
 
 
 async def readyz(request: Request) -> Response:
@@ -87,13 +110,23 @@ def build_app(client: AsyncClient, settings: ServeSettings) -> Starlette:
 
     from awa_cli.serve import api, controls, fleet, pages
 
-    policy = Policy(list(settings.tokens), read_only=settings.read_only)
+    policy = Policy(
+        list(settings.tokens),
+        read_only=settings.read_only,
+        allowed_hosts=tuple(settings.allowed_hosts),
+        secure_cookies=settings.secure_cookies,
+        max_body=settings.max_body,
+    )
+    callbacks = asgi_app(
+        client, list(settings.callback_keys), audit=auditor(client), max_body=settings.max_body
+    )
     routes: list[BaseRoute] = [
         Route("/healthz", healthz, methods=["GET"]),
         Route("/readyz", readyz, methods=["GET"]),
-        Mount("/callbacks", asgi_app(client, list(settings.callback_keys), audit=auditor(client))),
+        Mount("/callbacks", callbacks),
     ]
     if not settings.callbacks_only:
+        routes.append(Route("/metrics", metrics, methods=["GET"]))
         routes += pages.routes() + api.routes() + fleet.routes() + controls.routes()
         routes.append(Mount("/static", StaticFiles(directory=str(STATIC)), name="static"))
 
@@ -103,9 +136,16 @@ def build_app(client: AsyncClient, settings: ServeSettings) -> Starlette:
         if settings.close_client:
             await client.close()
 
+    middleware = [Middleware(Guard, policy=policy, audit=auditor(client))]
+    if settings.forwarded_allow_ips:  # outermost: the guard sees the proxy's scheme and client
+        from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
+
+        middleware.insert(
+            0, Middleware(ProxyHeadersMiddleware, trusted_hosts=settings.forwarded_allow_ips)
+        )
     app = Starlette(
         routes=routes,
-        middleware=[Middleware(Guard, policy=policy, audit=auditor(client))],
+        middleware=middleware,
         exception_handlers={HTTPException: _not_found},
         lifespan=lifespan,
     )

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("awa.audit")
 
-Audit = Callable[[str, str, str, str], Awaitable[None]]
+Audit = Callable[..., Awaitable[None]]  # (actor, action, target, result, detail=None)
 """``(actor, action, target, result)``: what the callback routes and the guard are given."""
 
 
@@ -62,12 +62,14 @@ def auditor(client: AsyncClient) -> Audit:
     """:func:`audit` bound to ``client``, for the callback routes (result text
     ``ok`` or ``error: <status>``) and the guard."""
 
-    async def record(actor: str, action: str, target: str, result: str) -> None:
-        detail: dict[str, Any] = {}
+    async def record(
+        actor: str, action: str, target: str, result: str, extra: dict[str, Any] | None = None
+    ) -> None:
+        detail: dict[str, Any] = dict(extra or {})
         if result.startswith("error: "):
             reason = result.removeprefix("error: ")
             status = int(reason) if reason.isdigit() else 500
-            detail = {"status": status} if reason.isdigit() else {"error": reason}
+            detail.update({"status": status} if reason.isdigit() else {"error": reason})
             result = result_of(status)
         await audit(client, actor, action, target, result, detail)
 

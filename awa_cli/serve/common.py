@@ -69,6 +69,11 @@ def status_for(exc: BaseException) -> int:
     """The HTTP status of an error from the client (404, 409, 422, 500 or 503)."""
     import psycopg
 
+    if isinstance(exc, psycopg.errors.NumericValueOutOfRange):
+        return 404  # an id beyond bigint: no such row
+    if isinstance(exc, psycopg.DataError):
+        return 400  # a NUL byte in a filter, a value the database cannot take
+
     from awa_cli.callbacks import UnknownKindRefused
     from awa_cli.errors import (
         CallbackNotFound,
@@ -98,6 +103,10 @@ def error_line(exc: BaseException) -> str:
     """One line for an error, safe to show (database errors stay generic)."""
     import psycopg
 
+    if isinstance(exc, psycopg.errors.NumericValueOutOfRange):
+        return "not found: the id is out of range"
+    if isinstance(exc, psycopg.DataError):
+        return "bad input: the database cannot store that value (a NUL byte?)"
     if isinstance(exc, psycopg.Error):
         return (
             "database unavailable"
@@ -145,11 +154,49 @@ def template_env() -> jinja2.Environment:
         loader=jinja2.FileSystemLoader(str(TEMPLATES)),
         autoescape=True,
         undefined=jinja2.StrictUndefined,
+        finalize=visible_controls,
     )
+    env.filters["pathseg"] = pathseg
     env.filters["pretty"] = lambda value: json.dumps(value, indent=2, sort_keys=True, default=str)
     env.filters["when"] = format_when
     env.filters["age"] = format_age
     return env
+
+
+def pathseg(value: object) -> str:
+    """One URL path segment: every reserved character encoded, ``/`` too (a queue named
+    ``../periodic/nightly`` stays one segment instead of turning its Pause button into a
+    schedule's)."""
+    from urllib.parse import quote
+
+    return quote(str(value), safe="")
+
+
+# Bidirectional overrides and isolates, and the C0/C1 controls but tab and newline: they can
+# reorder or hide what an operator reads, so pages show them as visible \uXXXX escapes.
+_HIDDEN = {
+    c: f"\\u{c:04x}"
+    for c in (
+        *range(0x00, 0x09),
+        *range(0x0B, 0x20),
+        *range(0x7F, 0xA0),
+        0x061C,
+        0x200E,
+        0x200F,
+        *range(0x202A, 0x202F),
+        *range(0x2066, 0x206A),
+    )
+}
+
+
+def visible_controls(value: object) -> object:
+    """Every ``{{ value }}`` of a page: plain text has its bidi and control characters made
+    visible (markup a filter built is left as it is)."""
+    import markupsafe
+
+    if isinstance(value, str) and not isinstance(value, markupsafe.Markup):
+        return value.translate(_HIDDEN)
+    return value
 
 
 def format_when(value: datetime | str | None) -> str:

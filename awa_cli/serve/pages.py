@@ -8,6 +8,7 @@ a ``Route`` in :func:`routes`, a template extending ``base.html``, and a ``NavIt
 from __future__ import annotations
 
 import json
+import logging
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
 
@@ -23,6 +24,8 @@ if TYPE_CHECKING:
 
     from awa_cli.client import JobCount
     from awa_cli.jobs import JobRow
+
+log = logging.getLogger("awa.serve")
 
 STATES = [s.value for s in JobState]
 PAGE_SIZE = 50
@@ -141,8 +144,18 @@ def _callback_urls(request: Request, row: JobRow) -> list[tuple[str, str]]:
 
     if row.callback_id is None:
         return []
-    base = request.app.state.settings.callback_base_url or f"{request.base_url}callbacks"
+    base = request.app.state.settings.callback_base_url or f"{server_origin(request)}/callbacks"
     return list(callback_urls(base, row.callback_id))
+
+
+def server_origin(request: Request) -> str:
+    """This server's own address as it listens (never the request's ``Host`` header)."""
+    server = request.scope.get("server") or ("127.0.0.1", 8477)
+    host, port = str(server[0]), int(server[1])
+    shown = f"[{host}]" if ":" in host else host
+    scheme = request.url.scheme
+    default = (scheme == "http" and port == 80) or (scheme == "https" and port == 443)
+    return f"{scheme}://{shown}" if default else f"{scheme}://{shown}:{port}"
 
 
 def _back_to_job(job_id: int, done: str) -> Response:
@@ -237,30 +250,40 @@ async def login(request: Request) -> Response:
     from starlette.responses import RedirectResponse
 
     from awa_cli.serve.audit import audit
-    from awa_cli.serve.auth import session_cookie_header
+    from awa_cli.serve.auth import SECURE_KEY, session_cookie_header
 
     policy = request.app.state.policy
     if policy.open:
         return RedirectResponse("/", status_code=303)
+    who = request.client.host if request.client else "unknown"
+    wait = policy.throttle.wait(who)
+    if wait > 0:  # 5 failures in a row: one try per 10 s (architecture §18.4)
+        response = await login_page(request, status=429, failed=True)
+        response.headers["retry-after"] = str(int(wait) + 1)
+        return response
     form = await form_of(request)
     token = policy.match_token(form.get("token", "").strip())
-    if token is None:
-        await audit(client_of(request), "serve:unknown", "login", "session", "refused")
+    if token is None:  # counted (awa_serve_login_failures_total), not each audited
+        policy.throttle.failed(who)
+        log.warning("action=login_refused client=%s", who)
         return await login_page(request, status=401, failed=True)
+    policy.throttle.succeeded(who)
     await audit(client_of(request), f"serve:{token.name}", "login", "session", "ok")
     response = RedirectResponse(_safe_next(form.get("next")), status_code=303)
-    secure = request.url.scheme == "https"
+    secure = bool(request.scope.get(SECURE_KEY))
     response.headers.append("set-cookie", session_cookie_header(policy, token, secure))
     return response
 
 
 async def logout(request: Request) -> Response:
+    """End the session on the server (its cookie is worthless from now on) and forget it."""
     from starlette.responses import RedirectResponse
 
-    from awa_cli.serve.auth import clear_session_header
+    from awa_cli.serve.auth import SECURE_KEY, clear_session_header, end_session
 
+    end_session(request.app.state.policy, request.scope)
     response = RedirectResponse("/login", status_code=303)
-    response.headers.append("set-cookie", clear_session_header())
+    response.headers.append("set-cookie", clear_session_header(bool(request.scope.get(SECURE_KEY))))
     return response
 
 

@@ -67,6 +67,7 @@ class Timings:
     completed_retention: float = defaults.COMPLETED_RETENTION
     failed_retention: float = defaults.FAILED_RETENTION
     dead_letter_retention: float = defaults.DEAD_LETTER_RETENTION
+    audit_retention: float = defaults.AUDIT_RETENTION
 
 
 class Worker:

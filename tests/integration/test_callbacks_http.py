@@ -45,10 +45,31 @@ def test_round_trip_and_the_documented_formula() -> None:
     import hashlib
     import hmac
 
-    expected = hmac.new(KEY.encode(), b"1700000000." + CB.encode() + b"." + body, hashlib.sha256)
-    assert headers["Awa-Signature"] == f"v1={expected.hexdigest()}"
+    signed = b"1700000000." + CB.encode() + b".complete." + body
+    expected = hmac.new(KEY.encode(), signed, hashlib.sha256)
+    assert headers["Awa-Signature"] == f"v2={expected.hexdigest()}"
     verified = verify([KEY], CB, body, headers, now=1_700_000_000)
     assert verified.timestamp == 1_700_000_000 and verified.key_index == 0
+    beat = sign(KEY, CB, body, timestamp=1_700_000_000, action="heartbeat")
+    assert verify([KEY], CB, body, beat, "heartbeat", now=1_700_000_000).key_index == 0
+
+
+@pytest.mark.parametrize("other", ["complete", "retry", "resume", "fail"])
+def test_a_signature_covers_its_action(other: str) -> None:
+    """M1: a captured heartbeat's headers do not verify for any other action."""
+    headers = sign(KEY, CB, b"", action="heartbeat")
+    with pytest.raises(SignatureError, match="matches no configured key"):
+        verify([KEY], CB, b"", headers, other)
+
+
+def test_v1_signatures_are_gone() -> None:
+    import hashlib
+    import hmac
+
+    ts = str(int(time.time()))
+    old = hmac.new(KEY.encode(), f"{ts}.{CB}.".encode(), hashlib.sha256).hexdigest()
+    with pytest.raises(SignatureError, match="expected v2="):
+        verify([KEY], CB, b"", {"Awa-Timestamp": ts, "Awa-Signature": f"v1={old}"})
 
 
 def test_key_may_be_bytes_and_body_may_be_text() -> None:
@@ -78,7 +99,7 @@ def test_rotation_accepts_every_configured_key() -> None:
     assert verify([KEY, OLD_KEY], CB, body, sign(KEY, CB, body)).key_index == 0
     # A sender mid-rotation may send one signature per key, separated by spaces.
     both = sign(OLD_KEY, CB, body)
-    both["Awa-Signature"] = "v1=" + "0" * 64 + " " + both["Awa-Signature"]
+    both["Awa-Signature"] = "v2=" + "0" * 64 + " " + both["Awa-Signature"]
     assert verify([OLD_KEY], CB, body, both).key_index == 0
     with pytest.raises(SignatureError):
         verify([KEY], CB, body, sign(OLD_KEY, CB, body))  # the old key once dropped
@@ -106,7 +127,7 @@ def test_timestamps_inside_the_window_pass(offset: int) -> None:
         ({"Awa-Timestamp": "soon"}, "malformed Awa-Timestamp"),
         ({"Awa-Timestamp": "NOW"}, "malformed Awa-Timestamp"),
         ({"Awa-Timestamp": str(int(time.time()))}, "missing Awa-Signature"),
-        ({"Awa-Timestamp": str(int(time.time())), "Awa-Signature": "abc"}, "expected v1="),
+        ({"Awa-Timestamp": str(int(time.time())), "Awa-Signature": "abc"}, "expected v2="),
     ],
 )
 def test_missing_or_malformed_headers(headers: dict[str, str], reason: str) -> None:
@@ -222,7 +243,9 @@ def post(
     http: TestClient, callback_id: object, action: str, body: object = None, key: str = KEY
 ) -> object:
     raw = b"" if body is None else json.dumps(body).encode()
-    headers = sign(key, str(callback_id), raw)
+    headers = sign(
+        key, str(callback_id), raw, action=action if action in callbacks.ACTIONS else "complete"
+    )
     return http.post(f"/callbacks/{callback_id}/{action}", content=raw, headers=headers)
 
 
@@ -437,3 +460,204 @@ async def test_a_worker_with_callback_base_url_gives_tokens_their_urls(dsn: str)
     [token] = tokens
     assert token.url() == f"{base}/{token.id}/complete"
     assert token.url("fail") == callbacks.callback_url(base, token.id, "fail")
+
+
+# --- the security review's callback findings (M1, M2, I3, I4, I12) ----------------------------
+
+
+@integration
+@pytest.mark.parametrize("replayed_to", ["complete", "retry", "resume"])
+def test_a_captured_heartbeat_replayed_to_another_action_is_refused(
+    dsn: str, http: tuple[TestClient, list[object], awa.App], replayed_to: str
+) -> None:
+    """M1 (review attack 47): the headers and body of a signed heartbeat answer 401 at any
+    other action, and the job keeps waiting."""
+    client, _, app = http
+    parked = park(dsn, app)
+    cid = str(parked.callback_id)
+    captured = sign(KEY, cid, b"", action="heartbeat")
+    beat = client.post(f"/callbacks/{cid}/heartbeat", content=b"", headers=captured)
+    assert beat.status_code == 200, beat.text
+    replay = client.post(f"/callbacks/{cid}/{replayed_to}", content=b"", headers=captured)
+    assert replay.status_code == 401, replay.text
+    assert job_row(dsn, parked.id).state == "waiting_external"
+
+
+async def _call_asgi(
+    app: Starlette, headers: list[tuple[bytes, bytes]], chunks: list[bytes]
+) -> tuple[int, int]:
+    """One POST straight through ASGI: (status, how many body chunks the app pulled)."""
+    pulled = 0
+    status = 0
+
+    async def receive() -> dict[str, object]:
+        nonlocal pulled
+        if pulled >= len(chunks):
+            return {"type": "http.disconnect"}
+        pulled += 1
+        return {
+            "type": "http.request",
+            "body": chunks[pulled - 1],
+            "more_body": pulled < len(chunks),
+        }
+
+    async def send(message: dict[str, object]) -> None:
+        nonlocal status
+        if message["type"] == "http.response.start":
+            status = int(message["status"])  # type: ignore[call-overload]
+
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": f"/{CB}/complete",
+        "raw_path": f"/{CB}/complete".encode(),
+        "root_path": "",
+        "query_string": b"",
+        "headers": headers,
+        "client": ("127.0.0.1", 5000),
+        "server": ("127.0.0.1", 8477),
+    }
+    await app(scope, receive, send)  # type: ignore[arg-type]
+    return status, pulled
+
+
+def test_an_unsigned_or_oversized_body_is_refused_before_it_is_read() -> None:
+    """M2 (review attacks 49, 51): no signature headers, a stale timestamp, or a declared
+    Content-Length over max_body: answered without pulling one body chunk."""
+    app = callbacks.asgi_app(_InvalidStateClient(), [KEY], max_body=1024)  # type: ignore[arg-type]
+    big = [b"x" * 512] * 8
+    signed = [(k.lower().encode(), v.encode()) for k, v in sign(KEY, CB, b"x").items()]
+    stale = [
+        (k.lower().encode(), v.encode())
+        for k, v in sign(KEY, CB, b"x", timestamp=int(time.time()) - 400).items()
+    ]
+    cases = [
+        ([(b"content-length", b"4096")], 401),
+        (stale + [(b"content-length", b"4096")], 401),
+        ([*signed, (b"content-length", b"4096")], 413),
+    ]
+    for headers, expected in cases:
+        assert asyncio.run(_call_asgi(app, headers, big)) == (expected, 0), headers
+    # Chunked (no Content-Length): streamed up to the cap, then refused.
+    status, pulled = asyncio.run(_call_asgi(app, signed, big))
+    assert status == 413 and pulled == 3
+
+
+def test_the_default_body_limit_is_one_mib() -> None:
+    assert callbacks.MAX_BODY_BYTES == 1024 * 1024
+
+
+@integration
+def test_deep_json_answers_400_and_a_huge_heartbeat_422(
+    dsn: str, http: tuple[TestClient, list[object], awa.App]
+) -> None:
+    """I3 (attack 42) and I4 (attack 50)."""
+    client, _, app = http
+    parked = park(dsn, app)
+    cid = str(parked.callback_id)
+    deep = b'{"payload": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
+    response = client.post(f"/callbacks/{cid}/complete", content=deep, headers=sign(KEY, cid, deep))
+    assert response.status_code == 400 and set(response.json()) == {"error"}, response.text
+    huge = post(client, cid, "heartbeat", {"timeout": "876000h"})
+    assert huge.status_code == 422 and "7d" in huge.json()["error"]
+    assert post(client, cid, "heartbeat", {"timeout": "7d"}).status_code == 200
+    assert job_row(dsn, parked.id).state == "waiting_external"
+
+
+@integration
+def test_the_audit_entry_says_which_key_verified(dsn: str) -> None:
+    """I12: the audit seam is given key_index (1: the older key of a rotation)."""
+    app = hook_app([])
+    parked = park(dsn, app)
+    seen: list[tuple[object, ...]] = []
+
+    async def audit(*entry: object) -> None:
+        seen.append(entry)
+
+    client = awa.AsyncClient(dsn, app=app)
+    cid = str(parked.callback_id)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_: Starlette) -> AsyncIterator[None]:
+        yield
+        await client.close()
+
+    mounted = Starlette(
+        routes=[Mount("/cb", callbacks.asgi_app(client, [KEY, OLD_KEY], audit=audit))],
+        lifespan=lifespan,
+    )
+    raw = b'{"payload": 1}'
+    with TestClient(mounted) as http:
+        response = http.post(f"/cb/{cid}/complete", content=raw, headers=sign(OLD_KEY, cid, raw))
+    assert response.status_code == 200, response.text
+    assert seen == [("callback", "callback.complete", f"callback:{cid}", "ok", {"key_index": 1})]
+
+
+async def _post_asgi(app: Starlette, path: str, raw: bytes, headers: dict[str, str]) -> int:
+    status = 0
+    sent = False
+
+    async def receive() -> dict[str, object]:
+        nonlocal sent
+        if sent:
+            await asyncio.sleep(3600)  # a client that stays connected
+        sent = True
+        return {"type": "http.request", "body": raw, "more_body": False}
+
+    async def send(message: dict[str, object]) -> None:
+        nonlocal status
+        if message["type"] == "http.response.start":
+            status = int(message["status"])  # type: ignore[call-overload]
+
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "root_path": "",
+        "query_string": b"",
+        "headers": [(k.lower().encode(), v.encode()) for k, v in headers.items()],
+        "client": ("127.0.0.1", 5000),
+        "server": ("127.0.0.1", 8477),
+    }
+    await app(scope, receive, send)  # type: ignore[arg-type]
+    return status
+
+
+@integration
+def test_concurrent_resolutions_of_one_callback_have_one_winner(dsn: str) -> None:
+    """Review attack 45: 20 concurrent signed resolutions (complete, fail, retry, resume) of
+    one callback: exactly one 200, at most one follow-up."""
+    app = hook_app([])
+    parked = park(dsn, app)
+    cid = str(parked.callback_id)
+    bodies = {
+        "complete": b'{"payload": 1}',
+        "fail": b'{"error": "no"}',
+        "retry": b"",
+        "resume": b'{"payload": 2}',
+    }
+
+    async def race() -> list[int]:
+        client = awa.AsyncClient(dsn, app=app)
+        endpoint = callbacks.asgi_app(client, [KEY])
+        try:
+            calls = []
+            for i in range(20):
+                action = list(bodies)[i % 4]
+                raw = bodies[action]
+                headers = sign(KEY, cid, raw, action=action)
+                calls.append(_post_asgi(endpoint, f"/{cid}/{action}", raw, headers))
+            return list(await asyncio.gather(*calls))
+        finally:
+            await client.close()
+
+    statuses = asyncio.run(race())
+    assert statuses.count(200) == 1 and set(statuses) <= {200, 404}, statuses
+    assert len(follow_ups(dsn)) <= 1

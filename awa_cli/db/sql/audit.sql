@@ -10,6 +10,16 @@ VALUES (%(actor)s::text, %(action)s::text, %(target)s::text, %(result)s::text,
         coalesce(%(detail)s::jsonb, '{}'))
 RETURNING id, at, actor, action, target, result, detail
 
+-- name: audit_prune
+-- Retention ([maintenance] audit_retention, seconds): the leader deletes up to %(batch)s of
+-- the oldest entries past it per statement, walking audit_log_at_idx.
+DELETE FROM awa.audit_log WHERE id IN (
+    SELECT id FROM awa.audit_log
+    WHERE at < now() - %(retention)s::float8 * interval '1 second'
+    ORDER BY at
+    LIMIT %(batch)s
+    FOR UPDATE SKIP LOCKED)
+
 -- name: audit_list
 -- The newest entries first, optionally for one actor, action or target, or since a time.
 SELECT id, at, actor, action, target, result, detail FROM awa.audit_log

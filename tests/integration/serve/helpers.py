@@ -15,6 +15,9 @@ from awa_cli.serve.auth import Token
 VIEWER_TOKEN = "viewer-token-0123456789"
 OPERATOR_TOKEN = "operator-token-0123456789"
 CALLBACK_KEY = "callback-key-0123456789"
+# A loopback Host with the port, as a browser on this machine sends it: `awa serve` refuses
+# any other name (421; TestClient's default, "testserver", among them).
+BASE_URL = "http://127.0.0.1:8477"
 TOKENS = [
     Token("vera", "viewer", VIEWER_TOKEN.encode()),
     Token("otto", "operator", OPERATOR_TOKEN.encode()),
@@ -29,7 +32,8 @@ def serve(
     config = ServeSettings(
         tokens=TOKENS if tokens else [], callback_keys=[CALLBACK_KEY.encode()], **settings
     )
-    with TestClient(build_app(client, config), follow_redirects=False) as http:
+    app_ = build_app(client, config)
+    with TestClient(app_, base_url=BASE_URL, follow_redirects=False) as http:
         yield http
 
 

@@ -187,7 +187,7 @@ def test_login_form(dsn: str, http: TestClient) -> None:
     i = len(value) - 5
     tampered = value[:i] + ("A" if value[i] != "A" else "B") + value[i + 1 :]
     http.cookies.clear()
-    http.cookies.set("awa_session", tampered, domain="testserver.local")
+    http.cookies.set("awa_session", tampered, domain="127.0.0.1")
     assert http.get("/").status_code == 303
     log_in(http, OPERATOR_TOKEN)
     assert http.post("/logout", data={"csrf": csrf_of(http)}).status_code == 303
