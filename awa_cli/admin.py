@@ -1,4 +1,4 @@
-"""The operator layer's models (DESIGN §10, §15.4): queue controls, audit entries and the
+"""The operator layer's models (architecture §10, §15.4): queue controls, audit entries and the
 filters of bulk operations. Pure: nothing here does I/O beyond asking who the OS user is.
 """
 
@@ -14,12 +14,12 @@ from awa_cli.jobs import JobState
 from awa_cli.results import ValidationError
 
 # Rows per batch of a bulk operation or a DLQ move/retry/purge: each batch is one short
-# transaction, so a large set never holds one long lock (DESIGN §10, issue 18).
+# transaction, so a large set never holds one long lock (architecture §10, issue 18).
 DEFAULT_BATCH = 1000
 
 BulkOperation = Literal["retry", "cancel", "purge"]
 
-# The states each bulk operation accepts (`--state`), as DESIGN §10 lists them.
+# The states each bulk operation accepts (`--state`), as architecture §10 lists them.
 BULK_STATES: dict[BulkOperation, frozenset[JobState]] = {
     "retry": frozenset({JobState.FAILED, JobState.CANCELLED}),
     "cancel": frozenset(
@@ -104,7 +104,7 @@ class AuditEntry:
 
 
 def cli_actor() -> str:
-    """The audit actor of a CLI command: ``cli:<os user>`` (DESIGN §15.4)."""
+    """The audit actor of a CLI command: ``cli:<os user>`` (architecture §15.4)."""
     try:
         user = getpass.getuser()
     except (OSError, KeyError):  # no login name, no passwd entry (a bare container)
@@ -161,7 +161,7 @@ class DeadLetterFilter:
 
 
 def require_filter(operation: str, *, all_: bool, **filters: Any) -> None:
-    """Refuse a bulk operation with no filter unless ``all`` was asked for (DESIGN §10).
+    """Refuse a bulk operation with no filter unless ``all`` was asked for (architecture §10).
 
     ``filters`` are the operation's filters by name (``queue=None, kind="k"``); with ``all``
     the given filters still apply.

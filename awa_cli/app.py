@@ -178,7 +178,7 @@ class App(FollowUpRegistrars):
             self._add_schedule(schedule)
         return self
 
-    # -- periodic schedules (DESIGN §9) --------------------------------------------------------
+    # -- periodic schedules (architecture §9) --------------------------------------------------------
     def periodic(
         self,
         name: str,
@@ -241,7 +241,7 @@ class App(FollowUpRegistrars):
 
 def prepare_job(app: App | None, args: Any, opts: InsertOpts) -> PreparedJob:
     """Validate a job for ``app``: an unset kind is the kind its args type is registered
-    with, an unset queue the queue of its kind (DESIGN §3); without an app, the defaults."""
+    with, an unset queue the queue of its kind (architecture §3); without an app, the defaults."""
     if app is not None and opts.kind is None and not isinstance(args, dict):
         opts = dataclasses.replace(opts, kind=app.kind_of_type(type(args)))
     default_queue = app.queue_for(opts.kind) if (app is not None and opts.kind) else None

@@ -1,4 +1,4 @@
-"""The pure attempt model: what one attempt of a claimed job decided (DESIGN §2 table).
+"""The pure attempt model: what one attempt of a claimed job decided (architecture §2 table).
 
 ``decide`` maps a handler's return value or exception to an :class:`AttemptResult`; the
 outcome core (``awa_cli.outcomes``) turns that into the guarded transition and its event.
@@ -233,7 +233,7 @@ def decide(
     duration: float,
     record: AttemptRecord = NOTHING_RECORDED,
 ) -> AttemptResult:
-    """Map a handler's return value or exception to an attempt result (DESIGN §2 table).
+    """Map a handler's return value or exception to an attempt result (architecture §2 table).
 
     ``record`` is what the handler's job recorded (``Job.finish()``). Any failed stage fails
     the attempt terminally, even if the handler swallowed the error.
@@ -294,7 +294,7 @@ def args_rejected(
     job: JobRow, args_type: type | None, problem: BaseException | str
 ) -> AttemptResult:
     """A claimed job whose args cannot be rebuilt as the registered type (including args that
-    are valid JSON but not an object): failed terminally on this attempt (DESIGN §5.11).
+    are valid JSON but not an object): failed terminally on this attempt (architecture §5.11).
 
     The event carries the committed args as stored (a dict, or the bare JSON value)."""
     name = (

@@ -1,4 +1,4 @@
-"""HTTP callbacks: signing, verification, URLs and the mountable ASGI app (DESIGN §12).
+"""HTTP callbacks: signing, verification, URLs and the mountable ASGI app (architecture §12).
 
 The one implementation, used by ``awa serve`` (mounted at ``/callbacks``) and by a user's own
 Starlette or FastAPI application (``app.mount("/awa", asgi_app(client, keys))``).

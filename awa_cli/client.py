@@ -69,7 +69,7 @@ def insert(
     """Enqueue inside the caller's transaction: visible on commit, gone on rollback.
 
     With ``app=``, an unset kind is the one the args type is registered with and an unset
-    queue the one the kind is registered with (DESIGN §3); without it, the derived kind and
+    queue the one the kind is registered with (architecture §3); without it, the derived kind and
     the queue ``default``.
     """
     prepared = prepare_insert(args, insert_options, app)
@@ -240,7 +240,7 @@ class AsyncClient(InspectReads, OperatorMethods):
             await cur.execute(SQL["get_job"], {"id": job_id})
             record = await cur.fetchone()
         if record is None:
-            if await self.core.dead_letter(job_id) is not None:  # DESIGN §15.2
+            if await self.core.dead_letter(job_id) is not None:  # architecture §15.2
                 raise JobNotFound(
                     f"job {job_id} not found: it is in the dead-letter queue "
                     f"(awa dlq show {job_id})"
@@ -249,7 +249,7 @@ class AsyncClient(InspectReads, OperatorMethods):
         return JobRow.from_record(record)
 
     async def limit_status(self, job_id: int) -> dict[str, Any]:
-        """The job's place under the limits (DESIGN §13): ``concurrency_key`` (explicit),
+        """The job's place under the limits (architecture §13): ``concurrency_key`` (explicit),
         ``limit_name`` and ``key`` (the limit that selects it, as ``awa.limits`` announces
         it), ``running`` / ``max_running``, ``starts`` / ``rate_count`` in the rate window,
         ``paused``, and ``reason`` (:meth:`why_not_running`). ``JobNotFound`` if none."""
@@ -422,7 +422,7 @@ class AsyncClient(InspectReads, OperatorMethods):
             return ResolveResult("failed", row)
         return ResolveResult("ignored", await self.core.waiting_job(callback_id, run_lease))
 
-    # -- periodic jobs (DESIGN §9) ---------------------------------------------------------
+    # -- periodic jobs (architecture §9) ---------------------------------------------------------
     # ``actor`` (e.g. ``cli:alice``): record the action in awa.audit_log, in its transaction.
     async def list_periodic(self) -> list[PeriodicJob]:
         """Every stored schedule by name, with its fire state and its last job's state."""

@@ -1,4 +1,4 @@
-"""The operator methods of :class:`~awa_cli.client.AsyncClient` (DESIGN §10): queue pause and
+"""The operator methods of :class:`~awa_cli.client.AsyncClient` (architecture §10): queue pause and
 resume, bulk retry / cancel / purge, cancel by unique key and the dead-letter queue.
 
 Each is one call into the outcome core (``awa_cli/outcomes/``: ``queues.py``, ``bulk.py``,
@@ -97,7 +97,7 @@ class OperatorMethods:
         since: datetime | None = None,
         limit: int = 100,
     ) -> list[AuditEntry]:
-        """Recorded operator actions, newest first (``awa.audit_log``, DESIGN §15.4)."""
+        """Recorded operator actions, newest first (``awa.audit_log``, architecture §15.4)."""
         params = {
             "actor": actor,
             "action": action,

@@ -57,7 +57,7 @@ class QueueConfig:
     deadline: float = 0.0  # seconds a job may run; 0 means no deadline
     # Exhausted jobs move to the dead-letter queue; None: as [dead_letter] default says.
     dead_letter: bool | None = None
-    # seconds of waiting per priority level gained by an available job (DESIGN §13); 0: none
+    # seconds of waiting per priority level gained by an available job (architecture §13); 0: none
     priority_aging: float = 0.0
     # claim up to `concurrency` jobs beyond the free slots while attempts are short
     claim_ahead: bool = True
@@ -88,7 +88,7 @@ class MetricsConfig:
 
 @dataclass(frozen=True)
 class PeriodicConfig:
-    """One ``[periodic.NAME]`` table: a schedule registered on the loaded app (DESIGN §9)."""
+    """One ``[periodic.NAME]`` table: a schedule registered on the loaded app (architecture §9)."""
 
     cron: str
     kind: str
@@ -413,7 +413,7 @@ def _build(data: dict[str, Any], path: Path | None, base_dir: Path) -> Config:
 
 
 def _limits(tables: dict[str, Any]) -> dict[str, Limit]:
-    """Every ``[limits.NAME]`` table (DESIGN §13): one of kind or queue, key, max_running."""
+    """Every ``[limits.NAME]`` table (architecture §13): one of kind or queue, key, max_running."""
     limits: dict[str, Limit] = {}
     for name, raw in tables.items():
         label = _table_label("limits", name)
@@ -489,7 +489,7 @@ def register_schedules(app: App, config: Config) -> None:
 
 
 def dead_letter_enabled(config: Config, queue: str) -> bool:
-    """Whether exhausted jobs of ``queue`` move to the dead-letter queue (DESIGN §10).
+    """Whether exhausted jobs of ``queue`` move to the dead-letter queue (architecture §10).
 
     ``[queues.NAME] dead_letter`` when the queue sets it, else ``[dead_letter] default``; a
     queue the config does not name follows the default too.

@@ -1,4 +1,4 @@
-"""The dead-letter queue's row model (DESIGN §10, §15.2): pure, no I/O.
+"""The dead-letter queue's row model (architecture §10, §15.2): pure, no I/O.
 
 A dead letter is a failed job moved out of ``awa.jobs`` into ``awa.dead_letters``: the row as
 it was, under the same id, plus when and why it moved. Dead-lettering is a storage move, not a

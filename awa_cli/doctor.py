@@ -1,4 +1,4 @@
-"""`awa doctor`'s checks: what is wrong with a deployment, each with a one-line fix (DESIGN §14).
+"""`awa doctor`'s checks: what is wrong with a deployment, each with a one-line fix (architecture §14).
 
 :func:`diagnose` connects to the database and runs every check in order; each returns a
 :class:`Check` whose ``status`` is ``ok``, ``warn`` or ``fail``. A failed check means awa is

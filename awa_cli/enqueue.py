@@ -113,7 +113,7 @@ class InsertOpts:
     tags: Iterable[str] | None = None
     unique_opts: UniqueOpts | Mapping[str, Any] | None = None
     ordering_key: str | None = None
-    # the key of the job's [limits.NAME] (DESIGN §13), instead of the one the limit computes
+    # the key of the job's [limits.NAME] (architecture §13), instead of the one the limit computes
     concurrency_key: str | None = None
 
     @classmethod

@@ -1,4 +1,4 @@
-"""A job's history, answered from the job itself (DESIGN §11): the pure timeline model.
+"""A job's history, answered from the job itself (architecture §11): the pure timeline model.
 
 :class:`JobTimeline` is built from the row (its ``errors`` entries, ``attempted_at`` /
 ``attempted_by`` of the current attempt, ``finalized_at``, the callback, output and progress),

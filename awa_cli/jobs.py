@@ -111,7 +111,7 @@ class JobRow:
     created_at: datetime
     attempted_at: datetime | None
     finalized_at: datetime | None
-    # DESIGN §11 (migration 0004): the last reported progress ({"percent", "message",
+    # architecture §11 (migration 0004): the last reported progress ({"percent", "message",
     # "checkpoint", "at"}, kept across retries) and the worker of the current attempt.
     progress: dict[str, Any] | None = None
     attempted_by: str | None = None

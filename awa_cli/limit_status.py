@@ -1,4 +1,4 @@
-"""What the limits look like from outside the claim (DESIGN §13): the announced limits, why
+"""What the limits look like from outside the claim (architecture §13): the announced limits, why
 an available job is not running, and the leader's count of jobs waiting on a limit.
 
 The claim enforces each worker's own ``[limits.NAME]`` config; a worker also announces it in

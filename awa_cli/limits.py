@@ -1,4 +1,4 @@
-"""Concurrency keys and rate limits (DESIGN §13): the ``[limits.NAME]`` model, pure.
+"""Concurrency keys and rate limits (architecture §13): the ``[limits.NAME]`` model, pure.
 
 A :class:`Limit` selects jobs by ``kind`` or by ``queue``; each selected job has a key (its
 explicit ``concurrency_key``, else the one ``key`` computes: a dotted path into the args,

@@ -176,7 +176,7 @@ class Maintenance:
 
     async def run(self, stopping: asyncio.Event) -> None:
         """Elect, sweep, repeat until ``stopping``. Any database error is logged at ERROR
-        and retried with backoff (DESIGN §15.7), capped at ``leader_election_interval``."""
+        and retried with backoff (architecture §15.7), capped at ``leader_election_interval``."""
         backoff = Backoff(cap=max(defaults.LOOP_BACKOFF_MIN, self.timings.leader_election_interval))
         while not stopping.is_set():
             try:

@@ -1,4 +1,4 @@
-"""Periodic schedules: cron expressions, wall-clock time zones and catch-up (DESIGN §9). Pure.
+"""Periodic schedules: cron expressions, wall-clock time zones and catch-up (architecture §9). Pure.
 
 Parsing and matching cron expressions is cronsim's; this module adds what a job queue needs on
 top of it:
@@ -67,7 +67,7 @@ SCHEDULE_OPTION_NAMES: Final = (
 DEFAULT_GRACE: Final = timedelta(seconds=60)
 DEFAULT_LIMIT: Final = 100
 
-# Job metadata that marks a periodic job (DESIGN §9).
+# Job metadata that marks a periodic job (architecture §9).
 META_PERIODIC: Final = "awa.periodic"
 META_FIRE_AT: Final = "awa.fire_at"
 

@@ -1,4 +1,4 @@
-"""Progress a handler reports with ``job.set_progress()`` (DESIGN §11): validation and the
+"""Progress a handler reports with ``job.set_progress()`` (architecture §11): validation and the
 per-attempt throttle. Pure: the worker's heartbeat and finalise statements write it.
 
 The stored value is ``{"percent", "message", "checkpoint", "at"}`` (column ``progress``). A

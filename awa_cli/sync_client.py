@@ -142,7 +142,7 @@ class Client:
         return self._runner.run(self._async.get_job(job_id))
 
     def limit_status(self, job_id: int) -> dict[str, Any]:
-        """The job's place under the limits (DESIGN §13): ``concurrency_key`` (explicit),
+        """The job's place under the limits (architecture §13): ``concurrency_key`` (explicit),
         ``limit_name`` and ``key`` (the limit that selects it, as ``awa.limits`` announces
         it), ``running`` / ``max_running``, ``starts`` / ``rate_count`` in the rate window,
         ``paused``, and ``reason`` (:meth:`why_not_running`). ``JobNotFound`` if none."""
@@ -347,7 +347,7 @@ class Client:
         since: datetime | None = None,
         limit: int = 100,
     ) -> list[AuditEntry]:
-        """Recorded operator actions, newest first (``awa.audit_log``, DESIGN §15.4)."""
+        """Recorded operator actions, newest first (``awa.audit_log``, architecture §15.4)."""
         return self._runner.run(
             self._async.audit_log(
                 actor=actor, action=action, target=target, since=since, limit=limit

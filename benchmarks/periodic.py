@@ -1,4 +1,4 @@
-"""The cost of the periodic scheduler's sweep (DESIGN §9): 1,000 schedules, one transaction per
+"""The cost of the periodic scheduler's sweep (architecture §9): 1,000 schedules, one transaction per
 sweep as the maintenance leader runs it (``awa_cli.db.periodic.sweep`` and the next-due probe
 of ``OutcomeCore.fire_periodic``), timed from the client.
 

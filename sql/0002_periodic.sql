@@ -1,4 +1,4 @@
--- awa 0002: periodic jobs (DESIGN §9): one row per schedule, and one row per fire time enqueued.
+-- awa 0002: periodic jobs (architecture §9): one row per schedule, and one row per fire time enqueued.
 
 -- The definition comes from code or config and is upserted by each worker at start; the
 -- paused flag and the fire state (last_fire_at, next_fire_at, last_job_id) belong to the

@@ -1,4 +1,4 @@
--- awa 0003: queue controls (pause), the dead-letter queue and the audit log (DESIGN §10, §15.4).
+-- awa 0003: queue controls (pause), the dead-letter queue and the audit log (architecture §10, §15.4).
 
 -- One row per queue an operator paused or resumed, or a worker announced. A queue with no row
 -- is not paused. The claim checks `paused` by primary key, so the table must stay small: it
@@ -75,7 +75,7 @@ CREATE INDEX dead_letters_queue_idx ON awa.dead_letters (queue, dead_at DESC, id
 CREATE INDEX dead_letters_kind_idx ON awa.dead_letters (kind, dead_at DESC, id DESC);
 CREATE INDEX dead_letters_dead_at_idx ON awa.dead_letters (dead_at, id);
 
--- Who did what (DESIGN §15.4): the CLI's admin commands (actor 'cli:<os user>') and awa serve.
+-- Who did what (architecture §15.4): the CLI's admin commands (actor 'cli:<os user>') and awa serve.
 CREATE TABLE awa.audit_log (
     id     bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     at     timestamptz NOT NULL DEFAULT now(),

@@ -1,4 +1,4 @@
--- awa 0004: progress, results you can wait for, and the job's history (DESIGN §11).
+-- awa 0004: progress, results you can wait for, and the job's history (architecture §11).
 --
 -- Every column is added to awa.jobs AND awa.dead_letters (the DLQ moves copy rows by column
 -- name; tests/integration/db/test_migrations.py checks both tables have the same columns).

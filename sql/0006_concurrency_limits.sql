@@ -1,4 +1,4 @@
--- awa 0006: concurrency keys and rate limits (DESIGN §13).
+-- awa 0006: concurrency keys and rate limits (architecture §13).
 --
 -- A job's explicit concurrency key (the insert option); NULL: the key its limit computes at
 -- claim time from the job ([limits.NAME] key). Added to awa.dead_letters too, so the move

@@ -1,4 +1,4 @@
-"""`awa cron`: list, pause, resume, trigger and delete periodic jobs (DESIGN §9).
+"""`awa cron`: list, pause, resume, trigger and delete periodic jobs (architecture §9).
 
 Every change is recorded in ``awa.audit_log`` with actor ``cli:<os user>``. An unknown name
 exits 4.

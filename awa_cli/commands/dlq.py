@@ -1,4 +1,4 @@
-"""`awa dlq`: the dead-letter queue — list, show, depth, retry, move and purge (DESIGN §10)."""
+"""`awa dlq`: the dead-letter queue — list, show, depth, retry, move and purge (architecture §10)."""
 
 from __future__ import annotations
 

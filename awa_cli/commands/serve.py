@@ -1,4 +1,4 @@
-"""`awa serve`: the dashboard, the admin API and the HTTP callback routes (DESIGN §12).
+"""`awa serve`: the dashboard, the admin API and the HTTP callback routes (architecture §12).
 
 Loads the configured app and plugins (so a dashboard action or a callback runs the app's
 follow-ups in its transaction and fires hooks here), reads the tokens and signing keys from

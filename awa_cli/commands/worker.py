@@ -60,7 +60,7 @@ def require_app_modules(ctx: CliContext) -> None:
 
 
 def require_handlers(ctx: CliContext, app: Any) -> None:
-    """A worker whose app registers no handler would fail every job it claims (DESIGN
+    """A worker whose app registers no handler would fail every job it claims (architecture
     §15.5): refuse to start (exit 2)."""
     if not app.tasks:
         modules = ", ".join(ctx.config.app.modules)

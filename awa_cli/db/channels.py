@@ -22,7 +22,7 @@ PERIODIC_CHANNEL = "awa_periodic"
 
 CANCEL_CHANNEL = "awa_cancels"
 """An operator cancel notifies this channel from its transaction (payload: job id); a worker
-running that job flips its ``job.is_cancelled()`` (DESIGN §15.6)."""
+running that job flips its ``job.is_cancelled()`` (architecture §15.6)."""
 
 
 async def queue_channels(

@@ -1,6 +1,6 @@
 """The periodic statements of ``db/sql/periodic.sql``: their parameters, and thin async calls.
 
-The leader's sweep (DESIGN §9) runs, in one transaction: ``periodic_due`` → for each row
+The leader's sweep (architecture §9) runs, in one transaction: ``periodic_due`` → for each row
 :func:`awa_cli.periodic.due_fires` → ``periodic_fire`` with :func:`fire_params` (the
 dedup) → ``insert_each`` for the jobs of the new fires (:func:`fire_job`; the statement every
 follow-up goes through, so a periodic job is an ordinary job) →

@@ -1,7 +1,7 @@
 """What the long-running loops share when the database fails: the backoff and the log text.
 
 Every worker loop (claim, finalise, heartbeat, listener, maintenance) retries any database
-error after ``LOOP_BACKOFF_MIN`` seconds, doubling to ``LOOP_BACKOFF_MAX`` (DESIGN §15.7),
+error after ``LOOP_BACKOFF_MIN`` seconds, doubling to ``LOOP_BACKOFF_MAX`` (architecture §15.7),
 and logs one ERROR line per step with a stable ``action=`` key.
 """
 

@@ -1,4 +1,4 @@
-"""Enqueue from an ORM, inside the ORM's own transaction (DESIGN §14).
+"""Enqueue from an ORM, inside the ORM's own transaction (architecture §14).
 
 - :mod:`awa_cli.integrations.sqlalchemy`: ``insert(session, args, **opts)`` for a
   ``Session`` or an ``AsyncSession`` on the psycopg (3) dialect (``postgresql+psycopg://``).

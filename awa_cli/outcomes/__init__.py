@@ -1,5 +1,5 @@
 """THE transactional outcome core: every state change of a job is one method of
-:class:`OutcomeCore` (DESIGN §4).
+:class:`OutcomeCore` (architecture §4).
 
 Each transition, in one transaction:
 

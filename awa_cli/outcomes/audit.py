@@ -1,4 +1,4 @@
-"""The audit log (DESIGN §15.4): one row per operator action, written by the outcome core in
+"""The audit log (architecture §15.4): one row per operator action, written by the outcome core in
 the action's transaction where the action is one transaction (pause, resume, a single DLQ
 retry), else once the batched action is over, with the count in ``detail``."""
 

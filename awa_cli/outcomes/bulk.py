@@ -1,4 +1,4 @@
-"""Bulk operator actions on ``awa.jobs`` (DESIGN §10): retry, cancel and purge by filter, and
+"""Bulk operator actions on ``awa.jobs`` (architecture §10): retry, cancel and purge by filter, and
 cancel by unique key.
 
 Each is set statements in bounded batches (``admin.DEFAULT_BATCH`` rows), one short
@@ -141,7 +141,7 @@ async def retry_jobs(
     actor: str | None,
     progress: Progress | None,
 ) -> int:
-    """Operator retry (DESIGN §5.9) of every matching failed or cancelled job; fires nothing."""
+    """Operator retry (architecture §5.9) of every matching failed or cancelled job; fires nothing."""
     params = _filters("retry", where)
     filters = {"state": where.state, "queue": where.queue, "kind": where.kind}
     await refusing(core, actor, "job.retry", "retry", where.all, **filters)

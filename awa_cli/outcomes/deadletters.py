@@ -1,4 +1,4 @@
-"""Dead-lettering inside the transitions that fail a job (DESIGN §10, §15.2).
+"""Dead-lettering inside the transitions that fail a job (architecture §10, §15.2).
 
 A queue with dead-lettering on moves an exhausted job out of ``awa.jobs`` into
 ``awa.dead_letters`` in the SAME transaction as the transition that failed it: a worker's

@@ -1,4 +1,4 @@
-"""The dead-letter queue's operator actions (DESIGN §10): list, show, depth, retry (one or by
+"""The dead-letter queue's operator actions (architecture §10): list, show, depth, retry (one or by
 filter), move failed jobs in, purge, and the leader's retention prune.
 
 Filtered actions run in bounded batches (``admin.DEFAULT_BATCH``), one short transaction per

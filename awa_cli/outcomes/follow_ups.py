@@ -36,7 +36,7 @@ def spec_follow_ups(app: App | None, event: AnyEvent) -> list[PreparedJob]:
     """The follow-ups the app's specs ask for on this event (runs user code).
 
     A typed spec whose trigger type the committed args do not rebuild as (including args that
-    are valid JSON but not an object) skips this row with a warning (DESIGN §5.11), so the
+    are valid JSON but not an object) skips this row with a warning (architecture §5.11), so the
     transition still commits; a spec that raises is a :class:`FollowUpError`.
     """
     if app is None:
@@ -87,7 +87,7 @@ def _args_for(args_type: type | None, event: AnyEvent, spec_name: str) -> Any:
 
 
 TRIGGER_KEY = "awa.trigger_id"
-"""Metadata key naming the job whose outcome enqueued a follow-up (DESIGN §11)."""
+"""Metadata key naming the job whose outcome enqueued a follow-up (architecture §11)."""
 
 
 def with_trigger(job: PreparedJob, trigger_id: int) -> PreparedJob:

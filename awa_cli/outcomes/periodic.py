@@ -1,4 +1,4 @@
-"""Periodic jobs (DESIGN §9): the leader's firing sweep, a worker's registration of its
+"""Periodic jobs (architecture §9): the leader's firing sweep, a worker's registration of its
 schedules, and the operator's pause, resume, trigger and delete.
 
 * :func:`sweep` — ONE transaction: lock the due schedules, record each due fire time in

@@ -1,4 +1,4 @@
-"""Queue controls (DESIGN §10): pause and resume, the queues a worker announces, and the
+"""Queue controls (architecture §10): pause and resume, the queues a worker announces, and the
 list of known queues. The pause itself is a predicate of the claim statements
 (``db/sql/claim.sql``): a paused queue is claimed by no worker, running jobs finish and
 inserts still work."""

@@ -1,4 +1,4 @@
-"""The admin API under ``/api/``: JSON for every page and every action (DESIGN §12).
+"""The admin API under ``/api/``: JSON for every page and every action (architecture §12).
 
 Same client methods as the CLI and the pages; errors are ``{"error": "<one line>"}`` with
 404 (unknown job), 409 (not in a state the action applies to), 422 (bad input), 503 (no

@@ -1,6 +1,6 @@
 """The audit seam: every action taken through ``awa serve`` is recorded here, once.
 
-Each entry goes to ``awa.audit_log`` (DESIGN §12 and §15.4: at, actor, action, target, result,
+Each entry goes to ``awa.audit_log`` (architecture §12 and §15.4: at, actor, action, target, result,
 detail) through :meth:`AsyncClient.record_audit`, the table the CLI's admin commands write
 too, and to one structured log line (logger ``awa.audit``). ``result`` is ``ok``, ``refused``
 (the request was turned away: no role, read-only, not found, wrong state, bad input) or

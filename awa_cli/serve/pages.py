@@ -113,7 +113,7 @@ def _job_id(request: Request) -> int:
 
 async def job(request: Request) -> Response:
     """The job with its progress, timeline (attempts, callback, follow-ups, the job that
-    produced it) and, for a runnable job, why it is not running (DESIGN §11, §13)."""
+    produced it) and, for a runnable job, why it is not running (architecture §11, §13)."""
     from awa_cli.history import percent_of
 
     client = client_of(request)

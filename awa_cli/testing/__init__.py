@@ -1,4 +1,4 @@
-"""Test harness for code that uses awa (DESIGN §3 "Test harness").
+"""Test harness for code that uses awa (architecture §3 "Test harness").
 
 * :class:`AwaTestClient` (sync) and :class:`AsyncAwaTestClient` (``await``): ``work_one``
   claims one job of a kind with the worker's claim semantics, runs the app's handler (or the

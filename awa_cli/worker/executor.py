@@ -1,6 +1,6 @@
 """Running one claimed job: rebuild its args, call its handler, decide the attempt's result.
 
-Cancellation (DESIGN §15.6): the attempt's :class:`~awa_cli.worker.services.JobControl`
+Cancellation (architecture §15.6): the attempt's :class:`~awa_cli.worker.services.JobControl`
 knows the task running it. At the job's deadline (a timer armed here, from the duration the
 claim computed) ``job.is_cancelled()`` turns true, the worker runs the deadline rescue at once
 (``on_deadline``: the job becomes retryable or failed with ``Rescued``, as the leader's sweep
@@ -81,7 +81,7 @@ async def execute(
         if on_unknown is not None:
             on_unknown(row)
         return unknown_kind(row)
-    if not isinstance(row.args, Mapping):  # valid JSON, but not an object (DESIGN §5.11)
+    if not isinstance(row.args, Mapping):  # valid JSON, but not an object (architecture §5.11)
         return args_rejected(row, task.args_type, not_an_object(row.args))
     try:
         args = rebuild_args(task.args_type, row.args)

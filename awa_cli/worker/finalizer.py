@@ -91,7 +91,7 @@ class Finalizer:
                 done = await self.core.finalize_group(group)
                 break
             except (psycopg.Error, OSError) as exc:
-                # Any database error (DESIGN §15.7): a lost connection, a read-only server, a
+                # Any database error (architecture §15.7): a lost connection, a read-only server, a
                 # revoked grant. The results stay queued and are retried, never dropped.
                 log.error(
                     "finalising %d jobs failed, retrying in %.1fs: %s",

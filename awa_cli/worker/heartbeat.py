@@ -45,7 +45,7 @@ class Heartbeat:
             try:
                 await self.once()
             except (psycopg.Error, OSError) as exc:
-                # Any database error (DESIGN §15.7): retried sooner than the next beat, with
+                # Any database error (architecture §15.7): retried sooner than the next beat, with
                 # backoff, up to the interval (a beat later than that would risk a rescue).
                 wait = min(backoff.next(), self.interval)
                 log.error(

@@ -151,7 +151,7 @@ async def watchdog_pings(
     """``WATCHDOG=1`` every ``interval`` seconds until cancelled, but only while ``healthy()``
     (the worker's claim loops work, ``Worker.healthy``). The pings come from the event loop,
     so a blocked loop stops them too; either way systemd restarts the service once
-    ``WatchdogSec`` passes without one (DESIGN §15.7)."""
+    ``WatchdogSec`` passes without one (architecture §15.7)."""
     while True:
         if healthy():
             notifier.send(WATCHDOG=1)

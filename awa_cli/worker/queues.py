@@ -155,7 +155,7 @@ class QueueRunner:
 
     async def _claim_failed(self, exc: BaseException, backoff: float) -> None:
         """Any database error (a lost connection, a missing grant, a read-only server): one
-        ERROR line per backoff step, then retry (DESIGN §15.7)."""
+        ERROR line per backoff step, then retry (architecture §15.7)."""
         self.failing = True
         log.error(
             "claim on queue %s failed, retrying in %.1fs: %s",

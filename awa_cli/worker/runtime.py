@@ -126,7 +126,7 @@ class Worker:
             for name, spec in self.queues.items()
             if spec.dead_letter is not None
         }
-        # [limits.NAME] (DESIGN §13): a queue they can select, or with priority aging,
+        # [limits.NAME] (architecture §13): a queue they can select, or with priority aging,
         # claims with the limit-aware statements; the others keep the plain claim.
         self.limits = tuple(limits)
         check_limits(self.limits)
@@ -250,7 +250,7 @@ class Worker:
 
     async def wait_ready(self) -> None:
         """Return once the worker can claim: it listens, and every queue finished one
-        successful claim round (systemd READY is sent then, DESIGN §15.7)."""
+        successful claim round (systemd READY is sent then, architecture §15.7)."""
         await self.listener.connected.wait()
         for runner in self.runners.values():
             await runner.ready.wait()
@@ -294,8 +294,8 @@ class Worker:
     async def run(self) -> None:
         """Run until :meth:`shutdown` is called (or the task is cancelled).
 
-        Raises ``AwaError`` at once when the app registers no handler (DESIGN §15.5), and
-        after shutting down when a supervised task ended unexpectedly (DESIGN §15.7).
+        Raises ``AwaError`` at once when the app registers no handler (architecture §15.5), and
+        after shutting down when a supervised task ended unexpectedly (architecture §15.7).
         """
         if not self.app.tasks:
             raise AwaError(

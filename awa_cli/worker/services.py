@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 
 CANCEL_GRACE = 1.0
 """Seconds an async handler has to return once its attempt was taken away (a deadline, an
-operator cancel, a rescue) before it is cancelled as an asyncio task (DESIGN §15.6)."""
+operator cancel, a rescue) before it is cancelled as an asyncio task (architecture §15.6)."""
 
 
 class JobControl:

@@ -1,7 +1,7 @@
 """Staged follow-ups: what a handler asks to enqueue with its completion.
 
 Validated eagerly (the same rules as an insert), limited to 16 per attempt and 64 KiB, and
-sealed when the handler returns; any failed stage fails the attempt terminally (DESIGN §5.8).
+sealed when the handler returns; any failed stage fails the attempt terminally (architecture §5.8).
 """
 
 from __future__ import annotations

@@ -282,7 +282,7 @@ class Supervisor:
 
     def _healthy(self) -> bool:
         """Ping the watchdog once READY was sent and while no child reports failing claims
-        (DESIGN §15.7); through the drain the pings go on."""
+        (architecture §15.7); through the drain the pings go on."""
         if self.stop_requested.is_set():
             return True
         return self.announced_ready and all(slot.healthy for slot in self.slots)

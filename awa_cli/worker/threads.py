@@ -2,7 +2,7 @@
 
 ``concurrent.futures.ThreadPoolExecutor`` joins its threads at interpreter exit, so one
 handler that never returns would hold ``awa worker`` alive past its ``shutdown_timeout``
-(DESIGN §15.6). Python cannot stop a thread: a handler still running when its deadline or
+(architecture §15.6). Python cannot stop a thread: a handler still running when its deadline or
 the drain passes is *abandoned* — the worker stops waiting for it (the attempt becomes
 retryable, its late result is fenced by the lease guard) and the pool may start one more
 thread in its place, so an abandoned handler does not shrink the worker's capacity.

@@ -1,4 +1,4 @@
-"""Bulk retry, cancel and purge (DESIGN §10) through the client against PostgreSQL and a real
+"""Bulk retry, cancel and purge (architecture §10) through the client against PostgreSQL and a real
 worker: set statements in bounded batches, specs and events per job, refusal, dry runs and
 the audit log."""
 

@@ -1,4 +1,4 @@
-"""External callbacks: park, resolve, resume — from clients (DESIGN §3, §5 decisions 4, 5, 10)."""
+"""External callbacks: park, resolve, resume — from clients (architecture §3, §5 decisions 4, 5, 10)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""HTTP callbacks (DESIGN §12): signatures, and the ASGI app against a real database.
+"""HTTP callbacks (architecture §12): signatures, and the ASGI app against a real database.
 
 The signature tests need no database. The app tests park a real job on a callback with the
 test harness (the worker's claim and outcome core), then resolve it over HTTP in-process with

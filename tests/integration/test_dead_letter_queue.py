@@ -1,4 +1,4 @@
-"""The dead-letter queue (DESIGN §10, §15.2) with real workers against PostgreSQL: which
+"""The dead-letter queue (architecture §10, §15.2) with real workers against PostgreSQL: which
 transitions move a job there, in the same transaction, and what the client sees."""
 
 from __future__ import annotations

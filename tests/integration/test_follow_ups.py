@@ -1,4 +1,4 @@
-"""Durable follow-up jobs (spec "Durable follow-up jobs", DESIGN §3, §4, §5 decisions 1-2)."""
+"""Durable follow-up jobs (spec "Durable follow-up jobs", architecture §3, §4, §5 decisions 1-2)."""
 
 from __future__ import annotations
 
@@ -192,7 +192,7 @@ async def test_enqueue_request_options_and_with_opts_replacing_everything(dsn: s
     await run_signup(dsn, app, Signup(1))
     chained_row, replaced_row = follow_ups(dsn)
     assert (chained_row.queue, chained_row.priority, chained_row.max_attempts) == ("vip", 1, 3)
-    # the core names the trigger in every follow-up's metadata (DESIGN §11)
+    # the core names the trigger in every follow-up's metadata (architecture §11)
     assert chained_row.metadata == {
         "source": "signup",
         "awa.trigger_id": chained_row.metadata["awa.trigger_id"],

@@ -1,5 +1,5 @@
 """Job output: ``job.set_output(value)`` stored on completion in ``awa.jobs.output``, carried by
-``Completed``, hidden from follow-up specs, printed by ``awa job show`` (DESIGN §2, §3)."""
+``Completed``, hidden from follow-up specs, printed by ``awa job show`` (architecture §2, §3)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Periodic jobs across real `awa worker` processes (DESIGN §9): exactly one job per fire time
+"""Periodic jobs across real `awa worker` processes (architecture §9): exactly one job per fire time
 with three workers and a kill -9 of the leader, pause surviving a restart and a redeploy, and
 each catch-up policy after downtime (back-dated rather than slept through)."""
 

@@ -1,4 +1,4 @@
-"""Progress (DESIGN §11): ``job.set_progress`` throttled to one write a second per job and
+"""Progress (architecture §11): ``job.set_progress`` throttled to one write a second per job and
 batched across jobs, always written with the outcome, kept across a retry so the next attempt
 resumes from its checkpoint, validated in the handler; ``JobRow.progress`` and ``awa job show``."""
 

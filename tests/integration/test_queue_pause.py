@@ -1,4 +1,4 @@
-"""Queue pause and resume (DESIGN §10, §15.1) with real workers: a paused queue is claimed by
+"""Queue pause and resume (architecture §10, §15.1) with real workers: a paused queue is claimed by
 no worker anywhere within a second, running jobs finish, inserts still work."""
 
 from __future__ import annotations

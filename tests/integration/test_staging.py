@@ -1,4 +1,4 @@
-"""Handler-staged follow-ups (spec "Handler-staged follow-ups", DESIGN §3, §4, §5 decision 8).
+"""Handler-staged follow-ups (spec "Handler-staged follow-ups", architecture §3, §4, §5 decision 8).
 
 Run by a real Worker or by the test harness, which claims like a worker, runs the handler
 through the worker's executor and applies the result through the real outcome core.

@@ -1,4 +1,4 @@
-"""Waiting for a job's result (DESIGN §11): ``wait_for_job`` is woken by the finishing
+"""Waiting for a job's result (architecture §11): ``wait_for_job`` is woken by the finishing
 transaction's notification, from another process, long before its poll backstop; it times out,
 refuses an unknown id, and a thousand waiters share one LISTEN connection; ``awa job wait``'s
 exit codes. History: ``attempted_by``, ``awa.trigger_id`` and the timeline (text and JSON)."""

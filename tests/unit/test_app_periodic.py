@@ -1,4 +1,4 @@
-"""App.periodic: schedules validated at registration (DESIGN §9). No database."""
+"""App.periodic: schedules validated at registration (architecture §9). No database."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The DESIGN §2 outcome table, tested directly on the pure attempt model (no database).
+"""The architecture §2 outcome table, tested directly on the pure attempt model (no database).
 
 Each row of the table is one case: what the handler did -> the action, the state it moves
 the job to, whether it uses the attempt, the error entry, and the event the committed row

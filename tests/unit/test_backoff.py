@@ -1,4 +1,4 @@
-"""The backoff after a failed attempt (DESIGN §2): 2**n seconds plus 0-25 % jitter, capped at
+"""The backoff after a failed attempt (architecture §2): 2**n seconds plus 0-25 % jitter, capped at
 24 h. Pure; moved out of the worker's integration module so ``-m "not integration"`` runs it."""
 
 from __future__ import annotations

@@ -68,3 +68,20 @@ def test_the_site_builds_strictly(tmp_path: Path) -> None:
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert (tmp_path / "site" / "index.html").exists()
+
+
+def test_comments_cite_the_architecture_page_not_a_missing_design_document() -> None:
+    """Code and docs cite ``docs/architecture.md`` sections; no design document ships."""
+    tracked = subprocess.run(
+        ["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout.split()
+    assert not (ROOT / "DESIGN.md").exists()
+    offenders = []
+    for name in tracked:
+        path = ROOT / name
+        if path.suffix not in {".py", ".sql", ".md", ".toml", ".example", ".j2", ".html"}:
+            continue
+        text = path.read_text(encoding="utf-8", errors="replace")
+        if re.search(r"\bDESIGN\s*(\.md\s*)?§", text):
+            offenders.append(name)
+    assert offenders == []

@@ -1,4 +1,4 @@
-"""The one-way layering of DESIGN §1, checked by import-linter.
+"""The one-way layering of architecture §1, checked by import-linter.
 
 The contracts are in pyproject.toml (``[tool.importlinter]``): ``commands, serve →
 client/worker → maintenance → outcomes → db → the pure floor``; the pure modules import no

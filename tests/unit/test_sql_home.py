@@ -1,4 +1,4 @@
-"""One home for SQL: every statement lives in ``awa_cli/db/sql/*.sql`` (DESIGN §1).
+"""One home for SQL: every statement lives in ``awa_cli/db/sql/*.sql`` (architecture §1).
 
 No module outside ``awa_cli/db/`` holds SQL text (docstrings aside), every named statement is
 used somewhere, and the statements that return a job row list its columns in the order

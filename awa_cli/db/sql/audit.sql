@@ -1,4 +1,4 @@
--- The audit log (DESIGN §15.4): who did what, written by the CLI's admin commands
+-- The audit log (architecture §15.4): who did what, written by the CLI's admin commands
 -- (actor 'cli:<os user>') and by awa serve.
 
 -- name: audit_insert

@@ -1,4 +1,4 @@
--- Bulk operations on awa.jobs (DESIGN §10): retry, cancel and purge by filter, in bounded
+-- Bulk operations on awa.jobs (architecture §10): retry, cancel and purge by filter, in bounded
 -- batches, and cancel by unique key.
 --
 -- Retry and cancel are two statements per batch in ONE transaction: bulk_select_jobs locks up
@@ -32,7 +32,7 @@ WHERE state = ANY (%(states)s::awa.job_state[])
        OR finalized_at < now() - %(older_than)s::float8 * interval '1 second')
 
 -- name: bulk_retry_jobs
--- Operator retry (DESIGN §5.9) of the given failed or cancelled jobs: available again,
+-- Operator retry (architecture §5.9) of the given failed or cancelled jobs: available again,
 -- attempt 0, errors kept; fires nothing. A job whose unique key another job holds again is
 -- skipped (it stays as it is), and of several selected jobs with one key only the lowest id
 -- is retried, so the statement does not trip the unique index. (An insert that takes the key
@@ -55,7 +55,7 @@ WHERE j.id = ANY (%(ids)s::bigint[])
 RETURNING *
 
 -- name: bulk_cancel_jobs
--- Operator cancel (DESIGN §5.9) of the given jobs that are available, scheduled, retryable or
+-- Operator cancel (architecture §5.9) of the given jobs that are available, scheduled, retryable or
 -- waiting for a callback (a waiting job's callback id dies with it). Running jobs are not
 -- bulk-cancelled. Returns the cancelled rows, for the Cancelled events and on_cancelled specs.
 UPDATE awa.jobs SET

@@ -8,7 +8,7 @@
 
 -- name: claim_by_queue
 -- A worker's claim for one queue. A paused queue (awa.queues.paused) yields nothing: the
--- pause check is an uncorrelated subquery, evaluated once per statement (DESIGN §10).
+-- pause check is an uncorrelated subquery, evaluated once per statement (architecture §10).
 WITH next AS (
     SELECT id FROM awa.jobs
     WHERE queue = %(queue)s AND state IN ('available', 'scheduled', 'retryable')

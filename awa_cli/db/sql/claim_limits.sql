@@ -1,4 +1,4 @@
--- The limit-aware claim (DESIGN §13, §15.1): concurrency keys, rate limits, round-robin
+-- The limit-aware claim (architecture §13, §15.1): concurrency keys, rate limits, round-robin
 -- between keys and priority aging. Used only for a queue that a [limits.NAME] can select
 -- jobs of, or whose [queues.NAME] priority_aging is set; every other queue keeps the plain
 -- claim_by_queue (claim.sql), unchanged.

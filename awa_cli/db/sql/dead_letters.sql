@@ -1,4 +1,4 @@
--- The dead-letter queue (DESIGN §10, §15.2): awa.dead_letters holds jobs moved out of
+-- The dead-letter queue (architecture §10, §15.2): awa.dead_letters holds jobs moved out of
 -- awa.jobs, with their id and every column they had, plus dead_at and dead_reason.
 --
 -- Rows move between the two tables by column NAME: to_jsonb(row) merged with the changed
@@ -142,7 +142,7 @@ FOR UPDATE SKIP LOCKED
 -- %(run_at)s is in the future), attempt 0, errors kept plus an entry 'retried from the
 -- dead-letter queue' with the attempt it had reached, the callback and attempt state
 -- cleared, run_lease kept (the next claim fences anything older). %(queue)s, %(priority)s and
--- %(run_at)s override when not NULL (DESIGN §10 retry_from_dlq). A dead letter whose unique
+-- %(run_at)s override when not NULL (architecture §10 retry_from_dlq). A dead letter whose unique
 -- key is held again by a job in awa.jobs, or that a concurrent operation holds, is skipped and
 -- stays in the DLQ: only the rows inserted are deleted. Returns the jobs as inserted; the
 -- insert trigger wakes the workers of their queues.

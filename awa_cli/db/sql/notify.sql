@@ -23,5 +23,5 @@ LISTEN {};
 
 -- name: notify_cancel
 -- Sent from an operator cancel's transaction (payload: the job id): a worker running the job
--- flips its job.is_cancelled() and cancels an async handler after a grace (DESIGN §15.6).
+-- flips its job.is_cancelled() and cancels an async handler after a grace (architecture §15.6).
 SELECT pg_notify(%(channel)s, %(id)s);

@@ -1,4 +1,4 @@
--- Periodic jobs (DESIGN §9; the tables are sql/0002_periodic.sql). How the leader uses them,
+-- Periodic jobs (architecture §9; the tables are sql/0002_periodic.sql). How the leader uses them,
 -- in ONE transaction per sweep:
 --   periodic_due (rows locked) -> awa_cli.periodic.due_fires per row -> periodic_fire (all the
 --   sweep's fire times) -> insert_each (the jobs of the new ones) -> periodic_advance (all the

@@ -1,4 +1,4 @@
--- Queue controls (DESIGN §10): pause and resume, and the list of known queues.
+-- Queue controls (architecture §10): pause and resume, and the list of known queues.
 -- A queue with no row in awa.queues is not paused.
 
 -- name: queue_pause

@@ -1,4 +1,4 @@
--- Waiting for a job's result (Client.wait_for_job, DESIGN §11). A waiter marks the job
+-- Waiting for a job's result (Client.wait_for_job, architecture §11). A waiter marks the job
 -- awaited, so the trigger of sql/0004_progress_history.sql announces its end on the channel
 -- awa_job_done (payload: the job id) from the finishing transaction; jobs nobody waits for
 -- send nothing. All waiters of one client share one LISTEN connection and these batched
@@ -16,5 +16,5 @@ WHERE id = ANY (%(ids)s::bigint[]) AND NOT awaited
 SELECT * FROM awa.jobs WHERE id = ANY (%(ids)s::bigint[]);
 
 -- name: wait_check_dead
--- Waited jobs gone from awa.jobs: a dead letter counts as failed (DESIGN §15.2).
+-- Waited jobs gone from awa.jobs: a dead letter counts as failed (architecture §15.2).
 SELECT * FROM awa.dead_letters WHERE id = ANY (%(ids)s::bigint[]);

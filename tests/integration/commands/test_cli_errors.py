@@ -1,4 +1,4 @@
-"""Usage errors are one line on stderr with exit code 2 (DESIGN §6), in-process and for real."""
+"""Usage errors are one line on stderr with exit code 2 (architecture §6), in-process and for real."""
 
 from __future__ import annotations
 

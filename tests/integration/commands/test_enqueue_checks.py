@@ -1,4 +1,4 @@
-"""`awa job enqueue` with an app loaded (DESIGN §15.5, D3, D5, D12): a kind the app does not
+"""`awa job enqueue` with an app loaded (architecture §15.5, D3, D5, D12): a kind the app does not
 register and args that do not rebuild as the registered type are refused (exit 2, one line
 naming the kind or the field, nothing written); --force skips both checks; a queue no config
 table names is enqueued with a warning. Real `awa` processes against a real database."""

@@ -1,4 +1,4 @@
-"""The exit codes of DESIGN §6 for config mistakes (D13): an ``[app] modules`` entry that
+"""The exit codes of architecture §6 for config mistakes (D13): an ``[app] modules`` entry that
 names nothing importable is a config error (2); a module that is found but raises is the
 code's failure (1). Real `awa` processes; no database is reached (the errors come first)."""
 

@@ -132,8 +132,8 @@ def test_enqueue_json_then_list_and_show(awa: Any, db: psycopg.Connection) -> No
     shown_json = awa("job", "show", str(job["id"]), "--json")
     assert shown_json.exit_code == 0
     shown_data = json.loads(shown_json.stdout)
-    timeline = shown_data.pop("timeline")  # the row, plus its history (DESIGN §11)
-    # show adds where the job stands under the limits (DESIGN §13)
+    timeline = shown_data.pop("timeline")  # the row, plus its history (architecture §11)
+    # show adds where the job stands under the limits (architecture §13)
     assert shown_data.pop("why_not_running").startswith("scheduled for ")
     assert shown_data.pop("limit") is None and shown_data.pop("concurrency_key") is None
     assert shown_data == job

@@ -23,7 +23,7 @@ from awa_cli.db.migrations import migrate_dsn
 from tests.helpers import ROOT
 
 
-# DESIGN §2: the columns of awa.jobs and their types (format_type spelling).
+# architecture §2: the columns of awa.jobs and their types (format_type spelling).
 JOB_COLUMNS = {
     "id": "bigint",
     "kind": "text",
@@ -296,7 +296,7 @@ def test_callback_ids_are_unique(db: psycopg.Connection) -> None:
     db.rollback()
 
 
-# DESIGN §9: awa.periodic_jobs (one row per schedule) and awa.periodic_fires (the dedup of
+# architecture §9: awa.periodic_jobs (one row per schedule) and awa.periodic_fires (the dedup of
 # (name, fire time)), from 0002_periodic.sql.
 PERIODIC_COLUMNS = {
     "name": ("text", True),

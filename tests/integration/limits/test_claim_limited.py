@@ -1,4 +1,4 @@
-"""The limit-aware claim against PostgreSQL, through the outcome core (DESIGN §13, §15.1):
+"""The limit-aware claim against PostgreSQL, through the outcome core (architecture §13, §15.1):
 max_running per key, explicit keys, round-robin between keys, rate windows, priority aging,
 and concurrent claimers that cannot over-run a key."""
 

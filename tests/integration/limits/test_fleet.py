@@ -1,4 +1,4 @@
-"""Concurrency limits across real ``awa worker`` processes (DESIGN §13): every attempt of
+"""Concurrency limits across real ``awa worker`` processes (architecture §13): every attempt of
 ``tests.apps.limited`` records its start and end in a side table over its own connection,
 and the limits are asserted by the overlap of those intervals per key, never by timing."""
 

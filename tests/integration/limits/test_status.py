@@ -1,5 +1,5 @@
 """Why an available job is not running (Client, ``awa job show``), the announced limits and
-the leader's ``awa_limit_waiting_jobs`` gauge (DESIGN §13)."""
+the leader's ``awa_limit_waiting_jobs`` gauge (architecture §13)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""`awa serve` auth (DESIGN §12): tokens, sessions, roles, CSRF, --read-only — applied once.
+"""`awa serve` auth (architecture §12): tokens, sessions, roles, CSRF, --read-only — applied once.
 
 The walk over ``app.routes`` finds every mutating route, so a route added later without the
 guard's protection fails here.

@@ -1,4 +1,4 @@
-"""The queues, DLQ and periodic pages and their API (DESIGN §12): the data the database
+"""The queues, DLQ and periodic pages and their API (architecture §12): the data the database
 holds, each action through the client, exactly one awa.audit_log row per action (the core's
 in-transaction entry, never doubled by the serve's), 404 for an unknown target, 403 for a
 viewer and in read-only mode."""

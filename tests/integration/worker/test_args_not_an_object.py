@@ -1,5 +1,5 @@
 """Args that are valid JSON but not an object (a string, an array, a number) fail the job
-terminally on its first attempt, and the worker stays healthy (DESIGN §5.11, issue 15 item 8).
+terminally on its first attempt, and the worker stays healthy (architecture §5.11, issue 15 item 8).
 
 ``Exhausted`` fires for untyped hooks and plugins (with the args as stored); typed hooks and
 typed follow-up specs skip the row with a warning, so the failure always commits. The rows

@@ -1,4 +1,4 @@
-"""Cancellation reaches the handler (issue 16 item 2, D2, DESIGN §15.6), with real `awa
+"""Cancellation reaches the handler (issue 16 item 2, D2, architecture §15.6), with real `awa
 worker` processes running tests/apps/lifecycle.py, which records each attempt's start and end
 in ``awa_test.attempts``. Asserted by ordering (no two attempts of a job overlap) and by how
 each attempt ended, with generous liveness bounds rather than tight timings."""

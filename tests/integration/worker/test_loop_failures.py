@@ -1,5 +1,5 @@
 """Worker loops under database errors that are not connection errors (issue 16 item 1, D1,
-DESIGN §15.7): a role missing a grant and a read-only window. Each loop logs at ERROR with
+architecture §15.7): a role missing a grant and a read-only window. Each loop logs at ERROR with
 an ``action=`` key and backs off; nothing dies behind a live process; systemd READY comes
 only once the worker can claim, WATCHDOG only while it can. A supervised task that ends
 unexpectedly takes the worker down. Real `awa worker` processes and the real runtime."""

@@ -1,6 +1,6 @@
-"""A worker with nothing to do must not destroy work (issue 16 item 3, D3, DESIGN §15.5):
+"""A worker with nothing to do must not destroy work (issue 16 item 3, D3, architecture §15.5):
 an app with no handler refuses to start; a job of a kind the worker does not register is
-logged at ERROR (action=unknown_kind), counted, and failed as DESIGN §2 says."""
+logged at ERROR (action=unknown_kind), counted, and failed as architecture §2 says."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Every row of the DESIGN §2 outcome table, run by a real worker against PostgreSQL,
+"""Every row of the architecture §2 outcome table, run by a real worker against PostgreSQL,
 with the event each row emits (spec: "How JobResult / outcomes map to events")."""
 
 from __future__ import annotations
