@@ -214,6 +214,7 @@ def command(
         secure_cookies=serve.secure_cookies,
         forwarded_allow_ips=forwarded,
         max_body=serve.max_body,
+        configured_queues=tuple(sorted(ctx.config.queues)),
     )
     flags = "".join(
         f" {flag}"

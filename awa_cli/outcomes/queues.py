@@ -40,7 +40,8 @@ async def get(core: CoreState, queue: str) -> QueueInfo:
 
 
 async def list_queues(core: CoreState, configured: Iterable[str] = ()) -> list[QueueInfo]:
-    """Every known queue (rows of awa.queues, queues with runnable jobs, ``configured``)."""
+    """Every known queue (rows of awa.queues, queues with runnable jobs, ``configured``); a
+    row nothing keeps listed is forgotten after ``defaults.QUEUE_FORGET_AFTER`` (queue_list)."""
     async with core.pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
         await cur.execute(SQL["queue_list"], {"configured": sorted(set(configured))})
         return [QueueInfo.from_record(r) for r in await cur.fetchall()]

@@ -36,6 +36,8 @@ KNOWN_ACTIONS = {
     "/jobs/{job_id:int}/callback",
     "/api/jobs/{job_id:int}/cancel",
     "/api/jobs/{job_id:int}/retry",
+    "/jobs/bulk",
+    "/api/jobs/bulk/{verb}",
     *(
         prefix + path
         for prefix in ("", "/api")
