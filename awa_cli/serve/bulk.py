@@ -171,14 +171,31 @@ def _confirmation(asked: BulkAsk, operation: Operation, count: int) -> dict[str,
     }
 
 
+async def _refused(request: Request, verb: str, exc: Exception) -> None:
+    """Record a request refused before it reached the core (bad ids, no filter, an unknown
+    operation), under the audit action the operation would have had."""
+    from awa_cli.serve.audit import audit
+    from awa_cli.serve.common import principal_of
+
+    action = {"cancel": "job.cancel", "retry": "job.retry", "delete": "job.purge"}.get(verb)
+    detail = {"status": status_for(exc), "error": error_line(exc)}
+    target = f"POST {request.url.path}"
+    actor = principal_of(request).actor
+    await audit(client_of(request), actor, action or "request", target, "refused", detail)
+
+
 async def bulk_form(request: Request) -> Response:
     """The jobs list's bulk form: a confirmation page first, then the action and back to
     the list with a notice of how many jobs changed."""
     from starlette.responses import RedirectResponse
 
+    form = await form_lists(request)
     try:
-        form = await form_lists(request)
         asked = _from_form(form)
+    except ValidationError as exc:
+        await _refused(request, (form.get("do") or [""])[-1].partition(":")[0], exc)
+        return error_page(request, exc)
+    try:
         operation = _operations(client_of(request))[asked.verb]
         if (form.get("confirm") or [""])[-1] != "yes":
             count = await _count(client_of(request), asked)
@@ -232,6 +249,10 @@ async def bulk_api(request: Request) -> Response:
         if verb not in ("cancel", "retry", "delete"):
             raise ValidationError("operation", "expected cancel, retry or delete")
         asked, dry_run = _from_json(verb, await request.body())
+    except ValidationError as exc:
+        await _refused(request, verb, exc)
+        return json_error(status_for(exc), error_line(exc))
+    try:
         if dry_run:
             count = await _count(client_of(request), asked)
         else:
