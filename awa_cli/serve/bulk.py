@@ -137,10 +137,17 @@ def _list_url(asked: BulkAsk, done: str | None = None) -> str:
 
 def _confirmation(asked: BulkAsk, operation: Operation, count: int) -> dict[str, Any]:
     jobs = "job" if count == 1 else "jobs"
+    verb = operation.verb.capitalize()
     if asked.ids is not None:
         chosen = len(asked.ids)
-        which = f"{chosen} selected {'job' if chosen == 1 else 'jobs'} (ids {asked.described[4:]})"
-        lines = [f"{operation.verb.capitalize()} {count} of the {which}."]
+        ids = asked.described[4:]
+        if chosen == 1:
+            which = f"the selected job ({ids})"
+        elif count == chosen:
+            which = f"the {chosen} selected jobs (ids {ids})"
+        else:
+            which = f"{count} of the {chosen} selected jobs (ids {ids})"
+        lines = [f"{verb} {which}."]
         if count < chosen:
             lines.append(
                 f"The other {chosen - count} are not {operation.applies_to}, so "
@@ -148,7 +155,7 @@ def _confirmation(asked: BulkAsk, operation: Operation, count: int) -> dict[str,
             )
     else:
         lines = [
-            f"{operation.verb.capitalize()} all {count} {jobs} matching {asked.described} "
+            f"{verb} all {count} {jobs} matching {asked.described} "
             f"(those {operation.applies_to})."
         ]
     if operation.verb == "delete":
@@ -159,9 +166,10 @@ def _confirmation(asked: BulkAsk, operation: Operation, count: int) -> dict[str,
     fields += [(k, v) for k, v in asked.filters.items() if v]
     fields += [("ids", str(i)) for i in asked.ids or ()]
     return {
-        "title": f"{operation.verb.capitalize()} {count} {jobs}?",
+        "title": f"{verb} {count} {jobs}?",
         "lines": lines,
-        "button": f"{operation.verb.capitalize()} {count} {jobs}" if count else "",
+        "button": f"{verb} {count} {jobs}" if count else "",
+        "danger": operation.verb != "retry",
         "nothing": ""
         if count
         else f"Nothing to {operation.verb}: no such job is {operation.applies_to}.",

@@ -14,7 +14,7 @@
     if (element.querySelector("input[type=checkbox]:checked, details[open]")) { return true; }
     var active = document.activeElement;
     return Boolean(active && active !== document.body && element.contains(active) &&
-      active.matches("input, select, textarea"));
+      active.matches("input:not([type=checkbox]):not([type=radio]), select, textarea"));
   }
 
   function countSelected() {

@@ -289,7 +289,9 @@ def test_the_bulk_form_confirms_with_the_count_then_acts(dsn: str) -> None:
             [("csrf", csrf), ("do", "delete:selected"), ("ids", other[0]), ("ids", failed[0])]
         )
         asked = http.post("/jobs/bulk", content=picked, headers=FORM)
-        assert "Delete 1 job?" in asked.text and "Delete 1 of the 2 selected jobs" in asked.text
+        assert (
+            "Delete 1 job?" in asked.text and "Delete 1 of the 2 selected jobs (ids " in asked.text
+        )
         assert "The other 1 are not completed, failed or cancelled" in asked.text
         done = http.post("/jobs/bulk", content=picked + "&confirm=yes", headers=FORM)
         assert done.headers["location"] == "/jobs?done=1+job+deleted"
