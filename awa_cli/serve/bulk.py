@@ -155,8 +155,7 @@ def _confirmation(asked: BulkAsk, operation: Operation, count: int) -> dict[str,
             )
     else:
         lines = [
-            f"{verb} all {count} {jobs} matching {asked.described} "
-            f"(those {operation.applies_to})."
+            f"{verb} all {count} {jobs} matching {asked.described} (those {operation.applies_to})."
         ]
     if operation.verb == "delete":
         lines.append("Deleted jobs are gone for good, with their args, errors and output.")
