@@ -22,7 +22,8 @@ from awa_cli.app import prepare_job
 from awa_cli.client_ops import OperatorMethods
 from awa_cli.db.copy import copy_encoder
 from awa_cli.db.history import read_timeline
-from awa_cli.db import jobs
+from awa_cli.db import dead_letters, jobs
+from awa_cli.db import periodic as periodic_rows
 from awa_cli.db.migrations import Migration, migrate_dsn
 from awa_cli.db.waiting import JobWaiters
 from awa_cli.dispatch import Dispatcher, EventHook
@@ -223,7 +224,7 @@ class AsyncClient(InspectReads, OperatorMethods):
         async with pool.connection() as conn:
             record = await jobs.get(conn, job_id)
         if record is None:
-            if await self.core.dead_letter(job_id) is not None:  # architecture §15.2
+            if await dead_letters.get(pool, job_id) is not None:  # architecture §15.2
                 raise JobNotFound(
                     f"job {job_id} not found: it is in the dead-letter queue "
                     f"(awa dlq show {job_id})"
@@ -399,8 +400,8 @@ class AsyncClient(InspectReads, OperatorMethods):
     # ``actor`` (e.g. ``cli:alice``): record the action in awa.audit_log, in its transaction.
     async def list_periodic(self) -> list[PeriodicJob]:
         """Every stored schedule by name, with its fire state and its last job's state."""
-        await self.ensure_open()
-        return await self.core.list_periodic()
+        async with (await self.ensure_open()).connection() as conn:
+            return await periodic_rows.list_all(conn)
 
     async def pause_periodic(self, name: str, *, actor: str | None = None) -> PeriodicJob:
         """Stop firing ``name`` (survives restarts and redeploys); PeriodicNotFound if none."""

@@ -9,15 +9,26 @@ large-table-safe count that the dashboard, ``awa queue stats`` and the metrics s
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NamedTuple
+from uuid import UUID
 
 import psycopg
 from psycopg.rows import DictRow, dict_row
+from psycopg_pool import AsyncConnectionPool
 
 from awa_cli.db.dashboard import CountRow, job_counts
 from awa_cli.db.params import insert_many_params, insert_params
 from awa_cli.db.statements import SQL
 from awa_cli.jobs import PreparedJob
+
+
+class WaitState(NamedTuple):
+    """What a handler waiting inside ``wait_for_callback`` finds on a wake-up."""
+
+    state: str  # "deleted" when the row is gone
+    callback_id: UUID | None
+    callback_result: Any
+    run_lease: int
 
 
 def insert_one_sync(conn: psycopg.Connection[Any], prepared: PreparedJob) -> tuple[Any, Any]:
@@ -78,3 +89,20 @@ async def completed_last_minute(
     """Completions of the last minute per queue, from the retention index's range."""
     rows = await (await conn.execute(SQL["completed_last_minute"], {"queue": queue})).fetchall()
     return {name: int(n) for name, n in rows}
+
+
+async def seconds_until_due(pool: AsyncConnectionPool, queue: str) -> float | None:
+    """Seconds until the queue's next scheduled or retryable job falls due (None: none)."""
+    async with pool.connection() as conn:
+        row = await (await conn.execute(SQL["next_due"], {"queue": queue})).fetchone()
+    return None if row is None or row[0] is None else float(row[0])
+
+
+async def wait_state(pool: AsyncConnectionPool, job_id: int) -> WaitState:
+    """What a handler waiting in place checks on each wake-up: the job's state, callback,
+    result and lease (``deleted`` when the row is gone)."""
+    async with pool.connection() as conn:
+        row = await (await conn.execute(SQL["poll_wait"], {"id": job_id})).fetchone()
+    if row is None:
+        return WaitState("deleted", None, None, -1)
+    return WaitState(str(row[0]), row[1], row[2], int(row[3]))
