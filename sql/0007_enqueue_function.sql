@@ -169,7 +169,7 @@ END $$;
 -- Enqueue one job; returns its id, or NULL when its unique key is held by another job (the
 -- insert is skipped, the caller's transaction goes on: a trigger outbox never fails an order
 -- because its job already exists). A NULL argument means "the default", as None does in Python.
---   kind            required, 1-200 characters
+--   kind            1-200 characters (required: NULL or missing is an error)
 --   args            a JSON object (default {})
 --   queue           1-200 characters (default 'default')
 --   priority        1-4 (default 2)
@@ -308,16 +308,35 @@ BEGIN
     END IF;
     -- Extension point: `after` (parent ids, architecture §16) is checked here, and the job
     -- is inserted blocked while a parent is unfinished, once the workflows migration adds it.
-    INSERT INTO awa.jobs AS j (kind, queue, args, state, priority, max_attempts, run_at,
-                               deadline_duration, metadata, tags, unique_key, unique_states,
-                               ordering_key, concurrency_key)
-    VALUES (enqueue.kind, v_queue, enqueue.args,
+    --
+    -- The id is drawn first and no RETURNING is used, and a job without a unique key is a
+    -- plain INSERT (ON CONFLICT needs SELECT on the arbiter's columns): a role with INSERT on
+    -- awa.jobs and USAGE on its sequence (a producer, the role of a trigger's statement) can
+    -- enqueue; unique jobs need SELECT (unique_key, state, unique_states) besides.
+    v_id := nextval('awa.jobs_id_seq');
+    IF v_key IS NULL THEN
+        INSERT INTO awa.jobs (id, kind, queue, args, state, priority, max_attempts, run_at,
+                              deadline_duration, metadata, tags, ordering_key, concurrency_key)
+        OVERRIDING SYSTEM VALUE
+        VALUES (v_id, enqueue.kind, v_queue, enqueue.args,
+                CASE WHEN enqueue.run_at > now() THEN 'scheduled' ELSE 'available' END::awa.job_state,
+                v_priority, v_max_attempts, coalesce(enqueue.run_at, now()), v_deadline,
+                v_metadata, v_tags, enqueue.ordering_key, enqueue.concurrency_key);
+        RETURN v_id;
+    END IF;
+    INSERT INTO awa.jobs (id, kind, queue, args, state, priority, max_attempts, run_at,
+                          deadline_duration, metadata, tags, unique_key, unique_states,
+                          ordering_key, concurrency_key)
+    OVERRIDING SYSTEM VALUE
+    VALUES (v_id, enqueue.kind, v_queue, enqueue.args,
             CASE WHEN enqueue.run_at > now() THEN 'scheduled' ELSE 'available' END::awa.job_state,
             v_priority, v_max_attempts, coalesce(enqueue.run_at, now()), v_deadline, v_metadata,
             v_tags, v_key, v_states, enqueue.ordering_key, enqueue.concurrency_key)
     ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL AND state = ANY (unique_states)
-    DO NOTHING
-    RETURNING j.id INTO v_id;
+    DO NOTHING;
+    IF NOT FOUND THEN
+        RETURN NULL;  -- the unique key is held
+    END IF;
     RETURN v_id;
 END $$;
 
