@@ -278,13 +278,13 @@ BEGIN
         IF unique_key IS NOT NULL AND unique_opts ?| ARRAY['by_args', 'by_queue', 'by_period'] THEN
             PERFORM awa.invalid('unique_opts', 'only states applies with an explicit unique_key');
         END IF;
-        IF unique_opts ? 'by_args' AND unique_opts -> 'by_args' <> 'null' THEN
+        IF unique_opts ? 'by_args' THEN  -- a boolean, not null (Python's truthiness is not SQL's)
             IF jsonb_typeof(unique_opts -> 'by_args') <> 'boolean' THEN
                 PERFORM awa.invalid('unique_opts.by_args', 'expected true or false');
             END IF;
             v_by_args := (unique_opts ->> 'by_args')::boolean;
         END IF;
-        IF unique_opts ? 'by_queue' AND unique_opts -> 'by_queue' <> 'null' THEN
+        IF unique_opts ? 'by_queue' THEN  -- a boolean, not null (Python's truthiness is not SQL's)
             IF jsonb_typeof(unique_opts -> 'by_queue') <> 'boolean' THEN
                 PERFORM awa.invalid('unique_opts.by_queue', 'expected true or false');
             END IF;
@@ -341,13 +341,13 @@ BEGIN
 END $$;
 
 -- unique_opts' states: a non-empty array of job state names, stored sorted by name (as the
--- Python insert stores them); NULL (absent) = the default set.
+-- Python insert stores them); absent = the default set, JSON null an error (as None in Python).
 CREATE OR REPLACE FUNCTION awa.unique_states_of(states jsonb) RETURNS awa.job_state[]
     LANGUAGE plpgsql STABLE AS $$
 DECLARE
     bad text;
 BEGIN
-    IF states IS NULL OR states = 'null' THEN
+    IF states IS NULL THEN  -- absent: the default set (DEFAULT_UNIQUE_STATES)
         RETURN '{available,completed,retryable,running,scheduled}';
     END IF;
     IF jsonb_typeof(states) <> 'array' THEN
@@ -434,7 +434,7 @@ BEGIN
             metadata => awa.job_field(job, 'metadata', 'object'),
             tags => ARRAY(SELECT jsonb_array_elements_text(awa.job_field(job, 'tags', 'array'))),
             unique_key => awa.job_field(job, 'unique_key', 'string') #>> '{}',
-            unique_opts => awa.job_field(job, 'unique_opts', 'object'),
+            unique_opts => nullif(job -> 'unique_opts', 'null'),  -- checked by awa.enqueue
             deadline_duration => (awa.job_field(job, 'deadline_duration', 'interval') #>> '{}')::interval,
             ordering_key => awa.job_field(job, 'ordering_key', 'string') #>> '{}',
             concurrency_key => awa.job_field(job, 'concurrency_key', 'string') #>> '{}');

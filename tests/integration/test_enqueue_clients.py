@@ -37,11 +37,13 @@ pytestmark = [pytest.mark.integration]
 # quotes and backslashes, nested values.
 UNICODE_ARGS: dict[str, Any] = {
     "greeting": "Grüße, Zoë! 日本語 😀 𝄞",
-    "quote": "it's \"quoted\" \\ back\u2028slash",
+    "quote": 'it\'s "quoted" \\ back\u2028slash',
     "nested": {"ß": [1, 2.5, None, True], "emoji": "🚀"},
 }
 NODE_PG = "pg@8"
-NODE_CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "awa-tests" / "node-pg"
+NODE_CACHE = (
+    Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "awa-tests" / "node-pg"
+)
 
 
 def in_ci() -> bool:
@@ -62,8 +64,13 @@ def require(tool: str, package: str) -> str:
 def libpq_env(dsn: str) -> dict[str, str]:
     """The connection as libpq's environment variables, which psql and Node's pg both read."""
     info = conninfo_to_dict(dsn)
-    names = {"host": "PGHOST", "port": "PGPORT", "user": "PGUSER", "dbname": "PGDATABASE",
-             "password": "PGPASSWORD"}
+    names = {
+        "host": "PGHOST",
+        "port": "PGPORT",
+        "user": "PGUSER",
+        "dbname": "PGDATABASE",
+        "password": "PGPASSWORD",
+    }
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PG", "AWA_"))}
     env.update({names[k]: str(v) for k, v in info.items() if k in names and v is not None})
     return env
@@ -80,7 +87,10 @@ def node_pg() -> Path:
         if not (NODE_CACHE / "node_modules" / "pg" / "package.json").exists():
             done = subprocess.run(
                 [npm, "install", NODE_PG, "--no-audit", "--no-fund", "--loglevel=error"],
-                cwd=NODE_CACHE, capture_output=True, text=True, timeout=300,
+                cwd=NODE_CACHE,
+                capture_output=True,
+                text=True,
+                timeout=300,
             )
             if done.returncode != 0:
                 reason = f"npm install {NODE_PG} failed: {done.stderr.strip()[-500:]}"
@@ -105,8 +115,12 @@ class Worker:
         with self.log_path.open("w") as log:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "awa_cli", "--config", str(config), "worker"],
-                env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=log,
-                stdin=subprocess.DEVNULL, start_new_session=True,
+                env=env,
+                cwd=ROOT,
+                stdout=subprocess.DEVNULL,
+                stderr=log,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
             )
 
     def log(self) -> str:
@@ -159,9 +173,21 @@ def wait_for_runs(dsn: str, ids: list[int], worker: Worker, timeout: float = 60)
 
 def psql(dsn: str, script: str, *options: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [require("psql", "postgresql-client"), "-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1",
-         *options],
-        input=script, env=libpq_env(dsn), capture_output=True, text=True, timeout=60,
+        [
+            require("psql", "postgresql-client"),
+            "-X",
+            "-q",
+            "-A",
+            "-t",
+            "-v",
+            "ON_ERROR_STOP=1",
+            *options,
+        ],
+        input=script,
+        env=libpq_env(dsn),
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
 
 
@@ -169,7 +195,10 @@ def node(dsn: str, node_pg: Path, script: str, *argv: str) -> subprocess.Complet
     env = libpq_env(dsn) | {"NODE_PATH": str(node_pg / "node_modules")}
     return subprocess.run(
         [require("node", "nodejs"), "-e", script, *argv],
-        env=env, capture_output=True, text=True, timeout=60,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
 
 
@@ -182,8 +211,14 @@ SELECT awa.enqueue_many(:'many'::jsonb);
 
 def test_psql_enqueues_jobs_a_python_worker_runs_once(dsn: str, worker: Worker) -> None:
     many = [{"kind": "polyglot_echo", "args": {**UNICODE_ARGS, "n": n}} for n in (6, 7)]
-    done = psql(dsn, PSQL_ENQUEUE, "-v", f"args={json.dumps(UNICODE_ARGS)}",
-                "-v", f"many={json.dumps(many, ensure_ascii=False)}")
+    done = psql(
+        dsn,
+        PSQL_ENQUEUE,
+        "-v",
+        f"args={json.dumps(UNICODE_ARGS)}",
+        "-v",
+        f"many={json.dumps(many, ensure_ascii=False)}",
+    )
     assert done.returncode == 0, done.stderr
     ids = [int(line) for line in done.stdout.split()]
     assert len(ids) == 7

@@ -91,9 +91,7 @@ def test_bad_args_in_the_trigger_fail_the_order(orders: str) -> None:
         )
         conn.commit()
         with pytest.raises(psycopg.errors.InvalidParameterValue, match="priority"):
-            conn.execute(
-                "INSERT INTO orders (customer, email, total) VALUES ('ada', 'a@b', 1)"
-            )
+            conn.execute("INSERT INTO orders (customer, email, total) VALUES ('ada', 'a@b', 1)")
         conn.rollback()
         assert conn.execute("SELECT count(*) FROM orders").fetchone() == (0,)
         assert conn.execute("SELECT count(*) FROM awa.jobs").fetchone() == (0,)

@@ -57,7 +57,9 @@ def cases(side: str, kind: str) -> list[Any]:
     ]
 
 
-def stored_row(conn: psycopg.Connection[Any], job_id: int, expected: dict[str, Any]) -> dict[str, Any]:
+def stored_row(
+    conn: psycopg.Connection[Any], job_id: int, expected: dict[str, Any]
+) -> dict[str, Any]:
     """The job's row in the vectors' form (run_at only when ``expected`` has one)."""
     cur = conn.execute(ROW_SQL, (job_id,))
     names = [d.name for d in cur.description or ()]

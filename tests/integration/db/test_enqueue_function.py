@@ -118,8 +118,11 @@ def test_enqueue_many_returns_ids_in_order_with_null_for_duplicates(
     ids = [r[0] for r in db.execute("SELECT * FROM awa.enqueue_many(%s)", [Jsonb(jobs)])]
     assert ids[2] is None and ids[0] < ids[1] < ids[3]
     kinds = db.execute("SELECT kind, queue, state::text FROM awa.jobs ORDER BY id").fetchall()
-    assert kinds == [("a", "default", "available"), ("b", "default", "available"),
-                     ("c", "other", "scheduled")]
+    assert kinds == [
+        ("a", "default", "available"),
+        ("b", "default", "available"),
+        ("c", "other", "scheduled"),
+    ]
     assert db.execute("SELECT * FROM awa.enqueue_many('[]')").fetchall() == []
 
 
@@ -150,7 +153,7 @@ def test_enqueue_many_names_the_bad_field(db: psycopg.Connection, jobs: str, fie
 def test_a_later_enqueue_in_the_transaction_does_not_name_an_element(
     db: psycopg.Connection,
 ) -> None:
-    db.execute("SELECT * FROM awa.enqueue_many('[{\"kind\": \"a\"}]')").fetchall()
+    db.execute('SELECT * FROM awa.enqueue_many(\'[{"kind": "a"}]\')').fetchall()
     with pytest.raises(psycopg.errors.InvalidParameterValue) as caught:
         db.execute("SELECT awa.enqueue(kind => 'a', priority => 9)")
     assert caught.value.diag.message_primary == "priority: must be between 1 and 4, got 9"
@@ -210,8 +213,14 @@ def test_a_producer_role_needs_only_insert_and_the_sequence(
         with psycopg.connect(dsn) as producer:
             producer.execute(f"SET ROLE {role}")
             assert isinstance(scalar(producer, "SELECT awa.enqueue(kind => 'plain')"), int)
-            assert len(producer.execute("SELECT * FROM awa.enqueue_many('[{\"kind\": \"b\"}]')")
-                       .fetchall()) == 1
+            assert (
+                len(
+                    producer.execute(
+                        'SELECT * FROM awa.enqueue_many(\'[{"kind": "b"}]\')'
+                    ).fetchall()
+                )
+                == 1
+            )
             with pytest.raises(psycopg.errors.InsufficientPrivilege):
                 producer.execute("SELECT awa.enqueue(kind => 'unique', unique_key => 'k')")
             producer.rollback()
@@ -234,6 +243,9 @@ def test_applying_the_migration_again_is_harmless(db: psycopg.Connection) -> Non
     db.execute(text)  # type: ignore[call-overload]
     db.execute(text)  # type: ignore[call-overload]
     assert isinstance(scalar(db, "SELECT awa.enqueue('again')"), int)
-    overloads = scalar(db, "SELECT count(*) FROM pg_proc WHERE proname = 'enqueue' AND "
-                           "pronamespace = 'awa'::regnamespace")
+    overloads = scalar(
+        db,
+        "SELECT count(*) FROM pg_proc WHERE proname = 'enqueue' AND "
+        "pronamespace = 'awa'::regnamespace",
+    )
     assert overloads == 1

@@ -51,8 +51,10 @@ def test_the_vectors_file_is_well_formed() -> None:
             assert set(case["row"]) - {"run_at"} == set(VECTORS["columns"]), case["name"]
         else:
             assert case["error"]["sqlstate"] == "22023"
-            assert case["error"].get("message", case["error"]["field"]).startswith(
-                case["error"]["field"]
+            assert (
+                case["error"]
+                .get("message", case["error"]["field"])
+                .startswith(case["error"]["field"])
             )
 
 
@@ -80,9 +82,7 @@ def test_sql_function_stores_the_vector_row(db: psycopg.Connection, case: dict[s
         # The stored key is the one for the transaction's time; the vector's for its own.
         inputs = case["input"]
         opts = inputs["unique_opts"]
-        key_at = (
-            "SELECT encode(awa.unique_key_for(%s, %s, %s, %s, %s, %s, {}), 'hex')"
-        )
+        key_at = "SELECT encode(awa.unique_key_for(%s, %s, %s, %s, %s, %s, {}), 'hex')"
         params = [
             inputs["kind"],
             Jsonb(inputs.get("args", {})),
@@ -143,7 +143,10 @@ def test_inputs_sql_cannot_express_are_refused_before_the_function(
 
 def test_enqueue_many_stores_every_vector_row_in_order(db: psycopg.Connection) -> None:
     valid = [c for c in CASES if c.get("only", "sql") == "sql" and "row" in c]
-    ids = [r[0] for r in db.execute("SELECT awa.enqueue_many(%s)", [Jsonb([c["input"] for c in valid])])]
+    ids = [
+        r[0]
+        for r in db.execute("SELECT awa.enqueue_many(%s)", [Jsonb([c["input"] for c in valid])])
+    ]
     assert len(ids) == len(valid) and None not in ids
     assert ids == sorted(ids)
     for job_id, case in zip(ids, valid, strict=True):
