@@ -29,6 +29,7 @@ from benchmarks.server import BenchServer
 MEASURES = {
     "drain": measures.drain,
     "enqueue_one": measures.enqueue_one,
+    "enqueue_one_function": measures.enqueue_one_function,
     "insert_many": measures.insert_many,
     "pickup_latency": measures.pickup_latency,
     "drain_follow_up": measures.drain_follow_up,
@@ -58,7 +59,11 @@ OPT_IN = {"drain_deep_vacuumed"}
 
 # Measured again on uvloop (``uvloop.<name>``) with ``--loop both``: those that run an awa
 # worker, or awa's client in this process.
-LOOP_SENSITIVE = [m for m in MEASURES if not m.endswith("_sql") and m != "drain_deep_vacuumed"]
+LOOP_SENSITIVE = [
+    m
+    for m in MEASURES
+    if not m.endswith("_sql") and m not in ("drain_deep_vacuumed", "enqueue_one_function")
+]
 
 RATIOS = [  # (numerator, denominator) printed when both ran
     ("drain_follow_up", "drain"),
@@ -72,6 +77,8 @@ RATIOS = [  # (numerator, denominator) printed when both ran
     ("drain_concurrency_100", "drain"),
     ("drain", "drain_without_claim_ahead"),
     ("enqueue_one", "enqueue_one_sql"),
+    ("enqueue_one_function", "enqueue_one_sql"),
+    ("enqueue_one_function", "enqueue_one"),
     ("insert_many", "insert_many_copy_sql"),
     ("insert_one_no_notify_sql", "enqueue_one_sql"),
     ("insert_one_no_trigger_sql", "enqueue_one_sql"),

@@ -50,7 +50,8 @@ def test_benchmark_runner_end_to_end(pg_server, tmp_path: Path) -> None:  # type
         "300",
         "--only",
         "drain,enqueue_one,insert_many,claim_complete_sql,enqueue_one_sql,insert_many_copy_sql,"
-        "claim_complete_overlap_sql,drain_limited,drain_follow_up,drain_without_claim_ahead",
+        "claim_complete_overlap_sql,drain_limited,drain_follow_up,drain_without_claim_ahead,"
+        "enqueue_one_function",
     )
     assert set(results) == {
         "drain",
@@ -58,6 +59,7 @@ def test_benchmark_runner_end_to_end(pg_server, tmp_path: Path) -> None:  # type
         "drain_follow_up",
         "drain_without_claim_ahead",
         "enqueue_one",
+        "enqueue_one_function",
         "insert_many",
         "claim_complete_sql",
         "enqueue_one_sql",
@@ -81,6 +83,10 @@ def test_benchmark_runner_end_to_end(pg_server, tmp_path: Path) -> None:  # type
     assert results["drain_limited"]["jobs_per_s"]["median"] > 0
     assert results["drain_follow_up"]["jobs_per_s"]["median"] > 0
     assert "ratio enqueue_one / enqueue_one_sql:" in stdout
+    # one awa.enqueue call per transaction, printed beside the Python insert and its statement
+    assert results["enqueue_one_function"]["commits_per_job"]["median"] >= 1
+    assert "ratio enqueue_one_function / enqueue_one_sql:" in stdout
+    assert "ratio enqueue_one_function / enqueue_one:" in stdout
     assert results["insert_many_copy_sql"]["wal_bytes_per_job"]["median"] > 0
 
     # The README's targets table from the same JSON: the measures of this run get a figure
