@@ -112,6 +112,9 @@ def test_the_overview_shows_paused_queues_and_the_dead_letters(dsn: str) -> None
         client.pause_queue("idle")  # paused, no job: listed all the same
     with serve(dsn) as http:
         page = http.get("/", headers=OP).text
+        stats = http.get("/api/stats", headers=OP).json()
+    assert stats["paused_queues"] == ["idle", "mail"]
+    assert stats["dead_letters"] == {"total": 2, "queues": {"mail": 2}}
     assert re.search(r'id="dead-letters">2<', page)
     assert re.search(r'id="paused-queues">2<', page)
     notice = re.search(r'id="paused-notice"[^>]*>(.*?)</p>', page, re.S)
