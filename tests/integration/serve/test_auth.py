@@ -38,6 +38,8 @@ KNOWN_ACTIONS = {
     "/api/jobs/{job_id:int}/retry",
     "/jobs/bulk",
     "/api/jobs/bulk/{verb}",
+    "/dlq/bulk",
+    "/api/dlq/bulk/{verb}",
     *(
         prefix + path
         for prefix in ("", "/api")

@@ -355,3 +355,39 @@ def test_the_queue_api_has_its_chart_workers_and_failures(dsn: str) -> None:
     assert [j["id"] for j in shown["failures"]] == failed
     assert "3 completed and 2 failed in the last hour" in page
     assert page.count('class="bar-failed"') >= 1 and "web-2" in page and "web-3" not in page
+
+
+# -- the DLQ page's Retry all / Purge all ----------------------------------------------------
+def test_retry_all_and_purge_all_dead_letters_ask_with_the_count(dsn: str) -> None:
+    mail = [dead_letter(dsn, queue="mail", kind=f"k{i}") for i in range(3)]
+    reports = dead_letter(dsn, queue="reports", kind="export")
+    with serve(dsn) as http:
+        log_in(http, OPERATOR_TOKEN)
+        csrf = csrf_of(http)
+        assert 'action="/dlq/bulk"' in http.get("/dlq?queue=mail").text
+        form = {"csrf": csrf, "do": "retry", "queue": "mail"}
+        asked = http.post("/dlq/bulk", data=form)
+        assert asked.status_code == 200 and "Retry 3 dead letters?" in asked.text
+        assert "Retry all 3 dead letters matching queue=mail." in asked.text
+        with awa.Client(dsn) as client:
+            assert client.dlq_depth().total == 4  # asked first: nothing moved
+        done = http.post("/dlq/bulk", data=form | {"confirm": "yes"})
+        assert done.headers["location"] == "/dlq?queue=mail&done=3+dead+letters+retried"
+        assert set(states(dsn, mail).values()) == {"available"}
+        # No filter: every dead letter; the API twin with a dry run first.
+        dry = http.post("/api/dlq/bulk/purge", json={"dry_run": True}, headers=OP)
+        assert dry.json() == {"count": 1, "dry_run": True}
+        asked = http.post("/dlq/bulk", data={"csrf": csrf, "do": "purge"})
+        assert "Purge all 1 dead letter in the queue." in asked.text
+        assert http.post("/api/dlq/bulk/purge", json={}, headers=OP).json()["count"] == 1
+        bad = http.post("/api/dlq/bulk/move", json={}, headers=OP)
+        assert bad.status_code == 422
+        viewer = http.post("/api/dlq/bulk/retry", json={}, headers=bearer(VIEWER_TOKEN))
+        assert viewer.status_code == 403
+    with awa.Client(dsn) as client:
+        assert client.dlq_depth().total == 0
+    assert reports not in states(dsn, [reports])
+    assert [r[:4] for r in audit_rows(dsn)][:2] == [
+        ("serve:otto", "dlq.retry", "queue=mail", "ok"),
+        ("serve:otto", "dlq.purge", "all", "ok"),
+    ]
