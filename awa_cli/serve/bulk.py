@@ -178,17 +178,20 @@ def _confirmation(asked: BulkAsk, operation: Operation, count: int) -> dict[str,
     }
 
 
-async def _refused(request: Request, verb: str, exc: Exception) -> None:
+async def refused(request: Request, action: str | None, exc: Exception) -> None:
     """Record a request refused before it reached the core (bad ids, no filter, an unknown
-    operation), under the audit action the operation would have had."""
+    operation), under the audit action the operation would have had (``request`` if none)."""
     from awa_cli.serve.audit import audit
     from awa_cli.serve.common import principal_of
 
-    action = {"cancel": "job.cancel", "retry": "job.retry", "delete": "job.purge"}.get(verb)
     detail = {"status": status_for(exc), "error": error_line(exc)}
     target = f"POST {request.url.path}"
     actor = principal_of(request).actor
     await audit(client_of(request), actor, action or "request", target, "refused", detail)
+
+
+def _audit_action(verb: str) -> str | None:
+    return {"cancel": "job.cancel", "retry": "job.retry", "delete": "job.purge"}.get(verb)
 
 
 async def bulk_form(request: Request) -> Response:
@@ -200,7 +203,7 @@ async def bulk_form(request: Request) -> Response:
     try:
         asked = _from_form(form)
     except ValidationError as exc:
-        await _refused(request, (form.get("do") or [""])[-1].partition(":")[0], exc)
+        await refused(request, _audit_action((form.get("do") or [""])[-1].partition(":")[0]), exc)
         return error_page(request, exc)
     try:
         operation = _operations(client_of(request))[asked.verb]
@@ -257,7 +260,7 @@ async def bulk_api(request: Request) -> Response:
             raise ValidationError("operation", "expected cancel, retry or delete")
         asked, dry_run = _from_json(verb, await request.body())
     except ValidationError as exc:
-        await _refused(request, verb, exc)
+        await refused(request, _audit_action(verb), exc)
         return json_error(status_for(exc), error_line(exc))
     try:
         if dry_run:

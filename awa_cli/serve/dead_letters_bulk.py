@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
 
 from awa_cli.errors import ValidationError
+from awa_cli.serve.bulk import refused
 from awa_cli.serve.common import act, client_of, error_line, error_page, form_of, json_error
 from awa_cli.serve.common import render, status_for
 
@@ -26,7 +27,10 @@ if TYPE_CHECKING:
 
     from awa_cli.client import AsyncClient
 
-VERBS = {"retry": ("dlq.retry", "retried"), "purge": ("dlq.purge", "purged")}
+VERBS: dict[str, tuple[str, str]] = {
+    "retry": ("dlq.retry", "retried"),
+    "purge": ("dlq.purge", "purged"),
+}
 
 
 def _filters(source: dict[str, Any]) -> dict[str, str | None]:
@@ -101,6 +105,21 @@ async def bulk_form(request: Request) -> Response:
     return RedirectResponse(f"/dlq?{urlencode(query)}", status_code=303)
 
 
+def _parsed(verb: str, body: bytes) -> tuple[dict[str, str | None], bool]:
+    if verb not in VERBS:
+        raise ValidationError("operation", "expected retry or purge")
+    try:
+        data = json.loads(body or b"{}")
+    except ValueError as exc:
+        raise ValidationError("body", f"not valid JSON: {exc}") from None
+    if not isinstance(data, dict) or set(data) - {"queue", "kind", "dry_run"}:
+        raise ValidationError("body", "expected an object of queue, kind and dry_run")
+    dry_run = data.get("dry_run", False)
+    if not isinstance(dry_run, bool):
+        raise ValidationError("dry_run", "expected true or false")
+    return _filters(data), dry_run
+
+
 async def bulk_api(request: Request) -> Response:
     """``{"count": n, "dry_run": bool}``; the body names ``queue`` and ``kind`` (none: every
     dead letter) and ``dry_run``."""
@@ -108,18 +127,11 @@ async def bulk_api(request: Request) -> Response:
 
     verb = str(request.path_params["verb"])
     try:
-        if verb not in VERBS:
-            raise ValidationError("operation", "expected retry or purge")
-        try:
-            data = json.loads(await request.body() or b"{}")
-        except ValueError as exc:
-            raise ValidationError("body", f"not valid JSON: {exc}") from None
-        if not isinstance(data, dict) or set(data) - {"queue", "kind", "dry_run"}:
-            raise ValidationError("body", "expected an object of queue, kind and dry_run")
-        dry_run = data.get("dry_run", False)
-        if not isinstance(dry_run, bool):
-            raise ValidationError("dry_run", "expected true or false")
-        filters = _filters(data)
+        filters, dry_run = _parsed(verb, await request.body())
+    except ValidationError as exc:
+        await refused(request, VERBS[verb][0] if verb in VERBS else None, exc)
+        return json_error(status_for(exc), error_line(exc))
+    try:
         if dry_run:
             count = await _apply(client_of(request), verb, filters, True)
         else:

@@ -337,3 +337,23 @@ def test_list_pages_fit_and_run_no_inline_script(dsn: str, tmp_path: Path, width
             )
         assert blocked == []
     assert served.foreign() == []
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_retry_all_dead_letters_from_the_dlq_page(dsn: str, tmp_path: Path, width: int) -> None:
+    data = seed(dsn)
+    with awa_serve(dsn, tmp_path) as served, chromium() as browser:
+        page = new_page(browser, served, width=width, height=900)
+        log_in(page, served, OPERATOR_TOKEN, "/dlq?queue=reports")
+        assert no_horizontal_scroll(page)
+        page.click("#dlq-bulk button:has-text('Retry all')")
+        page.wait_for_url("**/dlq/bulk")
+        assert page.inner_text("h1") == "Retry 1 dead letter?"
+        assert "matching queue=reports" in page.inner_text("#confirm")
+        with awa.Client(dsn) as client:
+            assert client.dlq_depth().total == 1
+        page.click("button[data-confirmed]")
+        page.wait_for_url("**/dlq?queue=reports&done=1+dead+letter+retried")
+        assert job_row(dsn, data.dead).state == awa.JobState.AVAILABLE
+    assert [r[:4] for r in audit_rows(dsn)] == [("serve:otto", "dlq.retry", "queue=reports", "ok")]
+    assert served.foreign() == []
