@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import socket
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
@@ -166,6 +168,7 @@ class Maintenance:
         self._periodic_due_at: float | None = None  # loop time the next schedule is due
         self._periodic_pruned_at = float("-inf")
         self._worked = False  # a lock query succeeded on the current connection
+        self._marked = False  # this leadership is written in the worker's awa.workers row
         if timings.heartbeat_staleness < 3 * timings.heartbeat_interval:
             log.warning(
                 "heartbeat_staleness (%ss) is below 3x heartbeat_interval (%ss): live jobs may be rescued",
@@ -215,6 +218,7 @@ class Maintenance:
                 if self.is_leader:
                     await conn.execute(SQL["leader_keepalive"])
                     self._worked = True
+                    await self._mark_worker(conn)
                     await self.sweep()
                     await self._report_depth(conn)
                     await self._prune_workers(conn)
@@ -228,6 +232,21 @@ class Maintenance:
                 except psycopg.Error:
                     pass
             self.is_leader = False
+            self._marked = False
+
+    async def _mark_worker(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        """Name this worker as the leader in its awa.workers row (``awa doctor`` shows its
+        host:pid), once per leadership: best-effort, a schema without the column is no error."""
+        if self._marked:
+            return
+        try:
+            cur = await conn.execute(
+                SQL["leader_mark_worker"], {"host": socket.gethostname(), "pid": os.getpid()}
+            )
+        except psycopg.errors.UndefinedColumn:
+            self._marked = True
+            return
+        self._marked = cur.rowcount > 0  # 0: the worker's row is not there yet
 
     async def _periodic_until_next_sweep(
         self, conn: psycopg.AsyncConnection[Any], stopping: asyncio.Event

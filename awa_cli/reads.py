@@ -54,6 +54,9 @@ class WorkerInfo:
     heartbeat_age_seconds: float
     running: int
     version: str
+    # Claims failing (migration 0013): since when and the last error; None while they work.
+    claim_failing_since: datetime | None = None
+    claim_error: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -67,6 +70,10 @@ class WorkerInfo:
             "heartbeat_age_seconds": round(self.heartbeat_age_seconds, 3),
             "running": self.running,
             "version": self.version,
+            "claim_failing_since": (
+                self.claim_failing_since.isoformat() if self.claim_failing_since else None
+            ),
+            "claim_error": self.claim_error,
         }
 
 
@@ -217,6 +224,8 @@ class InspectReads:
                 heartbeat_age_seconds=max(0.0, float(r["heartbeat_age_seconds"])),
                 running=int(r["running"]),
                 version=r["version"],
+                claim_failing_since=r.get("claim_failing_since"),
+                claim_error=r.get("claim_error"),
             )
             for r in rows
         ]

@@ -31,6 +31,8 @@ NAMES = [
     "max_connections",
     "listen_notify",
     "leader",
+    "claims",
+    "dead_workers",
     "stuck_rescues",
     "oldest_available",
     "table_bloat",
