@@ -102,6 +102,7 @@ class OperatorMethods:
             "actor": actor,
             "action": action,
             "target": target,
+            "targets": None,
             "since": since,
             "limit": _limit(limit),
         }

@@ -270,14 +270,19 @@ class InspectReads:
         target: str | None = None,
         since: datetime | None = None,
         limit: int = 100,
+        job_id: int | None = None,
     ) -> list[AuditEntry]:
-        """Audit entries newest first, optionally of one actor, action or target, or since."""
+        """Audit entries newest first, optionally of one actor, action or target, or since;
+        ``job_id``: the entries of one job (targets ``job:<id>``, ``<id>``, ``id=<id>``)."""
         if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 1000:
             raise ValidationError("limit", "must be an integer from 1 to 1000")
+        if job_id is not None and (isinstance(job_id, bool) or not isinstance(job_id, int)):
+            raise ValidationError("job_id", "expected an integer")
         params = {
             "actor": actor,
             "action": action,
             "target": target,
+            "targets": None if job_id is None else [f"job:{job_id}", str(job_id), f"id={job_id}"],
             "since": since,
             "limit": limit,
         }

@@ -312,11 +312,13 @@ class Client:
         target: str | None = None,
         since: datetime | None = None,
         limit: int = 100,
+        job_id: int | None = None,
     ) -> list[AuditEntry]:
-        """Audit entries newest first, optionally of one actor, action or target, or since."""
+        """Audit entries newest first, optionally of one actor, action or target, or since;
+        ``job_id``: the entries of one job (targets ``job:<id>``, ``<id>``, ``id=<id>``)."""
         return self._runner.run(
             self._async.list_audit(
-                actor=actor, action=action, target=target, since=since, limit=limit
+                actor=actor, action=action, target=target, since=since, limit=limit, job_id=job_id
             )
         )
 

@@ -45,7 +45,7 @@ async def cancel(core: CoreState, job_id: int, reason: str) -> JobRow:
             {"id": job_id},
             missing_or_state(job_id, "cancelled"),
             event=lambda row, _: JobEvent.Cancelled(row, row.args, reason),
-            then=audited(core, "job.cancel", notify_cancel, lambda _row: {"reason": reason}),
+            then=audited(core, "job.cancel", notify_cancel),
         ),
     )
     assert row is not None  # missing raised

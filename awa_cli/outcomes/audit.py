@@ -127,7 +127,7 @@ def audited(
     async def then_audited(cur: Any, row: JobRow, event: Any) -> None:
         if then is not None:
             await then(cur, row, event)
-        found = {"state": str(row.state), **(detail(row) if detail is not None else {})}
+        found = detail(row) if detail is not None else None
         await record(cur.connection, current_actor(core), action, f"job:{row.id}", "ok", found)
 
     return then_audited
