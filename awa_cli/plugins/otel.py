@@ -448,8 +448,12 @@ class FoldedExporterLog(logging.Filter):
 
 
 def fold_exporter_logs(endpoint: str) -> None:
-    """Install :class:`FoldedExporterLog` on the exporters' loggers (once per process)."""
+    """Install :class:`FoldedExporterLog` on the exporters' loggers (once per process; a
+    later plugin's endpoint replaces the one it names)."""
     for name in EXPORTER_LOGGERS:
         target = logging.getLogger(name)
-        if not any(isinstance(f, FoldedExporterLog) for f in target.filters):
+        installed = [f for f in target.filters if isinstance(f, FoldedExporterLog)]
+        if installed:
+            installed[0].endpoint = endpoint
+        else:
             target.addFilter(FoldedExporterLog(endpoint))

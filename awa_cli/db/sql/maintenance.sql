@@ -21,8 +21,8 @@ DELETE FROM awa.jobs WHERE id IN (
     LIMIT %(limit)s FOR UPDATE SKIP LOCKED);
 
 -- name: leader_mark_worker
--- The new leader's own row(s) of awa.workers (migration 0013): the backend pid of this session,
--- which holds the leader lock, so `awa doctor` can name the leader's host:pid. No row yet (the
--- worker registers at the same moment): the next sweep tries again.
-UPDATE awa.workers SET leader_backend_pid = pg_backend_pid()
-WHERE host = %(host)s AND pid = %(pid)s AND leader_backend_pid IS DISTINCT FROM pg_backend_pid()
+-- The new leader's own row(s) of awa.workers (migration 0013): the backend pid of the session
+-- that holds the leader lock, so `awa doctor` can name the leader's host:pid. No row yet (the
+-- worker registers at the same moment): the leader tries again shortly.
+UPDATE awa.workers SET leader_backend_pid = %(backend_pid)s
+WHERE host = %(host)s AND pid = %(pid)s

@@ -162,7 +162,8 @@ def test_exporter_complaints_fold_into_one_short_line(caplog: pytest.LogCaptureF
     fold_exporter_logs("http://127.0.0.1:9")
     name = "opentelemetry.exporter.otlp.proto.http.metric_exporter"
     noisy = logging.getLogger(name)
-    assert any(isinstance(f, FoldedExporterLog) for f in noisy.filters)
+    [folding] = [f for f in noisy.filters if isinstance(f, FoldedExporterLog)]
+    folding.last.clear()  # an earlier test of this process may have logged through it
     long = "Transient error HTTPConnectionPool(host='127.0.0.1', port=9): Max retries " + "x" * 300
     with caplog.at_level(logging.WARNING, logger=name):
         for _ in range(4):
