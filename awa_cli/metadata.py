@@ -5,7 +5,8 @@ each validated insert (a bulk insert calls it once per kind and shares the resul
 job's kind, queue and its metadata so far, and ``trigger``: the metadata of the job whose
 outcome enqueues this one (a follow-up), or None. What it returns is merged in, without
 overriding a key the caller set. The OpenTelemetry plugin registers one to store
-``awa.traceparent``; nothing is registered by default, so enqueue pays one list check.
+``awa.traceparent``; nothing is registered by default, so enqueue pays one list check (and
+one ``sys.modules`` lookup for the ambient tracing of :mod:`awa_cli.plugins.ambient`).
 
 The outcome core and the worker mark the follow-ups they prepare with :func:`following`.
 A contributor that raises is logged and skipped: tracing never stops an enqueue.
