@@ -48,8 +48,12 @@ async def applied_versions(conn: psycopg.AsyncConnection[Any]) -> list[int]:
 
 
 async def leader(conn: psycopg.AsyncConnection[Any], key: int, stale: float) -> list[DictRow]:
-    """The sessions holding the leader lock, with the live worker row that names each."""
-    return await _all(conn, "doctor_leader", {"key": key, "stale": stale})
+    """The sessions holding the leader lock, with the live worker row that names each (no
+    names before migration 0013)."""
+    try:
+        return await _all(conn, "doctor_leader", {"key": key, "stale": stale})
+    except (psycopg.errors.UndefinedTable, psycopg.errors.UndefinedColumn):
+        return await _all(conn, "doctor_leader_unnamed", {"key": key})
 
 
 async def failing_claims(conn: psycopg.AsyncConnection[Any], stale: float) -> list[DictRow]:

@@ -100,6 +100,17 @@ WHERE datname = current_database()
   AND xact_start < now() - %(threshold)s * interval '1 second'
 ORDER BY xact_start
 
+-- name: doctor_leader_unnamed
+-- doctor_leader for a schema without awa.workers' leader column (before migration 0013).
+SELECT l.pid, a.application_name, a.client_addr::text AS client_addr,
+       extract(epoch FROM now() - a.backend_start)::float8 AS held_for,
+       NULL::text AS worker_host, NULL::int AS worker_pid
+FROM pg_locks AS l
+LEFT JOIN pg_stat_activity AS a ON a.pid = l.pid
+WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
+  AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+  AND ((l.classid::bigint << 32) | l.objid::bigint) = %(key)s::bigint
+
 -- name: doctor_failing_claims
 -- Live workers whose claims fail (migration 0013: each writes since when and why in its row).
 SELECT host, pid, claim_error,
