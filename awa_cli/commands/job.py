@@ -256,12 +256,24 @@ def show(ctx: CliContext, job_id: int, json_flag: bool) -> None:
     callback it waits on, its output and progress, the follow-ups it produced and the job
     that produced it. --json prints the row with the same under "timeline"."""
 
-    async def fetch(client: Any) -> tuple[Any, dict[str, Any]]:
-        return await client.job_history(job_id), await client.limit_status(job_id)
+    async def fetch(client: Any) -> tuple[Any, dict[str, Any], list[Any]]:
+        history = await client.job_history(job_id)
+        status = await client.limit_status(job_id)
+        runnable = history.job.state in (JobState.AVAILABLE, JobState.RETRYABLE)
+        return history, status, (await client.list_workers()) if runnable else []
 
-    history, status = run_with_client(ctx, fetch)
+    history, status, workers = run_with_client(ctx, fetch)
     row = history.job
     shown = show_json(history, status)
+    failing = [
+        {
+            "worker": f"{w.host}:{w.pid}",
+            "since": w.claim_failing_since.isoformat(),
+            "error": w.claim_error,
+        }
+        for w in workers
+        if row.queue in w.queues and w.claim_failing_since is not None
+    ]
     limit = shown["limit"]
     if ctx.wants_json(json_flag):
         ctx.terminal.json(shown)
@@ -276,6 +288,11 @@ def show(ctx: CliContext, job_id: int, json_flag: bool) -> None:
         )
     if status["reason"] is not None:
         ctx.terminal.data(f"waiting: {status['reason']}")
+    for f in failing:
+        ctx.terminal.data(
+            f"waiting: claims of worker {f['worker']} on queue {row.queue} fail "
+            f"since {f['since']}: {f['error']}"
+        )
     ctx.terminal.data("timeline:")
     for line in history.lines():
         ctx.terminal.data(f"  {line}")

@@ -108,6 +108,19 @@ async def test_doctor_fails_while_a_worker_cannot_claim_and_recovers(
         detail = checks["claims"]["detail"]
         assert f"{socket.gethostname()}:{os.getpid()}" in detail
         assert "permission denied for table jobs" in detail and "queue default" in detail
+        async with awa.AsyncClient(dsn) as client:
+            job = await client.insert({"n": 1}, kind="noop")
+        shown = await asyncio.to_thread(
+            CliRunner().invoke,
+            cli,
+            ["--config", str(config_file), "--database-url", dsn, "job", "show", str(job.id)],
+            env=ENV,
+        )
+        assert shown.exit_code == 0, shown.output
+        assert (
+            f"waiting: claims of worker {socket.gethostname()}:{os.getpid()} on queue default fail"
+            in (shown.stdout)
+        )
         await asyncio.to_thread(run_sql, dsn, "GRANT UPDATE ON awa.jobs TO {r}", r=name)
 
         async def claims_ok() -> bool:
