@@ -179,7 +179,10 @@ def require_filter(operation: str, *, all_: bool, **filters: Any) -> None:
     """
     if not all_ and all(value is None for value in filters.values()):
         names = ", ".join(f"--{name.replace('_', '-')}" for name in filters)
-        raise ValidationError("all", f"{operation} needs a filter ({names}) or --all")
+        refused = ValidationError("all", f"{operation} needs a filter ({names}) or --all")
+        # One sentence, not "all: cancel needs ..." (the field stays ``all`` for callers).
+        refused.args = (f"{operation} needs a filter ({names}) or --all",)
+        raise refused
 
 
 __all__ = [

@@ -111,6 +111,7 @@ class OperatorMethods:
             "actor": actor,
             "action": action,
             "target": target,
+            "targets": None,
             "since": since,
             "limit": _limit(limit),
         }

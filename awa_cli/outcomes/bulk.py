@@ -47,8 +47,9 @@ async def refusing(
     """Refuse an action with no filter and no ``all`` (recorded as refused), else return."""
     try:
         require_filter(operation, all_=all_, **filters)
-    except ValidationError:
-        await audit.record_alone(core, actor, action, audit.describe(**filters), "refused")
+    except ValidationError as exc:
+        detail = {"reason": str(exc)}
+        await audit.record_alone(core, actor, action, audit.describe(**filters), "refused", detail)
         raise
 
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from awa_cli.serve.audit import audit, result_of
+from awa_cli.serve.audit import audit, log_entry, result_of
 from awa_cli.serve.auth import CSRF_KEY, PRINCIPAL_KEY, Principal, form_fields
 
 if TYPE_CHECKING:
@@ -151,6 +151,8 @@ async def act(request: Request, action: str, target: str, call: Callable[[], Awa
             raise
     if not trail.recorded(succeeded=True):
         await audit(client, actor, action, target, "ok")
+    else:  # the core wrote the row in the action's transaction; the log line is ours
+        log_entry(actor, action, target, "ok")
     return result
 
 
