@@ -165,18 +165,26 @@ class InspectReads:
             for r in rows
         ]
 
-    async def throughput(self) -> list[dict[str, Any]]:
+    async def throughput(self, queue: str | None = None) -> list[dict[str, Any]]:
         """Completed and failed jobs per minute over the last hour, oldest minute first:
-        ``[{"minute": datetime, "completed": n, "failed": n}]`` (minutes with none omitted)."""
+        ``[{"minute": datetime, "completed": n, "failed": n}]`` (minutes with none omitted);
+        of one ``queue`` when given (its jobs dead-lettered in the hour count as failed)."""
         pool = await self.ensure_open()
         async with pool.connection() as conn:
-            rows = await dashboard.throughput(conn)
+            rows = await dashboard.throughput(conn, queue)
         minutes: dict[datetime, dict[str, Any]] = {}
         for minute, state, count in rows:
             minutes.setdefault(minute, {"minute": minute, "completed": 0, "failed": 0})[state] = (
                 count
             )
         return [minutes[m] for m in sorted(minutes)]
+
+    async def running_by_worker(self, queue: str) -> dict[str, int]:
+        """One queue's running jobs per worker process: ``{"host:pid": n}`` (as the jobs'
+        ``attempted_by`` names them)."""
+        pool = await self.ensure_open()
+        async with pool.connection() as conn:
+            return await dashboard.running_by_worker(conn, queue)
 
     async def list_jobs_page(
         self,

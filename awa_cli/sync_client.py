@@ -275,10 +275,16 @@ class Client:
         states; on a large table the terminal states are estimates (``estimated``)."""
         return self._runner.run(self._async.job_counts())
 
-    def throughput(self) -> list[dict[str, Any]]:
+    def throughput(self, queue: str | None = None) -> list[dict[str, Any]]:
         """Completed and failed jobs per minute over the last hour, oldest minute first:
-        ``[{"minute": datetime, "completed": n, "failed": n}]`` (minutes with none omitted)."""
-        return self._runner.run(self._async.throughput())
+        ``[{"minute": datetime, "completed": n, "failed": n}]`` (minutes with none omitted);
+        of one ``queue`` when given (its jobs dead-lettered in the hour count as failed)."""
+        return self._runner.run(self._async.throughput(queue))
+
+    def running_by_worker(self, queue: str) -> dict[str, int]:
+        """One queue's running jobs per worker process: ``{"host:pid": n}`` (as the jobs'
+        ``attempted_by`` names them)."""
+        return self._runner.run(self._async.running_by_worker(queue))
 
     def list_jobs_page(
         self,
@@ -380,10 +386,15 @@ class Client:
         all: bool = False,
         dry_run: bool = False,
         progress: Progress | None = None,
+        tag: str | None = None,
+        ids: Iterable[int] | None = None,
     ) -> int:
-        """Retry every matching failed or cancelled job (as ``retry``); the number retried."""
+        """Retry every matching failed or cancelled job (as ``retry``); the number retried.
+        ``tag`` keeps jobs carrying it, ``ids`` those jobs only (each one a filter)."""
         return self._runner.run(
-            self._async.retry_jobs(state, kind, queue, all=all, dry_run=dry_run, progress=progress)
+            self._async.retry_jobs(
+                state, kind, queue, all=all, dry_run=dry_run, progress=progress, tag=tag, ids=ids
+            )
         )
 
     def cancel_jobs(
@@ -395,11 +406,16 @@ class Client:
         all: bool = False,
         dry_run: bool = False,
         progress: Progress | None = None,
+        tag: str | None = None,
+        ids: Iterable[int] | None = None,
     ) -> int:
         """Cancel every matching available, scheduled, retryable or waiting job (as
-        ``cancel``: with an app, Cancelled fires and on_cancelled specs run, per job)."""
+        ``cancel``: with an app, Cancelled fires and on_cancelled specs run, per job).
+        ``tag`` keeps jobs carrying it, ``ids`` those jobs only (each one a filter)."""
         return self._runner.run(
-            self._async.cancel_jobs(state, kind, queue, all=all, dry_run=dry_run, progress=progress)
+            self._async.cancel_jobs(
+                state, kind, queue, all=all, dry_run=dry_run, progress=progress, tag=tag, ids=ids
+            )
         )
 
     def purge_jobs(
@@ -412,12 +428,22 @@ class Client:
         all: bool = False,
         dry_run: bool = False,
         progress: Progress | None = None,
+        tag: str | None = None,
+        ids: Iterable[int] | None = None,
     ) -> int:
         """Delete matching finished jobs (completed, failed, cancelled), finished more than
-        ``older_than`` ago when given."""
+        ``older_than`` ago when given; ``tag`` and ``ids`` as for :meth:`cancel_jobs`."""
         return self._runner.run(
             self._async.purge_jobs(
-                state, kind, queue, older_than, all=all, dry_run=dry_run, progress=progress
+                state,
+                kind,
+                queue,
+                older_than,
+                all=all,
+                dry_run=dry_run,
+                progress=progress,
+                tag=tag,
+                ids=ids,
             )
         )
 

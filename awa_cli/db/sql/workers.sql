@@ -21,11 +21,22 @@ UPDATE awa.workers SET heartbeat_at = now(), running = %(running)s,
 WHERE id = %(id)s
 
 -- name: worker_remove
-DELETE FROM awa.workers WHERE id = %(id)s
+-- A worker that stops deletes its row, and marks its queues seen now (awa.queues.updated_at):
+-- a queue nothing else keeps listed stays on the lists for a while after its last worker
+-- left (queue_list).
+WITH gone AS (DELETE FROM awa.workers WHERE id = %(id)s RETURNING queues)
+UPDATE awa.queues SET updated_at = now()
+WHERE name IN (SELECT jsonb_object_keys(g.queues) FROM gone AS g)
 
 -- name: worker_prune
--- The maintenance leader, each sweep: rows of processes that stopped heartbeating.
-DELETE FROM awa.workers WHERE heartbeat_at < now() - %(stale)s * interval '1 second'
+-- The maintenance leader, each sweep: rows of processes that stopped heartbeating (their
+-- queues marked seen now, as worker_remove does).
+WITH gone AS (
+    DELETE FROM awa.workers WHERE heartbeat_at < now() - %(stale)s * interval '1 second'
+    RETURNING queues
+)
+UPDATE awa.queues SET updated_at = now()
+WHERE name IN (SELECT jsonb_object_keys(g.queues) FROM gone AS g)
 
 -- name: workers_live
 -- The live workers for the dashboard, newest first; stale rows are not shown even before

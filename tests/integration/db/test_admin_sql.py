@@ -16,7 +16,7 @@ from tests.integration.db.rows import add_jobs, fail, ids_in, job_record, rowcou
 
 pytestmark = pytest.mark.integration
 
-NO_FILTER: dict[str, Any] = {"queue": None, "kind": None}
+NO_FILTER: dict[str, Any] = {"queue": None, "kind": None, "tag": None, "ids": None}
 
 
 def queue(db: psycopg.Connection, name: str) -> QueueInfo | None:
@@ -147,7 +147,11 @@ def test_bulk_retry_in_bounded_batches(db: psycopg.Connection) -> None:
     running = add_jobs(db, 2, queue="q", state="running")
     db.commit()
     count = run(
-        db, "bulk_count_jobs", states=["failed", "cancelled"], queue="q", kind=None, older_than=None
+        db,
+        "bulk_count_jobs",
+        **{**NO_FILTER, "queue": "q"},
+        states=["failed", "cancelled"],
+        older_than=None,
     )
     assert count == [{"count": 15}]
     done = batches(db, "bulk_retry_jobs", ["failed", "cancelled"], 5, queue="q")
