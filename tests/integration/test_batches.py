@@ -5,6 +5,12 @@ stale attempt never touches; the one-shot and caller's-transaction forms."""
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -13,7 +19,7 @@ import pytest
 import awa_cli as awa
 from awa_cli.attempts import AttemptResult
 from tests.apps.batch_app import Done, Member, app
-from tests.helpers import running_worker, wait_until
+from tests.helpers import ROOT, running_worker, wait_until
 
 pytestmark = [pytest.mark.integration]
 async_test = pytest.mark.asyncio
@@ -308,3 +314,78 @@ async def test_bad_callbacks_and_members_name_the_field(dsn: str) -> None:
         with pytest.raises(awa.ValidationError, match="shards"):
             awa.Batch(shards=0)
         assert await client.list_batches() == []  # nothing written
+
+
+@pytest.fixture
+def two_workers(dsn: str, tmp_path: Path) -> Iterator[list[subprocess.Popen[bytes]]]:
+    """Two real `awa worker` processes running tests.apps.batch_app."""
+    config = tmp_path / "awa.toml"
+    config.write_text(
+        '[app]\nmodules = ["tests.apps.batch_app"]\n[queues.default]\nconcurrency = 20\n'
+    )
+    env = {**os.environ, "AWA_DATABASE_URL": dsn, "PYTHONPATH": str(ROOT)}
+    procs = []
+    for i in range(2):
+        log = (tmp_path / f"worker{i}.log").open("w")
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, "-m", "awa_cli", "--config", str(config), "worker"],
+                env=env,
+                cwd=ROOT,
+                stderr=log,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+        )
+    try:
+        yield procs
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGTERM)
+        for proc in procs:
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+
+
+@async_test
+async def test_two_worker_processes_racing_on_the_last_members_fire_each_callback_once(
+    dsn: str, two_workers: list[subprocess.Popen[bytes]]
+) -> None:
+    # Many small batches whose members all finish at about the same moment on two
+    # processes (each finalising in parallel flushes): the last members of a batch are
+    # finalised by concurrent transactions, on one counter row (shards=1) or several.
+    async with awa.AsyncClient(dsn, app) as client:
+        ids = []
+        for i in range(30):
+            batch = await client.insert_batch(
+                [Member(n, fail=(i % 5 == 0 and n == 7)) for n in range(24)],
+                on_success=Done("ok"),
+                on_complete=Done("complete"),
+                on_death=Done("death"),
+                shards=1 if i % 2 else 16,
+                max_attempts=1,
+            )
+            ids.append(batch.id)
+        await wait_until(lambda: _callbacks_done(dsn, ids), timeout=90, interval=0.2)
+        await asyncio.sleep(0.5)  # a late duplicate would have arrived by now
+        for i, batch_id in enumerate(ids):
+            row = await client.get_batch(batch_id)
+            expected = ["on_complete", "on_death"] if i % 5 == 0 else ["on_complete", "on_success"]
+            assert sorted(callbacks_named(dsn, batch_id)) == expected, batch_id
+            assert row.counts.pending == 0 and row.counts.total == 24
+            assert row.counts.failed == (1 if i % 5 == 0 else 0)
+    assert all(proc.poll() is None for proc in two_workers)
+
+
+def _callbacks_done(dsn: str, ids: list[int]) -> bool:
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM awa.jobs WHERE batch_id IS NULL AND state = 'completed'"
+            " AND (metadata ->> 'awa.batch_id')::bigint = ANY (%s)",
+            (ids,),
+        ).fetchone()
+    return bool(row and row[0] >= 2 * len(ids))
