@@ -122,6 +122,14 @@ TARGETS: tuple[Target, ...] = (
         lambda x: x >= 0.9,
     ),
     Target(
+        "`batch_100k` / `drain`",
+        "≥ 0.8×",
+        lambda s: ratio(s, "batch_100k", "drain"),
+        _times,
+        lambda x: x >= 0.8,
+        "batch_100k",
+    ),
+    Target(
         "`sustained_load` p99, commit → handler start",
         "≤ 25 ms",
         lambda s: median(s, "sustained_load", "p99_ms"),

@@ -14,7 +14,7 @@
 -- stale attempt (its guarded UPDATE changes no row, so there is nothing to count).
 --
 -- The counters are sharded so that no single row becomes a lock every member waits on: a
--- member counts in awa.batch_shards row (batch_id, id % shards); only a statement that takes a
+-- member counts in awa.batch_shards row (batch_id, awa.batch_shard(id, shards)); only a statement that takes a
 -- shard's pending count to 0 (or back from 0) touches the batch row, so the batch row sees at
 -- most a few updates per shard. Because the shard row is locked by the statement that counts
 -- in it, "this shard has nothing pending" is exact, and because every shard closer then
@@ -58,6 +58,14 @@ CREATE TABLE awa.batch_shards (
     cancelled bigint NOT NULL DEFAULT 0,
     PRIMARY KEY (batch_id, shard)
 ) WITH (fillfactor = 50);  -- room on the page: the counter updates stay HOT
+
+-- A member's counter row: runs of 16 consecutive ids share one. Workers claim members in id
+-- order, a claim's jobs are finalised together, and so a finalising statement touches one or
+-- two counter rows, while the claims other workers have in flight (later ids) count in other
+-- rows: few updates per statement and little waiting between workers.
+CREATE FUNCTION awa.batch_shard(member bigint, shards smallint) RETURNS smallint
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    AS $$ SELECT ((member / 16) % shards)::smallint $$;
 
 -- Enqueue one callback job from its stored spec (NULL spec: nothing, NULL id). The job is an
 -- ordinary job whose metadata names its batch, which callback it is, and the batch's counts
@@ -155,7 +163,7 @@ DECLARE
     died boolean := false;
 BEGIN
     FOR r IN
-        SELECT m.batch_id, (m.id % b.shards)::smallint AS shard,
+        SELECT m.batch_id, awa.batch_shard(m.id, b.shards) AS shard,
                sum(CASE WHEN m.now_ IN ('completed', 'failed', 'cancelled') THEN 0 ELSE 1 END
                    - CASE WHEN m.was IN ('completed', 'failed', 'cancelled') THEN 0 ELSE 1 END) AS dp,
                sum((m.now_ = 'completed')::int - (m.was = 'completed')::int) AS dc,

@@ -88,7 +88,9 @@ def status_for(exc: BaseException) -> int:
         ValidationError,
     )
 
-    if isinstance(exc, (JobNotFound, CallbackNotFound, PeriodicNotFound, QueueNotFound, BatchNotFound)):
+    if isinstance(
+        exc, (JobNotFound, CallbackNotFound, PeriodicNotFound, QueueNotFound, BatchNotFound)
+    ):
         return 404
     if isinstance(exc, (InvalidJobState, UnknownKindRefused, UniqueConflict)):
         return 409

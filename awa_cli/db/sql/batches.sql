@@ -44,7 +44,7 @@ WITH b AS (
     ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL AND state = ANY (unique_states) DO NOTHING
     RETURNING j.id
 ), added AS (
-    SELECT (i.id %% b.shards)::smallint AS shard, count(*) AS n
+    SELECT awa.batch_shard(i.id, b.shards) AS shard, count(*) AS n
     FROM inserted AS i, b GROUP BY 1
 ), counted AS (
     INSERT INTO awa.batch_shards AS s (batch_id, shard, pending)
