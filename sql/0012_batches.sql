@@ -271,6 +271,44 @@ CREATE TRIGGER jobs_batch_members_removed
     REFERENCING OLD TABLE AS awa_old
     FOR EACH STATEMENT EXECUTE FUNCTION awa.batch_members_removed();
 
+-- Count new members (their ids; NULL entries are skipped) into an open batch: the counter
+-- rows first, in shard order, then the batch row, the order every counting statement takes
+-- them in, so adding members never deadlocks with members finishing. A sealed batch refuses
+-- with SQLSTATE AWB01, a missing one with AWB02: the statement that inserted the members fails
+-- with it, and they are gone. The batch row's update is what a concurrent seal waits for.
+CREATE FUNCTION awa.batch_add(batch bigint, members bigint[]) RETURNS integer
+LANGUAGE plpgsql AS $$
+DECLARE
+    n_shards smallint;
+    r record;
+    now_pending bigint;
+    opened integer := 0;
+BEGIN
+    SELECT shards INTO n_shards FROM awa.batches WHERE id = batch;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'batch % not found', batch USING ERRCODE = 'AWB02';
+    END IF;
+    FOR r IN
+        SELECT awa.batch_shard(m, n_shards) AS shard, count(*) AS n
+        FROM unnest(members) AS m WHERE m IS NOT NULL
+        GROUP BY 1 ORDER BY 1
+    LOOP
+        INSERT INTO awa.batch_shards AS s (batch_id, shard, pending)
+        VALUES (batch, r.shard, r.n)
+        ON CONFLICT (batch_id, shard) DO UPDATE SET pending = s.pending + excluded.pending
+        RETURNING s.pending INTO now_pending;
+        IF now_pending = r.n THEN
+            opened := opened + 1;
+        END IF;
+    END LOOP;
+    UPDATE awa.batches SET open_shards = open_shards + opened
+    WHERE id = batch AND sealed_at IS NULL;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'batch % is sealed: no member can be added', batch USING ERRCODE = 'AWB01';
+    END IF;
+    RETURN opened;
+END $$;
+
 -- Seal a batch: no member can be added any more, and the callbacks whose condition already
 -- holds are enqueued now, in this transaction. False when it was already sealed, NULL when
 -- there is no such batch.

@@ -57,10 +57,23 @@ def _members_params(batch_id: int, jobs: Sequence[PreparedJob]) -> dict[str, Any
     return params
 
 
+SEALED = "AWB01"  # the SQLSTATEs awa.batch_add raises (sql/0012_batches.sql)
+MISSING = "AWB02"
+
+
 def _why_nothing(record: Any, batch_id: int) -> Exception:
     if record is None:
         return BatchNotFound(f"batch {batch_id} not found")
     return BatchSealed(f"batch {batch_id} is sealed: no member can be added")
+
+
+def _refused(exc: psycopg.Error, batch_id: int) -> Exception | None:
+    """The awa error for a refusal of awa.batch_add, or None for any other error."""
+    if exc.sqlstate == MISSING:
+        return _why_nothing(None, batch_id)
+    if exc.sqlstate == SEALED:
+        return _why_nothing(True, batch_id)
+    return None
 
 
 async def create(
@@ -84,11 +97,14 @@ async def insert_members(
     if not jobs:
         await _check_open(conn, batch_id)
         return []
-    cur = await conn.execute(SQL["batch_insert_members"], _members_params(batch_id, jobs))
-    rows = await cur.fetchall()
-    if not rows:
-        await _check_open(conn, batch_id)
-    return [row[1] for row in rows]
+    try:
+        cur = await conn.execute(SQL["batch_insert_members"], _members_params(batch_id, jobs))
+    except psycopg.Error as exc:
+        refusal = _refused(exc, batch_id)
+        if refusal is None:
+            raise
+        raise refusal from None
+    return [row[1] for row in await cur.fetchall()]
 
 
 async def insert_member(
@@ -169,15 +185,19 @@ def create_sync(
 def insert_members_sync(
     conn: psycopg.Connection[Any], batch_id: int, jobs: Sequence[PreparedJob]
 ) -> list[int | None]:
-    rows = []
-    if jobs:
-        statement = SQL["batch_insert_members"]
-        rows = conn.execute(statement, _members_params(batch_id, jobs)).fetchall()
-    if not rows:
+    if not jobs:
         sealed = conn.execute(SQL["batch_is_sealed"], {"id": batch_id}).fetchone()
         if sealed is None or sealed[0]:
             raise _why_nothing(sealed, batch_id)
-    return [row[1] for row in rows]
+        return []
+    try:
+        cur = conn.execute(SQL["batch_insert_members"], _members_params(batch_id, jobs))
+    except psycopg.Error as exc:
+        refusal = _refused(exc, batch_id)
+        if refusal is None:
+            raise
+        raise refusal from None
+    return [row[1] for row in cur.fetchall()]
 
 
 def seal_sync(conn: psycopg.Connection[Any], batch_id: int) -> bool:

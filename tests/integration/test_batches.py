@@ -389,3 +389,19 @@ def _callbacks_done(dsn: str, ids: list[int]) -> bool:
             (ids,),
         ).fetchone()
     return bool(row and row[0] >= 2 * len(ids))
+
+
+@async_test
+async def test_a_producer_adds_members_while_workers_finish_them(dsn: str) -> None:
+    # Members are added one by one while a worker finishes the earlier ones: adding takes the
+    # counter row, then the batch row, the order a finishing member takes them in, so the two
+    # never deadlock, and the callbacks fire once, after the seal.
+    async with awa.AsyncClient(dsn, app) as client:
+        async with running_worker(app, dsn, queues={"default": 20}):
+            async with client.batch(awa.Batch(on_complete=Done("c"), shards=1)) as b:
+                for n in range(150):
+                    await b.insert(Member(n))
+                assert callback_jobs(dsn, b.id) == []
+            await wait_until(lambda: callbacks_named(dsn, b.id) == ["on_complete"])
+            row = await client.get_batch(b.id)
+    assert row.counts.completed == 150 and row.state == "completed"

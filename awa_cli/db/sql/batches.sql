@@ -11,20 +11,17 @@ RETURNING id
 
 -- name: batch_insert_members
 -- Members into an open batch, each with its own options (the shape of insert_each), and
--- their pending counts added to their shards, in one statement. The batch row is locked
--- first (FOR NO KEY UPDATE): a concurrent seal waits for these members, or these members
--- see the seal and insert nothing (no row back at all: the caller tells why). A held unique
--- key skips that member (NULL id in its place). A shard that goes from 0 to pending opens.
-WITH b AS (
-    SELECT id, shards FROM awa.batches
-    WHERE id = %(batch_id)s AND sealed_at IS NULL
-    FOR NO KEY UPDATE
-), t AS MATERIALIZED (
+-- counted by awa.batch_add (sql/0012_batches.sql) in the same statement, so even an
+-- autocommit connection never holds a member its batch did not count. awa.batch_add takes
+-- the counter rows, then the batch row (the order every counting statement takes them in),
+-- and refuses a sealed batch (SQLSTATE AWB01) or a missing one (AWB02): the statement then
+-- fails whole. A held unique key skips that member (NULL id in its place).
+WITH t AS MATERIALIZED (
     SELECT nextval(pg_get_serial_sequence('awa.jobs', 'id')) AS id, u.*
-    FROM b, unnest(%(kinds)s::text[], %(queues)s::text[], %(args)s::jsonb[], %(priorities)s::int[],
-                   %(max_attempts)s::int[], %(run_ats)s::timestamptz[], %(deadline_durations)s::float8[],
-                   %(metadata)s::jsonb[], %(tags)s::jsonb[], %(unique_keys)s::bytea[],
-                   %(unique_states)s::jsonb[], %(ordering_keys)s::text[], %(concurrency_keys)s::text[])
+    FROM unnest(%(kinds)s::text[], %(queues)s::text[], %(args)s::jsonb[], %(priorities)s::int[],
+                %(max_attempts)s::int[], %(run_ats)s::timestamptz[], %(deadline_durations)s::float8[],
+                %(metadata)s::jsonb[], %(tags)s::jsonb[], %(unique_keys)s::bytea[],
+                %(unique_states)s::jsonb[], %(ordering_keys)s::text[], %(concurrency_keys)s::text[])
          WITH ORDINALITY AS u(kind, queue, args, priority, max_attempts, run_at, deadline_duration,
                               metadata, tags, unique_key, unique_states, ordering_key,
                               concurrency_key, ord)
@@ -39,26 +36,16 @@ WITH b AS (
            ARRAY(SELECT jsonb_array_elements_text(t.tags)), t.unique_key,
            CASE WHEN t.unique_states IS NOT NULL
                 THEN ARRAY(SELECT jsonb_array_elements_text(t.unique_states))::awa.job_state[] END,
-           t.ordering_key, t.concurrency_key, %(batch_id)s
+           t.ordering_key, t.concurrency_key, %(batch_id)s::bigint
     FROM t ORDER BY t.ord
     ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL AND state = ANY (unique_states) DO NOTHING
     RETURNING j.id
-), added AS (
-    SELECT awa.batch_shard(i.id, b.shards) AS shard, count(*) AS n
-    FROM inserted AS i, b GROUP BY 1
-), counted AS (
-    INSERT INTO awa.batch_shards AS s (batch_id, shard, pending)
-    SELECT %(batch_id)s, added.shard, added.n FROM added ORDER BY added.shard
-    ON CONFLICT (batch_id, shard) DO UPDATE SET pending = s.pending + excluded.pending
-    RETURNING s.shard, s.pending
-), opened AS (
-    UPDATE awa.batches AS bb SET open_shards = bb.open_shards + (
-        SELECT count(*) FROM counted JOIN added USING (shard) WHERE counted.pending = added.n)
-    FROM b WHERE bb.id = b.id
-    RETURNING bb.id
+), counted AS MATERIALIZED (
+    SELECT awa.batch_add(%(batch_id)s::bigint, coalesce(array_agg(inserted.id), '{}')) AS done
+    FROM inserted
 )
 SELECT t.id AS slot, inserted.id
-FROM t LEFT JOIN inserted ON inserted.id = t.id
+FROM counted, t LEFT JOIN inserted ON inserted.id = t.id
 ORDER BY t.ord
 
 -- name: batch_seal
