@@ -15,7 +15,7 @@ from __future__ import annotations
 from awa_cli.app import App
 from awa_cli.batches import Batch, BatchCounts, BatchRow
 from awa_cli.client import AsyncClient, ResolveResult, insert, insert_async
-from awa_cli.client_batches import insert_batch
+from awa_cli.client_batches import insert_batch, insert_batch_async
 from awa_cli.deadletters import DeadLetter
 from awa_cli.events import JobEvent, RescueReason
 from awa_cli.enqueue import DEFAULT_UNIQUE_STATES, EnqueueRequest, InsertOpts, UniqueOpts
@@ -111,6 +111,7 @@ __all__ = [
     "insert",
     "insert_async",
     "insert_batch",
+    "insert_batch_async",
     "kind_for",
 ]
 

@@ -67,6 +67,28 @@ def insert_batch(
     return batches_table.get_sync(conn, batch_id)
 
 
+async def insert_batch_async(
+    conn: psycopg.AsyncConnection[Any],
+    jobs: Iterable[Any],
+    *,
+    on_success: Any = None,
+    on_complete: Any = None,
+    on_death: Any = None,
+    metadata: Mapping[str, Any] | None = None,
+    shards: int = 16,
+    app: App | None = None,
+    **insert_options: Any,
+) -> BatchRow:
+    """``insert_batch`` for an async psycopg connection, inside its transaction."""
+    batch = _batch_of(on_success, on_complete, on_death, metadata, shards)
+    callbacks = prepare_batch(app, batch)
+    members = prepare_members(app, jobs, insert_options)
+    batch_id = await batches_table.create(conn, callbacks, dict(batch.metadata), batch.shards)
+    await batches_table.insert_members(conn, batch_id, members)
+    await batches_table.seal(conn, batch_id)
+    return await batches_table.get(conn, batch_id)
+
+
 class BatchWriter:
     """An open batch (``async with client.batch(awa.Batch(...)) as b``): ``await
     b.insert(args, **options)`` adds a member at once (it may run while the batch is open);
@@ -253,4 +275,5 @@ __all__ = [
     "BatchWriter",
     "SyncBatchWriter",
     "insert_batch",
+    "insert_batch_async",
 ]

@@ -405,3 +405,18 @@ async def test_a_producer_adds_members_while_workers_finish_them(dsn: str) -> No
             await wait_until(lambda: callbacks_named(dsn, b.id) == ["on_complete"])
             row = await client.get_batch(b.id)
     assert row.counts.completed == 150 and row.state == "completed"
+
+
+@async_test
+async def test_insert_batch_async_in_the_callers_transaction(dsn: str) -> None:
+    async with await psycopg.AsyncConnection.connect(dsn) as conn:
+        async with conn.transaction():
+            kept = await awa.insert_batch_async(conn, [Member(1)], on_complete=Done("c"), app=app)
+        with pytest.raises(RuntimeError):
+            async with conn.transaction():
+                gone = await awa.insert_batch_async(conn, [Member(2)], app=app)
+                raise RuntimeError("roll back")
+    async with awa.AsyncClient(dsn, app) as client:
+        assert (await client.get_batch(kept.id)).counts.total == 1
+        with pytest.raises(awa.BatchNotFound):
+            await client.get_batch(gone.id)
