@@ -161,6 +161,7 @@ DECLARE
     cur_batch bigint := NULL;
     opened integer := 0;
     died boolean := false;
+    recheck boolean := false;
 BEGIN
     FOR r IN
         SELECT m.batch_id, awa.batch_shard(m.id, b.shards) AS shard,
@@ -169,7 +170,8 @@ BEGIN
                sum((m.now_ = 'completed')::int - (m.was = 'completed')::int) AS dc,
                sum((m.now_ = 'failed')::int - (m.was = 'failed')::int) AS df,
                sum((m.now_ = 'cancelled')::int - (m.was = 'cancelled')::int) AS dx,
-               bool_or(m.now_ = 'failed' AND m.was IS DISTINCT FROM 'failed') AS failing
+               bool_or(m.now_ = 'failed' AND m.was IS DISTINCT FROM 'failed') AS failing,
+               bool_or(m.now_ = 'completed' AND m.was IN ('failed', 'cancelled')) AS redeemed
         FROM unnest(batch_ids, member_ids, was, now_) AS m(batch_id, id, was, now_)
         JOIN awa.batches AS b ON b.id = m.batch_id
         GROUP BY 1, 2
@@ -177,13 +179,15 @@ BEGIN
     LOOP
         IF cur_batch IS DISTINCT FROM r.batch_id THEN
             IF cur_batch IS NOT NULL THEN
-                PERFORM awa.batch_settle(cur_batch, opened, died);
+                PERFORM awa.batch_settle(cur_batch, opened, died, recheck);
             END IF;
             cur_batch := r.batch_id;
             opened := 0;
             died := false;
+            recheck := false;
         END IF;
         died := died OR r.failing;
+        recheck := recheck OR r.redeemed;
         IF r.dp = 0 AND r.dc = 0 AND r.df = 0 AND r.dx = 0 THEN
             CONTINUE;
         END IF;
@@ -202,14 +206,18 @@ BEGIN
         END IF;
     END LOOP;
     IF cur_batch IS NOT NULL THEN
-        PERFORM awa.batch_settle(cur_batch, opened, died);
+        PERFORM awa.batch_settle(cur_batch, opened, died, recheck);
     END IF;
 END $$;
 
-CREATE FUNCTION awa.batch_settle(batch bigint, opened integer, died boolean)
+-- The batch-row part of counting a batch's moves: ``opened`` counter rows that opened (minus
+-- those that closed), ``died`` when a member failed, ``recheck`` when a failed or cancelled
+-- member turned completed without passing through pending (nothing opened or closed, but
+-- on_success may now be due). Nothing to do: the batch row is not touched at all.
+CREATE FUNCTION awa.batch_settle(batch bigint, opened integer, died boolean, recheck boolean)
 RETURNS void LANGUAGE plpgsql AS $$
 BEGIN
-    IF opened = 0 AND NOT died THEN
+    IF opened = 0 AND NOT died AND NOT recheck THEN
         RETURN;
     END IF;
     -- The first failure's WHERE is false for every later one, which then takes no lock.
@@ -217,7 +225,7 @@ BEGIN
     SET open_shards = open_shards + opened,
         first_failed_at = CASE WHEN died THEN coalesce(first_failed_at, now())
                                ELSE first_failed_at END
-    WHERE id = batch AND (opened <> 0 OR first_failed_at IS NULL);
+    WHERE id = batch AND (opened <> 0 OR recheck OR first_failed_at IS NULL);
     IF FOUND THEN
         PERFORM awa.batch_fire(batch);
     END IF;
