@@ -108,7 +108,12 @@ class BatchWriter:
         return self._id
 
     async def __aenter__(self) -> BatchWriter:
-        self._id = await self._client.open_batch(self._batch)
+        callbacks = prepare_batch(self._client.app, self._batch)
+        pool = await self._client.ensure_open()
+        async with pool.connection() as conn:
+            self._id = await batches_table.create(
+                conn, callbacks, dict(self._batch.metadata), self._batch.shards
+            )
         return self
 
     async def __aexit__(
@@ -130,13 +135,23 @@ class BatchWriter:
             )
 
     async def insert(self, args: Any, **insert_options: Any) -> JobRow:
-        """Add one member; ``UniqueConflict`` if its unique key is held."""
-        return await self._client.insert_into_batch(self.id, args, **insert_options)
+        """Add one member; ``UniqueConflict`` if its unique key is held, ``BatchSealed``
+        once the batch is sealed, ``BatchNotFound`` if it is gone."""
+        batch_id = self.id
+        [prepared] = prepare_members(self._client.app, [args], insert_options)
+        pool = await self._client.ensure_open()
+        async with pool.connection() as conn:
+            return await batches_table.insert_member(conn, batch_id, prepared)
 
     async def insert_many(self, jobs: Iterable[Any], **insert_options: Any) -> int:
         """Add many members in one statement; those whose unique key is held are skipped.
         Returns the number added."""
-        return await self._client.insert_many_into_batch(self.id, jobs, **insert_options)
+        batch_id = self.id
+        prepared = prepare_members(self._client.app, jobs, insert_options)
+        pool = await self._client.ensure_open()
+        async with pool.connection() as conn, conn.transaction():
+            ids = await batches_table.insert_members(conn, batch_id, prepared)
+        return sum(1 for job_id in ids if job_id is not None)
 
 
 class SyncBatchWriter:
@@ -185,32 +200,6 @@ class BatchMethods:
         """An open batch to fill: ``async with client.batch(awa.Batch(on_success=...)) as b:
         await b.insert(...)``; sealed when the block exits."""
         return BatchWriter(self, batch if batch is not None else Batch())
-
-    async def open_batch(self, batch: Batch) -> int:
-        """Open a batch (its callbacks validated and stored); its id. Prefer ``batch()``."""
-        callbacks = prepare_batch(self.app, batch)
-        pool = await self.ensure_open()
-        async with pool.connection() as conn:
-            return await batches_table.create(conn, callbacks, dict(batch.metadata), batch.shards)
-
-    async def insert_into_batch(self, batch_id: int, args: Any, **insert_options: Any) -> JobRow:
-        """Add one member to the open batch ``batch_id`` (``BatchSealed`` once it is sealed,
-        ``BatchNotFound`` if there is none; ``UniqueConflict`` if its unique key is held)."""
-        [prepared] = prepare_members(self.app, [args], insert_options)
-        pool = await self.ensure_open()
-        async with pool.connection() as conn:
-            return await batches_table.insert_member(conn, int(batch_id), prepared)
-
-    async def insert_many_into_batch(
-        self, batch_id: int, jobs: Iterable[Any], **insert_options: Any
-    ) -> int:
-        """Add many members to the open batch ``batch_id`` in one statement; the number added
-        (a member whose unique key is held is skipped)."""
-        prepared = prepare_members(self.app, jobs, insert_options)
-        pool = await self.ensure_open()
-        async with pool.connection() as conn, conn.transaction():
-            ids = await batches_table.insert_members(conn, int(batch_id), prepared)
-        return sum(1 for job_id in ids if job_id is not None)
 
     async def seal_batch(self, batch_id: int) -> BatchRow:
         """Seal the batch: no member can be added any more; callbacks whose condition already

@@ -175,7 +175,10 @@ async def test_a_sealed_batch_takes_no_member(dsn: str) -> None:
         with pytest.raises(awa.BatchSealed):
             await b.insert(Member(2))
         with pytest.raises(awa.BatchNotFound):
-            await client.insert_into_batch(999_999, Member(3))
+            async with client.batch() as other:
+                with psycopg.connect(dsn) as conn:
+                    conn.execute("DELETE FROM awa.batches WHERE id = %s", (other.id,))
+                await other.insert(Member(3))
         with pytest.raises(awa.BatchNotFound):
             await client.get_batch(999_999)
         assert (await client.get_batch(b.id)).counts.total == 1
