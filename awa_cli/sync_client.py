@@ -20,15 +20,18 @@ from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from awa_cli.client import AsyncClient
+from awa_cli.client_batches import SyncBatchWriter
 
 if TYPE_CHECKING:
     from awa_cli.app import App
+    from awa_cli.batches import Batch
     from awa_cli.dispatch import Dispatcher, EventHook
     from awa_cli.outcomes import OutcomeCore
     from collections.abc import Mapping
     from datetime import datetime, timedelta
     from psycopg_pool import AsyncConnectionPool
     from awa_cli.admin import AuditEntry, QueueInfo
+    from awa_cli.batches import BatchRow
     from awa_cli.client import DefaultAction, ResolveResult
     from awa_cli.client_ops import States
     from awa_cli.db.migrations import Migration
@@ -134,6 +137,11 @@ class Client:
         if self._runner.thread.is_alive() and not self._runner.loop.is_closed():
             self._runner.run(self._async.close(hook_timeout))
             self._runner.stop()
+
+    def batch(self, batch: Batch | None = None) -> SyncBatchWriter:
+        """An open batch to fill: ``with client.batch(awa.Batch(on_success=...)) as b:
+        b.insert(...)``; sealed when the block exits normally."""
+        return SyncBatchWriter(self._runner.run, self._async.batch(batch))
 
     # -- generated: one twin per public AsyncClient method ---------------------------------
     def ensure_open(self) -> AsyncConnectionPool:
@@ -543,6 +551,48 @@ class Client:
                 progress=progress,
             )
         )
+
+    def seal_batch(self, batch_id: int) -> BatchRow:
+        """Seal the batch: no member can be added any more; callbacks whose condition already
+        holds are enqueued in this transaction. Sealing twice changes nothing."""
+        return self._runner.run(self._async.seal_batch(batch_id))
+
+    def insert_batch(
+        self,
+        jobs: Iterable[Any],
+        *,
+        on_success: Any = None,
+        on_complete: Any = None,
+        on_death: Any = None,
+        metadata: Mapping[str, Any] | None = None,
+        shards: int = 16,
+        **insert_options: Any,
+    ) -> BatchRow:
+        """Open, fill and seal a batch in one transaction: ``jobs`` are args (the options
+        apply to each) or ``EnqueueRequest``s; the callbacks are args or ``EnqueueRequest``s."""
+        return self._runner.run(
+            self._async.insert_batch(
+                jobs,
+                on_success=on_success,
+                on_complete=on_complete,
+                on_death=on_death,
+                metadata=metadata,
+                shards=shards,
+                **insert_options,
+            )
+        )
+
+    def get_batch(self, batch_id: int) -> BatchRow:
+        """The batch with its counts (``BatchNotFound`` if there is none)."""
+        return self._runner.run(self._async.get_batch(batch_id))
+
+    def list_batches(self, state: str | None = None, limit: int = 100) -> list[BatchRow]:
+        """Batches, newest first; ``state``: open, running, completed (None: any)."""
+        return self._runner.run(self._async.list_batches(state, limit))
+
+    def batch_members(self, batch_id: int, limit: int = 50) -> list[tuple[int, str, str]]:
+        """A page of the batch's members still in ``awa.jobs``: (id, kind, state)."""
+        return self._runner.run(self._async.batch_members(batch_id, limit))
 
 
 __all__ = ["Client"]

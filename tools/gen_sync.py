@@ -26,13 +26,14 @@ ROOT = Path(__file__).resolve().parents[1]
 TARGET = ROOT / "awa_cli" / "sync_client.py"
 
 # Written by hand in the template (or async by nature): never generated.
-HAND_WRITTEN = {"__init__", "__aenter__", "__aexit__", "close"}
+HAND_WRITTEN = {"__init__", "__aenter__", "__aexit__", "close", "batch"}
 
 # Names the template itself imports or defines (annotations may use them freely).
 TEMPLATE_NAMES = {
     "Any",
     "AsyncClient",
     "App",
+    "Batch",
     "Coroutine",
     "Dispatcher",
     "EventHook",
@@ -65,9 +66,11 @@ from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from awa_cli.client import AsyncClient
+from awa_cli.client_batches import SyncBatchWriter
 
 if TYPE_CHECKING:
     from awa_cli.app import App
+    from awa_cli.batches import Batch
     from awa_cli.dispatch import Dispatcher, EventHook
     from awa_cli.outcomes import OutcomeCore
 {imports}
@@ -167,6 +170,11 @@ class Client:
         if self._runner.thread.is_alive() and not self._runner.loop.is_closed():
             self._runner.run(self._async.close(hook_timeout))
             self._runner.stop()
+
+    def batch(self, batch: Batch | None = None) -> SyncBatchWriter:
+        """An open batch to fill: ``with client.batch(awa.Batch(on_success=...)) as b:
+        b.insert(...)``; sealed when the block exits normally."""
+        return SyncBatchWriter(self._runner.run, self._async.batch(batch))
 
     # -- generated: one twin per public AsyncClient method ---------------------------------
 {methods}
