@@ -120,6 +120,17 @@ def check_limits(limits: Iterable[Limit]) -> None:
             )
 
 
+def limit_for(limits: Iterable[Limit], kind: str, queue: str) -> Limit | None:
+    """The limit that selects a job of ``kind`` in ``queue``: its kind's, else its queue's."""
+    by_queue = None
+    for limit in limits:
+        if limit.kind is not None and limit.kind == kind:
+            return limit
+        if limit.kind is None and limit.queue == queue:
+            by_queue = limit
+    return by_queue
+
+
 def _path_literal(path: Sequence[str]) -> str:
     """A text[] literal for ``args #>> path`` (parts are plain names: no quoting needed)."""
     return "{" + ",".join(path) + "}"
@@ -144,6 +155,11 @@ class ClaimPlan:
     def needed(self) -> bool:
         """False: the plain claim does the same (no limit, no aging)."""
         return bool(self.limits) or self.priority_aging > 0
+
+    @property
+    def rated(self) -> bool:
+        """Some limit of the plan has a ``rate``."""
+        return any(lim.rate_count is not None for lim in self.limits)
 
     @functools.cached_property
     def params(self) -> dict[str, Any]:
@@ -207,6 +223,7 @@ __all__ = [
     "ClaimPlan",
     "Limit",
     "check_limits",
+    "limit_for",
     "parse_key",
     "parse_rate",
 ]

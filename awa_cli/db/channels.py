@@ -24,6 +24,11 @@ CANCEL_CHANNEL = "awa_cancels"
 """An operator cancel notifies this channel from its transaction (payload: job id); a worker
 running that job flips its ``job.is_cancelled()`` (architecture §15.6)."""
 
+LIMIT_CHANNEL = "awa_limits"
+"""A worker whose claim of a limited key came back short notifies this channel after the
+results of that limit's jobs commit (payload: the limit's name): a slot is free, and every
+worker whose queues the limit selects claims again (architecture §13)."""
+
 
 async def queue_channels(
     conn: psycopg.AsyncConnection[Any], queues: Iterable[str]
@@ -31,3 +36,8 @@ async def queue_channels(
     """Each queue's NOTIFY channel, from ``awa.channel_for``."""
     cur = await conn.execute(SQL["queue_channels"], {"queues": list(queues)})
     return {str(queue): str(channel) for queue, channel in await cur.fetchall()}
+
+
+async def notify_limits(conn: psycopg.AsyncConnection[Any], names: Iterable[str]) -> None:
+    """Tell every worker that slots of the limits ``names`` freed (one NOTIFY each)."""
+    await conn.execute(SQL["notify_limits"], {"channel": LIMIT_CHANNEL, "names": list(names)})

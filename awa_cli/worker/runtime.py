@@ -27,6 +27,7 @@ import psycopg
 
 from awa_cli import defaults
 from awa_cli.app import prepare_job
+from awa_cli.db.channels import notify_limits
 from awa_cli.db.dsn import redact, with_options
 from awa_cli.db.pools import POOL_WAIT_SECONDS, claim_pool, recheck, worker_pool
 from awa_cli.db.retry import first_line
@@ -43,6 +44,7 @@ from awa_cli.worker.progress import ProgressFlush
 from awa_cli.worker.listener import Listener
 from awa_cli.worker.presence import Presence
 from awa_cli.worker.queues import QueueRunner, QueueSpec
+from awa_cli.worker.refill import Refill
 from awa_cli.worker.services import RunnerContext, RunningJobs, WorkerStats
 from awa_cli.worker.threads import DaemonThreads
 
@@ -163,12 +165,14 @@ class Worker:
             poll_interval=self.timings.poll_interval,
         )
         self.runners = {name: QueueRunner(spec, context) for name, spec in self.queues.items()}
+        self.refill = Refill(self.runners, self.limits, self._notify_limits)
         self.listener = Listener(
             self.dsn,
             self.runners,
             self.services,
             self.timings.poll_interval,
             on_cancel=self.cancel_job,
+            on_limit=self.refill.freed_elsewhere if self.limits else None,
         )
         self.heartbeat = Heartbeat(
             self.core.heartbeat,
@@ -457,6 +461,7 @@ class Worker:
         for task in [*self._tasks, *self._one_shots]:
             task.cancel()
         await asyncio.gather(*self._tasks, *self._one_shots, return_exceptions=True)
+        await self.refill.close()
         await self.presence.leave()
         await self.pool.close()
         await self.claim_pool.close()
@@ -494,8 +499,14 @@ class Worker:
     def submit(self, result: AttemptResult) -> None:
         self.finalizer.submit(result)
 
+    async def _notify_limits(self, names: list[str]) -> None:
+        async with self.pool.connection() as conn:
+            await notify_limits(conn, names)
+
     def _finalized(self, result: AttemptResult, done: Finalized) -> None:
         self.running.discard(result.job.id)
+        # a limited key's slot is free: claim again
+        self.refill.finalized(result.job.kind, result.job.queue)
         if done.stale:
             log.info(
                 "stale finalisation of job %s (run_lease %s) ignored",

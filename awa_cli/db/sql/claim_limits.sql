@@ -188,7 +188,8 @@ UPDATE awa.jobs AS j SET
     state = 'running',
     attempt = j.attempt + 1,
     run_lease = j.run_lease + 1,
-    attempted_at = now(),
+    -- the start as the rate window logged it (ordered as the key lock orders the claims)
+    attempted_at = (SELECT at FROM clock),
     attempted_by = %(worker)s,
     heartbeat_at = now(),
     deadline_at = CASE WHEN coalesce(j.deadline_duration, %(deadline)s) > 0
@@ -200,6 +201,27 @@ RETURNING j.id, j.kind, j.queue, j.args, j.state, j.priority, j.attempt, j.max_a
           j.callback_id, j.callback_timeout_at, j.callback_result, j.errors, j.metadata, j.tags,
           j.unique_key, j.unique_states, j.output, j.ordering_key, j.created_at,
           j.attempted_at, j.finalized_at, j.progress, j.attempted_by;
+
+-- name: limit_rate_free_in
+-- Seconds until the first rate-limited key of these limits gets budget again (NULL: none is
+-- out of budget): a key whose window holds rate_n starts frees one when its oldest start in
+-- the window leaves it. A runner whose claim came back short sleeps that long at most, so the
+-- window is honoured to the millisecond, not in poll-sized steps.
+WITH lim AS (
+    SELECT l.name, l.rate_n, l.rate_w
+    FROM unnest(%(l_names)s::text[], %(l_rate_n)s::int[], %(l_rate_w)s::float8[])
+        AS l(name, rate_n, rate_w)
+    WHERE l.rate_n IS NOT NULL
+), clock AS (
+    SELECT clock_timestamp() AS at
+), spent AS (
+    SELECT min(s.started_at) + l.rate_w * interval '1 second' AS free_at
+    FROM awa.limit_starts s JOIN lim l ON l.name = s.limit_name
+    WHERE s.started_at > (SELECT at FROM clock) - l.rate_w * interval '1 second'
+    GROUP BY s.limit_name, s.key, l.rate_n, l.rate_w
+    HAVING count(*) >= l.rate_n
+)
+SELECT extract(epoch FROM min(free_at) - (SELECT at FROM clock)) FROM spent;
 
 -- name: limit_publish
 -- A worker announces its [limits.NAME] tables (the last worker to start wins): for
