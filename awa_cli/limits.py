@@ -14,14 +14,22 @@ its priority aging, turned into the array parameters of the ``claim_limited_*`` 
 
 from __future__ import annotations
 
+import dataclasses
+import difflib
 import functools
+import inspect
 import re
+import types
+import typing
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from awa_cli.durations import format_duration, parse_duration
 from awa_cli.errors import ConfigError
+
+if TYPE_CHECKING:
+    from awa_cli.app import App
 
 MAX_CONCURRENCY_KEY_LENGTH = 200
 MAX_RATE_WINDOW = 86_400.0  # a day: the leader prunes starts older than this
@@ -131,6 +139,124 @@ def limit_for(limits: Iterable[Limit], kind: str, queue: str) -> Limit | None:
     return by_queue
 
 
+# --- checked against the loaded app ---------------------------------------------------------
+
+
+def validate_limits(
+    limits: Iterable[Limit], app: App, queues: Iterable[str] = ()
+) -> list[ConfigError]:
+    """What is wrong with ``limits`` for ``app`` (empty: nothing), one error per problem,
+    each naming its key: the kind is registered (or the queue is one of ``queues``, the
+    app's task queues and ``default``), the ``args.`` path exists in the kind's args type
+    (dataclass, pydantic model or constructor fields; a dict-args kind accepts any path),
+    ``max_running`` ≥ 1 and the rate is sane. ``awa config check`` and the worker's start
+    both call it and exit 2 on any error (architecture §13)."""
+    known_queues = {"default", *queues, *(t.queue for t in app.tasks.values() if t.queue)}
+    errors: list[ConfigError] = []
+    for limit in limits:
+        label = f"[limits.{limit.name}]"
+        if limit.max_running < 1:
+            errors.append(
+                _error(f"{label} max_running", f"must be at least 1, got {limit.max_running}")
+            )
+        if limit.rate_count is not None and (
+            limit.rate_count < 1 or not 0 < (limit.rate_window or 0) <= MAX_RATE_WINDOW
+        ):
+            errors.append(
+                _error(f"{label} rate", f"expected N ≥ 1 per 0 < window ≤ 1d, got {limit.rate!r}")
+            )
+        if limit.kind is not None:
+            if limit.kind not in app.tasks:
+                errors.append(_unknown(f"{label} kind", "kind", limit.kind, app.tasks))
+                continue
+            types_ = [(limit.kind, app.tasks[limit.kind].args_type)]
+        else:
+            queue = limit.queue or ""
+            if queue not in known_queues:
+                errors.append(_unknown(f"{label} queue", "queue", queue, known_queues))
+                continue
+            # the typed kinds registered on the queue; the path must be in one at least
+            types_ = [(t.kind, t.args_type) for t in app.tasks.values() if t.queue == queue]
+        path = limit.key_path
+        typed = [(kind, t) for kind, t in types_ if t is not None and t is not dict]
+        if path and typed and not any(_has_path(t, path) for _, t in typed):
+            kinds = ", ".join(f"{kind} ({t.__name__})" for kind, t in typed)
+            errors.append(
+                _error(f"{label} key", f"{limit.key!r} is not a field path of the args of {kinds}")
+            )
+    return errors
+
+
+def _error(key: str, problem: str) -> ConfigError:
+    return ConfigError(f"{key}: {problem}", key=key)
+
+
+def _unknown(key: str, what: str, value: str, known: Iterable[str]) -> ConfigError:
+    near = difflib.get_close_matches(value, sorted(known), n=1)
+    hint = f" (did you mean {near[0]!r}?)" if near else ""
+    return _error(key, f"no {what} named {value!r} in the app{hint}")
+
+
+def _has_path(args_type: Any, path: Sequence[str]) -> bool:
+    """Whether ``path`` names a field (and sub-fields) of ``args_type``; a part whose type
+    says nothing of its fields (a dict, Any, a union) accepts the rest of the path."""
+    if not path:
+        return True
+    fields = _fields(args_type)
+    if fields is None:
+        return True
+    if path[0] not in fields:
+        return False
+    return _has_path(fields[path[0]], path[1:])
+
+
+def _fields(args_type: Any) -> dict[str, Any] | None:
+    """A type's field names (pydantic aliases too) and their types; None: unknown (any)."""
+    args_type = _unwrap_optional(args_type)
+    if not isinstance(args_type, type) or args_type is dict:
+        return None
+    model_fields = getattr(args_type, "model_fields", None)
+    if isinstance(model_fields, dict):
+        out: dict[str, Any] = {}
+        for name, info in model_fields.items():
+            annotation = getattr(info, "annotation", None)
+            out[name] = annotation
+            alias = getattr(info, "alias", None)
+            if isinstance(alias, str):
+                out[alias] = annotation
+        return out
+    if dataclasses.is_dataclass(args_type):
+        try:
+            hints = typing.get_type_hints(args_type)
+        except Exception:  # unresolvable annotations: names only
+            hints = {}
+        return {f.name: hints.get(f.name) for f in dataclasses.fields(args_type)}
+    try:
+        params = inspect.signature(args_type).parameters.values()
+    except (TypeError, ValueError):
+        return None
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
+        return None
+    return {p.name: None for p in params if p.kind is not inspect.Parameter.VAR_POSITIONAL}
+
+
+def _unwrap_optional(tp: Any) -> Any:
+    """``X | None`` → ``X``; anything else as it is."""
+    if typing.get_origin(tp) in (typing.Union, types.UnionType):
+        rest = [a for a in typing.get_args(tp) if a is not type(None)]
+        return rest[0] if len(rest) == 1 else None
+    return tp
+
+
+def args_have_path(args: Any, path: Sequence[str]) -> bool:
+    """Whether a job's args (a JSON object) hold a value at ``path``."""
+    for part in path:
+        if not isinstance(args, dict) or part not in args:
+            return False
+        args = args[part]
+    return args is not None
+
+
 def _path_literal(path: Sequence[str]) -> str:
     """A text[] literal for ``args #>> path`` (parts are plain names: no quoting needed)."""
     return "{" + ",".join(path) + "}"
@@ -222,8 +348,10 @@ __all__ = [
     "Candidates",
     "ClaimPlan",
     "Limit",
+    "args_have_path",
     "check_limits",
     "limit_for",
     "parse_key",
     "parse_rate",
+    "validate_limits",
 ]

@@ -27,8 +27,10 @@ def command() -> None:
 def check(ctx: CliContext, json_flag: bool) -> None:
     """Validate the config and print it resolved, with the database URL awa will use.
 
-    No database is contacted. The [app] modules are imported only when [periodic.NAME]
-    tables are configured, to check that their kinds are registered.
+    No database is contacted. The [app] modules are imported when [periodic.NAME] or
+    [limits.NAME] tables are configured, to check them against the app: a schedule's or a
+    limit's kind is registered, a limit's queue exists, a limit's key path is a field of the
+    kind's args type (exit 2 naming the key).
     """
     config = ctx.config
     source = str(ctx.config_path[0]) if config.path else None
@@ -38,6 +40,8 @@ def check(ctx: CliContext, json_flag: bool) -> None:
         _check_import_spec(spec, f"[app] plugins[{index}]", source)
     if config.periodic:
         _check_schedules(ctx, source)
+    if config.limits:
+        _check_limits(ctx, source)
     if config.telemetry.otlp_endpoint is not None and find_spec("opentelemetry") is None:
         key = "[telemetry] otlp_endpoint"
         raise ConfigError(
@@ -67,6 +71,20 @@ def _check_schedules(ctx: CliContext, source: str | None) -> None:
         raise
     except AwaError as exc:
         raise ConfigError(str(exc), key="[app] modules", source=source) from None
+
+
+def _check_limits(ctx: CliContext, source: str | None) -> None:
+    """Load the app and check the [limits.NAME] tables against it: an unknown kind or queue,
+    or a key path that is not in the kind's args type, is a config error (exit 2)."""
+    from awa_cli.commands.worker import check_limits_against_app
+
+    try:
+        app = ctx.app
+    except (ConfigError, ValidationError):
+        raise
+    except AwaError as exc:
+        raise ConfigError(str(exc), key="[app] modules", source=source) from None
+    check_limits_against_app(ctx, app)
 
 
 def _resolved_url(ctx: CliContext) -> tuple[str | None, str]:

@@ -6,7 +6,7 @@ import asyncio
 import logging
 import signal
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import click
@@ -71,6 +71,21 @@ def require_handlers(ctx: CliContext, app: Any) -> None:
         )
 
 
+def check_limits_against_app(ctx: CliContext, app: Any, queues: Iterable[str] = ()) -> None:
+    """The ``[limits.NAME]`` tables checked against the loaded app (``validate_limits``): any
+    error is a config error (exit 2), one line per problem, each naming its key."""
+    from awa_cli.limits import validate_limits
+
+    config = ctx.config
+    if not config.limits:
+        return
+    errors = validate_limits(config.limits.values(), app, [*config.queues, *queues])
+    if errors:
+        source = str(config.path) if config.path else None
+        message = "; ".join(e.message for e in errors)  # one line, every problem
+        raise ConfigError(message, key=errors[0].key, source=source)
+
+
 def build_worker(ctx: CliContext, queue_options: tuple[str, ...]) -> Any:
     from awa_cli.config import QueueConfig, dead_letter_enabled
     from awa_cli.worker.queues import QueueSpec
@@ -80,6 +95,7 @@ def build_worker(ctx: CliContext, queue_options: tuple[str, ...]) -> Any:
     require_app_modules(ctx)
     app = ctx.app
     require_handlers(ctx, app)
+    check_limits_against_app(ctx, app, parse_queue_options(queue_options))
 
     def spec(name: str, concurrency: int, q: QueueConfig) -> QueueSpec:
         return QueueSpec(
@@ -217,6 +233,7 @@ def command(ctx: CliContext, queues: tuple[str, ...], processes: int | None) -> 
         # The URL goes by environment, not argv (ps shows argv); resolved once, so the
         # children share one embedded server rather than race to start it.
         require_app_modules(ctx)  # config errors (exit 2) before the database (exit 1)
+        check_limits_against_app(ctx, ctx.app, sizes)
         dsn = ctx.dsn()
         check_database(dsn)  # one clear line and exit 1, not N children failing in a loop
         env = {**ctx.env, "AWA_DATABASE_URL": dsn}

@@ -13,6 +13,8 @@ does not bind costs nothing).
 
 A key out of rate budget is woken by time, not by a finish: the runner sleeps until the
 window frees (``seconds_until_due`` includes it).
+
+:class:`KeyPaths` warns about jobs whose args lack their limit's key path.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from awa_cli.limits import Limit, limit_for
+from awa_cli.limits import Limit, args_have_path, limit_for
 
 if TYPE_CHECKING:
     from awa_cli.worker.queues import QueueRunner
@@ -95,3 +97,35 @@ class Refill:
         if self._sender is not None:
             self._sender.cancel()
             await asyncio.gather(self._sender, return_exceptions=True)
+
+
+class KeyPaths:
+    """A kind with dict args accepts any ``args.`` key path when the limits are checked
+    (nothing says which fields its args have), so the first claimed job of each such limit
+    and kind whose args lack the path is logged at WARNING: it runs under the key ``''``
+    (one key for all such jobs) unless it was enqueued with a ``concurrency_key``."""
+
+    def __init__(self, limits: Sequence[Limit]) -> None:
+        self.limits = tuple(limits)
+        self.watched = any(lim.key_path for lim in self.limits)
+        self.warned: set[tuple[str, str]] = set()
+
+    def check(self, kind: str, queue: str, args: Any, job_id: int) -> None:
+        if not self.watched:
+            return
+        limit = limit_for(self.limits, kind, queue)
+        if limit is None or not limit.key_path or (limit.name, kind) in self.warned:
+            return
+        if args_have_path(args, limit.key_path):
+            return
+        self.warned.add((limit.name, kind))
+        log.warning(
+            "job %s of kind %s has no %s in its args: unless it was enqueued with a "
+            "concurrency_key it runs under the key '' of [limits.%s] (one key for every such "
+            "job); logged once per limit and kind",
+            job_id,
+            kind,
+            limit.key,
+            limit.name,
+            extra={"action": "limit_key_missing", "job_id": job_id, "limit": limit.name},
+        )

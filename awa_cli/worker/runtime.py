@@ -44,7 +44,7 @@ from awa_cli.worker.progress import ProgressFlush
 from awa_cli.worker.listener import Listener
 from awa_cli.worker.presence import Presence
 from awa_cli.worker.queues import QueueRunner, QueueSpec
-from awa_cli.worker.refill import Refill
+from awa_cli.worker.refill import KeyPaths, Refill
 from awa_cli.worker.services import RunnerContext, RunningJobs, WorkerStats
 from awa_cli.worker.threads import DaemonThreads
 
@@ -146,7 +146,7 @@ class Worker:
         context = RunnerContext(
             claim=self.core.claim,
             seconds_until_due=self.core.seconds_until_due,
-            started=self.core.started,
+            started=self._started,
             execute=lambda row, waited: execute(
                 self.app,
                 row,
@@ -166,6 +166,7 @@ class Worker:
         )
         self.runners = {name: QueueRunner(spec, context) for name, spec in self.queues.items()}
         self.refill = Refill(self.runners, self.limits, self._notify_limits)
+        self.key_paths = KeyPaths(self.limits)
         self.listener = Listener(
             self.dsn,
             self.runners,
@@ -498,6 +499,10 @@ class Worker:
     # -- called by the finalizer ---------------------------------------------------------
     def submit(self, result: AttemptResult) -> None:
         self.finalizer.submit(result)
+
+    def _started(self, row: JobRow) -> None:
+        self.key_paths.check(row.kind, row.queue, row.args, row.id)
+        self.core.started(row)
 
     async def _notify_limits(self, names: list[str]) -> None:
         async with self.pool.connection() as conn:
