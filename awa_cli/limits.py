@@ -17,7 +17,9 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import functools
+import hashlib
 import inspect
+import json
 import re
 import types
 import typing
@@ -36,6 +38,8 @@ MAX_RATE_WINDOW = 86_400.0  # a day: the leader prunes starts older than this
 # The first key of the two-int advisory lock a claim takes per (limit, key): 'awa' in ASCII.
 # The two-int form never collides with the one-bigint locks awa takes elsewhere.
 LIMIT_LOCK_CLASS = 0x617761
+# Workers joining the fleet (the limits check and the announcement) take (this, 0): 'awb'.
+FLEET_LOCK_CLASS = 0x617762
 
 # How long one candidates scan serves a queue's claims (seconds), and how many it keeps.
 CANDIDATES_MAX_AGE = 0.5
@@ -137,6 +141,42 @@ def limit_for(limits: Iterable[Limit], kind: str, queue: str) -> Limit | None:
         if limit.kind is None and limit.queue == queue:
             by_queue = limit
     return by_queue
+
+
+# --- one set of limits for the fleet -----------------------------------------------------------
+
+
+def limits_digest(limits: Iterable[Limit]) -> str:
+    """A short digest of a set of limits (order does not matter): equal digests, equal
+    limits. Each worker records the digest it enforces (``awa.workers.limits_digest``)."""
+    canonical = json.dumps(
+        sorted((lim.to_json() for lim in limits), key=lambda d: str(d["name"])), sort_keys=True
+    )
+    return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+
+
+def limits_diff(mine: Iterable[Limit], fleet: Iterable[Limit]) -> list[str]:
+    """How ``mine`` differs from ``fleet``, one phrase per difference, by limit name."""
+    ours = {lim.name: lim.to_json() for lim in mine}
+    theirs = {lim.name: lim.to_json() for lim in fleet}
+    out: list[str] = []
+    for name in sorted(ours.keys() | theirs.keys()):
+        if name not in theirs:
+            out.append(f"[limits.{name}] only in this worker's config")
+        elif name not in ours:
+            out.append(f"[limits.{name}] only in the fleet's limits")
+        else:
+            for field in ("kind", "queue", "key", "max_running", "rate"):
+                if ours[name][field] != theirs[name][field]:
+                    out.append(
+                        f"[limits.{name}] {field}: fleet {_shown(theirs[name][field])}, "
+                        f"this worker {_shown(ours[name][field])}"
+                    )
+    return out
+
+
+def _shown(value: Any) -> str:
+    return "(not set)" if value is None else repr(value) if isinstance(value, str) else str(value)
 
 
 # --- checked against the loaded app ---------------------------------------------------------
@@ -342,6 +382,7 @@ class Candidates:
 
 
 __all__ = [
+    "FLEET_LOCK_CLASS",
     "LIMIT_LOCK_CLASS",
     "MAX_CONCURRENCY_KEY_LENGTH",
     "Candidate",
@@ -351,6 +392,8 @@ __all__ = [
     "args_have_path",
     "check_limits",
     "limit_for",
+    "limits_diff",
+    "limits_digest",
     "parse_key",
     "parse_rate",
     "validate_limits",

@@ -34,7 +34,7 @@ from awa_cli.db.retry import first_line
 from awa_cli.dispatch import Dispatcher, EventHook
 from awa_cli.errors import AwaError
 from awa_cli.events import RescueReason
-from awa_cli.limits import ClaimPlan, Limit, check_limits
+from awa_cli.limits import ClaimPlan, Limit, check_limits, limits_digest
 from awa_cli.outcomes import AttemptResult, Finalized, OutcomeCore
 from awa_cli.worker.callbacks import CallbackServices
 from awa_cli.worker.executor import execute
@@ -86,6 +86,7 @@ class Worker:
         maintenance: bool = True,
         callback_base_url: str | None = None,
         limits: Sequence[Limit] = (),
+        accept_limits_change: bool = False,
         **timings: Any,
     ) -> None:
         self.app = app
@@ -131,6 +132,7 @@ class Worker:
         # [limits.NAME] (architecture §13): a queue they can select, or with priority aging,
         # claims with the limit-aware statements; the others keep the plain claim.
         self.limits = tuple(limits)
+        self.accept_limits_change = accept_limits_change  # replace the fleet's (worker/fleet.py)
         check_limits(self.limits)
         for name, spec in self.queues.items():
             self.core.plan_claims(name, ClaimPlan.for_queue(name, self.limits, spec.priority_aging))
@@ -187,6 +189,7 @@ class Worker:
             {name: spec.concurrency for name, spec in self.queues.items()},
             lambda: len(self.running),
             self.timings.heartbeat_interval,
+            limits_digest(self.limits),
         )
         self.progress = ProgressFlush(self.core.heartbeat, self.running)
 
@@ -309,8 +312,7 @@ class Worker:
             )
         await self.pool.open(wait=False)
         await self.claim_pool.open(wait=False)
-        if self.limits:
-            await self._publish_limits()
+        await self._join_fleet()
         self.finalizer.start()
         loop = asyncio.get_running_loop()
         self._runner_tasks = [
@@ -426,16 +428,24 @@ class Worker:
             except TimeoutError:
                 delay = min(delay * 2, 30.0)
 
-    async def _publish_limits(self) -> None:
-        """Announce the limits in ``awa.limits`` for ``awa job show`` and the leader's gauge
-        (best effort: the claim does not depend on it)."""
-        from awa_cli.limit_status import publish
+    async def _join_fleet(self) -> None:
+        """Check the limits against the live fleet's, announce them and register presence
+        (``worker/fleet.py``); refused (``ConfigError``): close and raise. A database error
+        here is logged: presence registers later, the limits unchecked."""
+        from awa_cli.worker.fleet import join_fleet
 
         try:
-            async with self.pool.connection() as conn:
-                await publish(conn, self.limits)
+            await join_fleet(self.pool, self.presence, self.limits, self.accept_limits_change)
+        except AwaError:
+            await self.pool.close()
+            await self.claim_pool.close()
+            raise
         except psycopg.Error as exc:
-            log.warning("announcing the limits failed: %s", exc, extra={"action": "limits_failed"})
+            log.warning(
+                "checking and announcing the limits failed: %s",
+                first_line(exc),
+                extra={"action": "limits_failed"},
+            )
 
     async def shutdown(self, timeout: float | None = None) -> None:
         """Stop claiming, let in-flight handlers finish up to ``timeout``, flush, close."""

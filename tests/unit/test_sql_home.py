@@ -147,7 +147,6 @@ def test_the_loader_refuses_a_duplicate_or_an_empty_block() -> None:
 LOADS_STATEMENTS_STILL = {
     "client.py",
     "doctor.py",
-    "limit_status.py",
     "maintenance.py",
     "worker/listener.py",
 }

@@ -224,8 +224,9 @@ WITH lim AS (
 SELECT extract(epoch FROM min(free_at) - (SELECT at FROM clock)) FROM spent;
 
 -- name: limit_publish
--- A worker announces its [limits.NAME] tables (the last worker to start wins): for
--- awa job show, the Client and the leader's gauge, never for the claim.
+-- A worker joining the fleet announces its [limits.NAME] tables, once it found no live worker
+-- enforcing others (or was started with --accept-limits-change, worker/fleet.py): for awa
+-- job show, the Client and the leader's gauge, never for the claim.
 WITH given AS (
     SELECT * FROM unnest(%(names)s::text[], %(kinds)s::text[], %(queues)s::text[],
                          %(keys)s::text[], %(max)s::int[], %(rate_n)s::int[], %(rate_w)s::float8[])
@@ -325,3 +326,20 @@ GROUP BY l.name ORDER BY l.name;
 -- name: limit_starts_prune
 -- The leader's sweep: starts older than the longest window a limit may have (a day).
 DELETE FROM awa.limit_starts WHERE started_at < now() - interval '1 day';
+
+-- name: limits_announced
+-- The announced limits (awa.limits), by name: what a joining worker compares its own with.
+SELECT name, kind, queue, key, max_running, rate_count, rate_window
+FROM awa.limits ORDER BY name;
+
+-- name: limits_fleet_lock
+-- A worker joining the fleet: the limits check, the announcement and its presence row are
+-- one transaction under this lock, so two workers starting at once cannot both pass.
+SELECT pg_advisory_xact_lock(%(lock_class)s::int, 0);
+
+-- name: limits_live_digests
+-- The live workers and the digest of the limits each enforces (NULL: before migration 0009).
+SELECT id, host, pid, limits_digest
+FROM awa.workers
+WHERE heartbeat_at >= now() - %(stale)s * interval '1 second'
+ORDER BY started_at, id;

@@ -31,6 +31,7 @@ NAMES = [
     "max_connections",
     "listen_notify",
     "leader",
+    "limits",
     "stuck_rescues",
     "oldest_available",
     "table_bloat",
