@@ -27,7 +27,7 @@ import psycopg
 
 from awa_cli import defaults
 from awa_cli.app import prepare_job
-from awa_cli.db.channels import notify_limits
+from awa_cli.db.channels import limit_payload, notify_limits
 from awa_cli.db.dsn import redact, with_options
 from awa_cli.db.pools import POOL_WAIT_SECONDS, claim_pool, recheck, worker_pool
 from awa_cli.db.retry import first_line
@@ -175,7 +175,7 @@ class Worker:
             self.services,
             self.timings.poll_interval,
             on_cancel=self.cancel_job,
-            on_limit=self.refill.freed_elsewhere if self.limits else None,
+            on_limit=self._limit_freed if self.limits else None,
         )
         self.heartbeat = Heartbeat(
             self.core.heartbeat,
@@ -514,9 +514,14 @@ class Worker:
         self.key_paths.check(row.kind, row.queue, row.args, row.id)
         self.core.started(row)
 
+    def _limit_freed(self, payload: str) -> None:
+        sender, name = limit_payload(payload)
+        if sender != self.id:  # our own runners were woken when our results committed
+            self.refill.freed_elsewhere(name)
+
     async def _notify_limits(self, names: list[str]) -> None:
         async with self.pool.connection() as conn:
-            await notify_limits(conn, names)
+            await notify_limits(conn, self.id, names)
 
     def _finalized(self, result: AttemptResult, done: Finalized) -> None:
         self.running.discard(result.job.id)

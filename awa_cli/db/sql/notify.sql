@@ -27,6 +27,7 @@ LISTEN {};
 SELECT pg_notify(%(channel)s, %(id)s);
 
 -- name: notify_limits
--- Slots of these limits freed (payload: a limit's name, one NOTIFY each): sent after the
--- results commit, coalesced per finalised batch, by a worker whose claim was short.
-SELECT pg_notify(%(channel)s, n) FROM unnest(%(names)s::text[]) AS n;
+-- Slots of these limits freed (payload: the sender's worker id, a space, a limit's name; one
+-- NOTIFY each): sent after the results commit, coalesced per finalised batch, by a worker
+-- whose claim was short.
+SELECT pg_notify(%(channel)s, %(sender)s || ' ' || n) FROM unnest(%(names)s::text[]) AS n;
