@@ -15,9 +15,10 @@
 -- 3. claim_limited_take: a NEW snapshot, taken after the locks: it sees every claim of
 --    these keys committed by anyone who held a lock before us, and nobody can claim them
 --    until we commit. It counts the running jobs and the starts in the rate window of each
---    locked key again, locks the candidates still runnable (SKIP LOCKED), keeps for each key
---    only as many as max_running and the rate budget leave, claims them, and logs their
---    starts (clock_timestamp(), so starts are ordered as the lock orders the claims).
+--    locked key again, keeps for each key only as many candidates as max_running and the
+--    rate budget leave, locks those still runnable (SKIP LOCKED) in order until it has
+--    enough, claims them, and logs their starts (clock_timestamp(), so starts are ordered
+--    as the lock orders the claims).
 --
 -- So a key can never run more than max_running jobs, nor start more than N in a window,
 -- whatever the number of claimers, processes and hosts: the count and the claim of one key
@@ -85,9 +86,10 @@ WITH lim AS (
     GROUP BY 1, 2
 ), ranked AS (
     SELECT w.*, CASE WHEN w.limit_name IS NULL THEN 1
-                     -- bytewise ("C") sorting of the keys: the ranking sorts the backlog
-                     ELSE row_number() OVER (PARTITION BY w.limit_name COLLATE "C",
-                                                          w.key COLLATE "C"
+                     -- partitioned by a hash of (limit, key): the ranking sorts the backlog,
+                     -- and integers sort far faster than text. Two keys sharing a hash rank
+                     -- as one (each gets fewer candidates, never more: the take counts by key)
+                     ELSE row_number() OVER (PARTITION BY hashtext(w.limit_name || chr(31) || w.key)
                                              ORDER BY w.eff, w.run_at, w.id) END AS rank
     FROM waiting w
 )
@@ -151,29 +153,30 @@ WITH lim AS (
     WHERE l.rate_n IS NOT NULL
       AND s.started_at > (SELECT at FROM clock) - l.rate_w * interval '1 second'
     GROUP BY 1, 2
-), locked AS (
-    -- one primary-key probe per candidate, whatever the statistics say
-    SELECT l.id FROM cand c CROSS JOIN LATERAL (
-        SELECT j.id FROM awa.jobs j
-        WHERE j.id = c.id AND j.queue = %(queue)s
-          AND j.state IN ('available', 'scheduled', 'retryable') AND j.run_at <= now()
-          AND NOT EXISTS (SELECT 1 FROM awa.queues AS q WHERE q.name = %(queue)s AND q.paused)
-        FOR UPDATE SKIP LOCKED
-    ) l
-), pick AS (
-    SELECT c.id, c.limit_name, c.key, c.ord,
-           row_number() OVER (PARTITION BY c.limit_name, c.key ORDER BY c.ord) AS rn
-    FROM cand c JOIN locked ON locked.id = c.id
-), chosen AS (
-    SELECT p.id, p.limit_name, p.key, l.rate_n
-    FROM pick p
+), allowed AS (
+    -- each key's candidates, in candidate order, as many as its free slots and rate budget
+    -- leave (counted before locking: a candidate another claimer holds uses up its key's
+    -- share of this claim, so the claim may come back short, never over the limit)
+    SELECT p.id, p.limit_name, p.key, p.ord, l.rate_n
+    FROM (SELECT c.*, row_number() OVER (PARTITION BY c.limit_name, c.key ORDER BY c.ord) AS rn
+          FROM cand c) p
     LEFT JOIN lim l ON l.name = p.limit_name
     LEFT JOIN held h ON h.limit_name = p.limit_name AND h.key = p.key
     LEFT JOIN started s ON s.limit_name = p.limit_name AND s.key = p.key
     WHERE p.limit_name IS NULL
        OR (p.rn <= l.max_running - coalesce(h.running, 0)
            AND (l.rate_n IS NULL OR p.rn <= l.rate_n - coalesce(s.starts, 0)))
-    ORDER BY p.ord
+), chosen AS (
+    -- one primary-key probe and row lock per allowed candidate, in order, until `limit`
+    -- are locked: the rows not needed are never locked
+    SELECT a.id, a.limit_name, a.key, a.rate_n
+    FROM (SELECT * FROM allowed ORDER BY ord) a CROSS JOIN LATERAL (
+        SELECT j.id FROM awa.jobs j
+        WHERE j.id = a.id AND j.queue = %(queue)s
+          AND j.state IN ('available', 'scheduled', 'retryable') AND j.run_at <= now()
+          AND NOT EXISTS (SELECT 1 FROM awa.queues AS q WHERE q.name = %(queue)s AND q.paused)
+        FOR UPDATE SKIP LOCKED
+    ) l
     LIMIT %(limit)s
 ), logged AS (
     INSERT INTO awa.limit_starts (limit_name, key, started_at)
