@@ -41,8 +41,10 @@ LIMIT_LOCK_CLASS = 0x617761
 # Workers joining the fleet (the limits check and the announcement) take (this, 0): 'awb'.
 FLEET_LOCK_CLASS = 0x617762
 
-# How long one candidates scan serves a queue's claims (seconds), and how many it keeps.
+# How often a limited queue's claims look for jobs inserted since their last look (seconds),
+# how long one full candidates scan serves them at most, and how many candidates it keeps.
 CANDIDATES_MAX_AGE = 0.5
+CANDIDATES_FULL_MAX_AGE = 5.0
 CANDIDATES_PER_SCAN = 2000
 
 _PATH_PART = re.compile(r"[A-Za-z0-9_-]+")
@@ -344,30 +346,65 @@ class ClaimPlan:
         }
 
 
-Candidate = tuple[int, str | None, str | None]  # job id, limit name, key
+Candidate = tuple[int, str | None, str | None, int]  # job id, limit name, key, rank
 
 
 class Candidates:
-    """One queue's ranked candidates from the last ``claim_limited_candidates`` scan, taken
-    a chunk per claim until they run out, grow old, or a chunk claims less than asked.
+    """One queue's ranked candidates, taken a chunk per claim until they run out.
 
-    The scan ranks every runnable job of the queue, which costs as much as its backlog; the
-    take re-checks each candidate (state, counts, rate) under the key locks, so a candidate
-    that went stale is only skipped, never wrongly claimed. ``max_age`` bounds how long a key
-    that appeared after the scan can wait for its first job (round-robin is by scan).
+    A full scan (``claim_limited_candidates``) ranks every runnable job of the queue, which
+    costs as much as its backlog, so it runs only when the candidates ran out (or a claim
+    came back short) or are ``full_max_age`` old (jobs that became due since, or were
+    retried, wait at most that long to be ranked under a backlog). Every ``max_age`` in
+    between, ``claim_limited_arrivals`` ranks only the jobs inserted since (a primary-key
+    range above the ``watermark``), and :meth:`merge` puts them after their key's cached
+    candidates: a new key's first job goes to the front within ``max_age``. The take
+    re-checks each candidate (state, counts, rate) under the key locks, so a candidate that
+    went stale is only skipped, never wrongly claimed.
     """
 
-    def __init__(self, max_age: float = CANDIDATES_MAX_AGE) -> None:
+    def __init__(
+        self, max_age: float = CANDIDATES_MAX_AGE, full_max_age: float = CANDIDATES_FULL_MAX_AGE
+    ) -> None:
         self.max_age = max_age
+        self.full_max_age = full_max_age
         self._rows: list[Candidate] = []
-        self._taken_at = float("-inf")
+        self._scanned_at = float("-inf")  # the last full scan
+        self._looked_at = float("-inf")  # the last scan or look for arrivals
+        self.watermark = 0  # the highest job id when the last look began
 
     def usable(self, now: float) -> bool:
-        return bool(self._rows) and now - self._taken_at <= self.max_age
+        """Candidates left, and the last full scan is recent enough."""
+        return bool(self._rows) and now - self._scanned_at <= self.full_max_age
 
-    def refill(self, rows: Sequence[Candidate], now: float) -> None:
+    def stale_arrivals(self, now: float) -> bool:
+        """Time to look for jobs inserted since the last look."""
+        return now - self._looked_at > self.max_age
+
+    def refill(self, rows: Sequence[Candidate], now: float, watermark: int = 0) -> None:
         self._rows = list(rows)
-        self._taken_at = now
+        self._scanned_at = self._looked_at = now
+        self.watermark = watermark
+
+    def merge(self, arrivals: Sequence[Candidate], now: float, watermark: int) -> None:
+        """Jobs inserted since the last look, ranked among themselves per key: each goes
+        after its key's cached candidates (its rank plus the key's highest cached rank), so
+        round-robin holds across the cache and the arrivals; a new key's jobs rank from 1."""
+        self._looked_at = now
+        self.watermark = max(self.watermark, watermark)
+        if not arrivals:
+            return
+        known = {c[0] for c in self._rows}
+        top: dict[tuple[str | None, str | None], int] = {}
+        for c in self._rows:
+            top[(c[1], c[2])] = max(top.get((c[1], c[2]), 0), c[3])
+        fresh = [
+            (i, name, key, rank + (top.get((name, key), 0) if name is not None else 0))
+            for i, name, key, rank in arrivals
+            if i not in known
+        ]
+        # stable: the cached order is kept within a rank, the arrivals after it
+        self._rows = sorted([*self._rows, *fresh], key=lambda c: c[3])
 
     def take(self, count: int) -> list[Candidate]:
         chunk, self._rows = self._rows[:count], self._rows[count:]

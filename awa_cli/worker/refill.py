@@ -4,8 +4,9 @@ A runner whose claim came back short (every key it could take at ``max_running``
 rate budget) waits: for the poll, a NOTIFY, or a wake-up. Here are the wake-ups a limit
 needs. Once the finalizer has committed the result of a job under a limit (its slot is free
 in the database only then), every runner of this worker whose queue the limit can select
-claims again at once; and when one of those runners' last claim was short (other workers
-likely wait on the same keys), the limit's name is notified on ``LIMIT_CHANNEL``, so the
+and whose last claim was short claims again at once (the others claim as their slots free
+anyway); and when there is such a runner (other workers likely wait on the same keys
+too), the limit's name is notified on ``LIMIT_CHANNEL``, so the
 other workers' runners under that limit claim too. The NOTIFYs are coalesced: one statement
 for every limit that freed slots since the last one was sent, at most one in flight, never
 inside the finalizing transaction, and none while no claim comes back short (a limit that
@@ -68,16 +69,19 @@ class Refill:
     def freed_elsewhere(self, name: str) -> None:
         """Another worker's results of limit ``name`` committed (a NOTIFY): claim again."""
         for runner in self.by_limit.get(name, ()):
-            runner.wake()
+            if runner.short:  # the others claim as their slots free anyway
+                runner.wake()
 
     def _flush(self) -> None:
         self._scheduled = False
         freed, self._freed = self._freed, set()
         for name in sorted(freed):
-            runners = self.by_limit.get(name, [])
-            if any(r.short for r in runners):
+            # A runner whose last claim filled its request claims again by itself as its
+            # slots free; only one whose claim came back short waits (for this).
+            short = [r for r in self.by_limit.get(name, []) if r.short]
+            if short:
                 self._to_notify.add(name)
-            for runner in runners:
+            for runner in short:
                 runner.wake()
         if self._to_notify and (self._sender is None or self._sender.done()):
             self._sender = asyncio.get_running_loop().create_task(
