@@ -182,21 +182,3 @@ async def claim_by_kind(core: CoreState, kind: str, queue: str | None = None) ->
         )
         record = await cur.fetchone()
     return None if record is None else JobRow.from_record(record)
-
-
-async def seconds_until_due(core: CoreState, queue: str) -> float | None:
-    """Seconds until the queue's next scheduled or retryable job falls due, or (a queue under
-    a rate limit) until a key out of rate budget gets budget again; None: neither."""
-    plan = core.claim_plans.get(queue)
-    async with core.pool.connection() as conn:
-        cur = await conn.execute(SQL["next_due"], {"queue": queue})
-        row = await cur.fetchone()
-        due = None if row is None or row[0] is None else float(row[0])
-        if plan is not None and plan.rated:
-            cur = await conn.execute(SQL["limit_rate_free_in"], plan.params)
-            rated = await cur.fetchone()
-            if rated is not None and rated[0] is not None:
-                # a millisecond late rather than early: an early claim finds no budget yet
-                free_in = max(0.0, float(rated[0])) + 0.001
-                due = free_in if due is None else min(due, free_in)
-    return due

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 
 from awa_cli import defaults
+from awa_cli.db import jobs
 from awa_cli.app import prepare_job
 from awa_cli.db.channels import limit_payload, notify_limits
 from awa_cli.db.dsn import redact, with_options
@@ -147,7 +148,7 @@ class Worker:
         prepare = functools.partial(prepare_job, self.app)
         context = RunnerContext(
             claim=self.core.claim,
-            seconds_until_due=self.core.seconds_until_due,
+            seconds_until_due=self._seconds_until_due,
             started=self._started,
             execute=lambda row, waited: execute(
                 self.app,
@@ -190,8 +191,17 @@ class Worker:
             lambda: len(self.running),
             self.timings.heartbeat_interval,
             limits_digest(self.limits),
+            claims=self.claim_failure,
         )
         self.progress = ProgressFlush(self.core.heartbeat, self.running)
+
+    def claim_failure(self) -> tuple[float, str] | None:
+        """Since when claims fail and why (the longest-failing queue), None while they work."""
+        failing = [r for r in self.runners.values() if r.failing_since is not None]
+        if not failing:
+            return None
+        first = min(failing, key=lambda r: r.failing_since or 0.0)
+        return first.failing_since or 0.0, f"queue {first.spec.name}: {first.claim_error}"
 
     @property
     def stopping(self) -> bool:
@@ -509,6 +519,12 @@ class Worker:
     # -- called by the finalizer ---------------------------------------------------------
     def submit(self, result: AttemptResult) -> None:
         self.finalizer.submit(result)
+
+    async def _seconds_until_due(self, queue: str) -> float | None:
+        """The next scheduled job's due time, or a rate-limited key's window freeing."""
+        plan = self.core.claim_plans.get(queue)
+        rated = plan.params if plan is not None and plan.rated else None
+        return await jobs.seconds_until_due(self.core.pool, queue, rated)
 
     def _started(self, row: JobRow) -> None:
         self.key_paths.check(row.kind, row.queue, row.args, row.id)
