@@ -23,7 +23,7 @@ from pathlib import Path
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from benchmarks import batches, history, measures, peers, periodic, references, sustained
+from benchmarks import batches, history, limited, measures, peers, periodic, references, sustained
 from benchmarks.server import BenchServer
 
 MEASURES = {
@@ -35,6 +35,8 @@ MEASURES = {
     "drain_follow_up": measures.drain_follow_up,
     "drain_processes_2": measures.drain_processes_2,
     "drain_limited": measures.drain_limited,
+    "limited_one_key": limited.limited_one_key,
+    "limited_rate": limited.limited_rate,
     "periodic_sweep_idle": periodic.periodic_sweep_idle,
     "periodic_sweep_100_due": periodic.periodic_sweep_100_due,
     "drain_with_history": history.drain_with_history,
@@ -179,6 +181,14 @@ def details(res: dict[str, Any]) -> list[str]:
             f"first 10% {fmt(res['first_10pct_jobs_per_s'], ' jobs/s')}  last 10% "
             f"{fmt(res['last_10pct_jobs_per_s'], ' jobs/s')}  last/first "
             f"{res['last_over_first']['median']:.2f}x"
+        )
+    if "starts_per_s" in res:
+        lines.append(f"starts {fmt(res['starts_per_s'], '/s')} of one key (target ≥ 30/s)")
+    if "max_starts_per_window" in res:
+        lines.append(
+            f"starts per full 1 s window: max {fmt(res['max_starts_per_window'], '', 0)}, min "
+            f"{fmt(res['min_starts_per_window'], '', 0)}; most in any 1 s span "
+            f"{fmt(res['max_starts_any_1s'], '', 0)} (target 100 ± 5, never above 100)"
         )
     if "claim_probe_ms_start" in res:
         lines.append(

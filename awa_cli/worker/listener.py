@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 from psycopg import sql
 
-from awa_cli.db.channels import CALLBACK_CHANNEL, CANCEL_CHANNEL, queue_channels
+from awa_cli.db.channels import CALLBACK_CHANNEL, CANCEL_CHANNEL, LIMIT_CHANNEL, queue_channels
 from awa_cli.db.retry import Backoff, first_line
 from awa_cli.db.roundtrip import notifications_work
 from awa_cli.db.statements import SQL
@@ -32,7 +32,9 @@ class Listener:
         services: CallbackServices,
         poll_interval: float = 1.0,
         on_cancel: Callable[[int], object] | None = None,
+        on_limit: Callable[[str], object] | None = None,
     ) -> None:
+        self.on_limit = on_limit  # slots of this limit freed on another worker (LIMIT_CHANNEL)
         self.on_cancel = on_cancel  # an operator cancelled this job id (CANCEL_CHANNEL)
         self.dsn = dsn
         self.services = services
@@ -54,7 +56,8 @@ class Listener:
                     for runner in self.runners:
                         channel = channels[runner.spec.name]
                         self.by_channel.setdefault(channel, []).append(runner)
-                    for channel in [*self.by_channel, CALLBACK_CHANNEL, CANCEL_CHANNEL]:
+                    extra = [LIMIT_CHANNEL] if self.on_limit is not None else []
+                    for channel in [*self.by_channel, CALLBACK_CHANNEL, CANCEL_CHANNEL, *extra]:
                         await conn.execute(sql.SQL(SQL["listen"]).format(sql.Identifier(channel)))
                     if not self.checked_notify:
                         # Behind a transaction-mode pooler LISTEN/NOTIFY does not work: say
@@ -89,6 +92,10 @@ class Listener:
             self.services.wake_waiter(notify.payload)  # a waiting handler sees it at once
             if self.on_cancel is not None and notify.payload.isdigit():
                 self.on_cancel(int(notify.payload))
+            return
+        if notify.channel == LIMIT_CHANNEL:
+            if self.on_limit is not None:
+                self.on_limit(notify.payload)
             return
         if notify.channel == CALLBACK_CHANNEL:
             self.services.wake_waiter(notify.payload)
