@@ -12,6 +12,7 @@ import logging
 import uuid
 from typing import TYPE_CHECKING, Any
 
+from awa_cli.db import dependencies
 from awa_cli.errors import AwaError, CallbackWaitAborted
 
 if TYPE_CHECKING:
@@ -42,6 +43,11 @@ class CallbackServices:
         if not await self.core.register_callback(row.id, row.run_lease, callback_id, timeout):
             raise CallbackWaitAborted(f"job {row.id} is no longer running this attempt")
         return callback_id
+
+    async def job_parents(self, job_id: int) -> list[Any]:
+        """The parents of a job (``job.parents``, ``job.parent_outputs``; architecture §16)."""
+        async with self.core.pool.connection() as conn:
+            return list(await dependencies.parents_of(conn, job_id))
 
     async def wait_for_callback(self, job: WaitingAttempt, token: CallbackToken) -> Any:
         if token.id != job.callback_id:

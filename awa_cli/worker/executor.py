@@ -22,6 +22,7 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import Executor
 from typing import TYPE_CHECKING, Any
 
+from awa_cli.workflows import AFTER_KEY, parent_infos
 from awa_cli.app import prepare_job
 from awa_cli.attempts import (
     AttemptResult,
@@ -93,6 +94,8 @@ async def execute(
     job = Job(
         row, args, services, prepare=prepare or functools.partial(prepare_job, app), control=control
     )
+    if services is not None and AFTER_KEY in row.metadata:  # a child: its parents' outputs
+        job.parents, job.parent_outputs = parent_infos(await services.job_parents(row.id))
     if running is not None:
         running.add(job)
     timer = _arm_deadline(row, control, on_deadline, waited)

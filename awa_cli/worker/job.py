@@ -16,6 +16,7 @@ from awa_cli.callbacks import callback_urls
 from awa_cli.progress import progress_value
 from awa_cli.results import ValidationError, seconds
 from awa_cli.worker.services import AttemptServices, JobControl
+from awa_cli.workflows import ParentInfo
 from awa_cli.worker.staging import (
     MAX_STAGED_BYTES,
     MAX_STAGED_FOLLOW_UPS,
@@ -69,6 +70,10 @@ class Job:
         self.errors = row.errors
         self.callback_id: uuid.UUID | None = row.callback_id
         self.callback_result: Any = row.callback_result
+        # architecture §16: the parents (ids, states, step names) and the outputs of the
+        # completed ones, keyed by step name (in a workflow) or parent id; set by the executor
+        self.parents: list[ParentInfo] = []
+        self.parent_outputs: dict[Any, Any] = {}
         self.control = control if control is not None else JobControl()
         self.control.progress.value = row.progress
         self._services = services
