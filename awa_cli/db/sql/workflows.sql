@@ -11,7 +11,7 @@ RETURNING id, name, state, created_at, finished_at, counts, metadata;
 -- Serialise the "is this workflow over?" check of concurrent transitions of its steps (a
 -- transaction-scoped advisory lock per workflow, taken in id order, held to commit): without
 -- it two last steps finishing at once would each see the other still running.
-SELECT pg_advisory_xact_lock(1635213682, (w % 2147483647)::int)
+SELECT pg_advisory_xact_lock(1635213682, (w %% 2147483647)::int)
 FROM unnest(%(ids)s::bigint[]) AS w ORDER BY w;
 
 -- name: wf_finish
