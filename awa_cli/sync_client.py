@@ -525,6 +525,10 @@ class Client:
         their counts per state; ``steps`` is not loaded (see :meth:`get_workflow`)."""
         return self._runner.run(self._async.list_workflows(state, name, limit))
 
+    def workflow_edges(self, workflow_id: int) -> list[tuple[int, int]]:
+        """The (parent job id, child job id) edges of the workflow's steps (for its graph)."""
+        return self._runner.run(self._async.workflow_edges(workflow_id))
+
     def cancel_workflow(self, workflow_id: int) -> WorkflowRun:
         """Cancel every unfinished step and the workflow (Cancelled fires for each step; a
         running handler sees ``job.is_cancelled()``)."""

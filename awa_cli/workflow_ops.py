@@ -104,6 +104,12 @@ class WorkflowMethods:
         async with pool.connection() as conn:
             return await workflow_table.list_all(conn, state, name, limit)
 
+    async def workflow_edges(self, workflow_id: int) -> list[tuple[int, int]]:
+        """The (parent job id, child job id) edges of the workflow's steps (for its graph)."""
+        pool = await self.ensure_open()
+        async with pool.connection() as conn:
+            return await workflow_table.edges(conn, int(workflow_id))
+
     async def cancel_workflow(self, workflow_id: int) -> WorkflowRun:
         """Cancel every unfinished step and the workflow (Cancelled fires for each step; a
         running handler sees ``job.is_cancelled()``)."""
