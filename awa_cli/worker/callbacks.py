@@ -49,6 +49,16 @@ class CallbackServices:
         async with self.core.pool.connection() as conn:
             return list(await dependencies.parents_of(conn, job_id))
 
+    async def insert_workflow(self, wf: Any) -> Any:
+        """Insert ``wf`` for a handler (``job.insert_workflow``), with the core's app."""
+        from awa_cli.workflow_ops import prepare_workflow
+
+        planned, jobs = prepare_workflow(wf, self.core.app)
+        async with self.core.pool.connection() as conn:
+            return await dependencies.run_async(
+                conn, dependencies.insert_workflow(wf, planned, jobs)
+            )
+
     async def wait_for_callback(self, job: WaitingAttempt, token: CallbackToken) -> Any:
         if token.id != job.callback_id:
             raise AwaError(
