@@ -190,7 +190,7 @@ class App(FollowUpRegistrars):
                 self._launcher()
                 continue
             self._add_task(task)
-        self._workflow_factories.update(other._workflow_factories)
+        self._workflow_factories.update(other.workflow_factories)
         hooks, specs = other.registrations()
         self._hooks.extend(hooks)
         self._specs.extend(specs)
@@ -258,6 +258,11 @@ class App(FollowUpRegistrars):
         if existing is not None and existing != schedule:
             raise ScheduleError(schedule.name, "name", "is registered twice")
         self._schedules[schedule.name] = schedule
+
+    @property
+    def workflow_factories(self) -> Mapping[str, Callable[[datetime], Any]]:
+        """The periodic workflows' factories by schedule name (read-only)."""
+        return MappingProxyType(self._workflow_factories)
 
     def _launcher(self) -> None:
         """Register the task that turns a periodic fire into a workflow (once per app)."""
