@@ -23,7 +23,7 @@ from pathlib import Path
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from benchmarks import history, measures, peers, periodic, references, sustained
+from benchmarks import history, measures, peers, periodic, references, sustained, workflow_fan
 from benchmarks.server import BenchServer
 
 MEASURES = {
@@ -39,6 +39,7 @@ MEASURES = {
     "drain_with_history": history.drain_with_history,
     "drain_deep": history.drain_deep,
     "sustained_load": sustained.sustained_load,
+    "workflow_fan": workflow_fan.workflow_fan,
     # references: what bounds the measures above on this machine (README, "What bounds the rest")
     "drain_concurrency_100": measures.drain_concurrency_100,
     "drain_without_claim_ahead": measures.drain_without_claim_ahead,
@@ -66,6 +67,7 @@ RATIOS = [  # (numerator, denominator) printed when both ran
     ("drain_limited", "drain"),
     ("drain_with_history", "drain"),
     ("drain_deep", "drain"),
+    ("workflow_fan", "drain"),
     ("drain_deep_vacuumed", "drain_deep"),
     ("drain", "claim_complete_sql"),
     ("drain", "claim_complete_overlap_sql"),

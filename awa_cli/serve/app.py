@@ -108,7 +108,7 @@ def build_app(client: AsyncClient, settings: ServeSettings) -> Starlette:
     from starlette.routing import BaseRoute, Mount, Route
     from starlette.staticfiles import StaticFiles
 
-    from awa_cli.serve import api, controls, fleet, pages
+    from awa_cli.serve import api, controls, fleet, pages, workflows
 
     policy = Policy(
         list(settings.tokens),
@@ -128,6 +128,7 @@ def build_app(client: AsyncClient, settings: ServeSettings) -> Starlette:
     if not settings.callbacks_only:
         routes.append(Route("/metrics", metrics, methods=["GET"]))
         routes += pages.routes() + api.routes() + fleet.routes() + controls.routes()
+        routes += workflows.routes()
         routes.append(Mount("/static", StaticFiles(directory=str(STATIC)), name="static"))
 
     @contextlib.asynccontextmanager

@@ -169,6 +169,18 @@ LEFT JOIN awa.dead_letters AS dl ON dl.id = d.parent_id
 WHERE d.child_id = %(id)s
 ORDER BY d.parent_id;
 
+-- name: dep_parents_of_many
+-- dep_parents_of for many children at once (a worker's claim batch), with each child's id.
+SELECT d.child_id, d.parent_id AS id,
+       coalesce(p.state::text, CASE WHEN dl.id IS NOT NULL THEN 'failed' END, 'deleted') AS state,
+       coalesce(p.metadata, dl.metadata) ->> 'awa.step' AS step,
+       CASE WHEN p.state = 'completed' THEN p.output END AS output
+FROM awa.job_dependencies AS d
+LEFT JOIN awa.jobs AS p ON p.id = d.parent_id
+LEFT JOIN awa.dead_letters AS dl ON dl.id = d.parent_id
+WHERE d.child_id = ANY (%(ids)s::bigint[])
+ORDER BY d.child_id, d.parent_id;
+
 -- name: dep_children_of
 -- A job's children with their states.
 SELECT d.child_id AS id, c.state::text AS state, c.metadata ->> 'awa.step' AS step
