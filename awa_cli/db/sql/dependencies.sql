@@ -80,29 +80,37 @@ SELECT * FROM awa.jobs WHERE id = ANY (%(ids)s::bigint[]) ORDER BY id;
 -- parent cancels the child, reason "parent <id> <state>"; the caller settles the cancelled
 -- children's own children next, so the cancellation is transitive. Children are locked in id
 -- order (no deadlock between two parents' transactions); only blocked children change, so a
--- settled child is never settled twice.
-WITH p AS (
-    SELECT * FROM unnest(%(ids)s::bigint[], %(states)s::text[]) AS p(id, state)
-), e AS (
+-- settled child is never settled twice. Every lookup is by key (LATERAL ... OFFSET 0 keeps
+-- the planner from a scan when a table's statistics predate a burst of new edges).
+WITH e AS (
+    -- per child: how many of these parents completed, how many did not, the first that did
+    -- not (the unnest is not a CTE, so its size is known to the planner: index lookups)
     SELECT d.child_id,
            count(*) FILTER (WHERE p.state = 'completed') AS done,
            count(*) FILTER (WHERE p.state <> 'completed') AS bad,
-           min(p.id) FILTER (WHERE p.state <> 'completed') AS bad_parent
-    FROM awa.job_dependencies AS d JOIN p ON p.id = d.parent_id
+           min(p.id) FILTER (WHERE p.state <> 'completed') AS bad_parent,
+           (array_agg(p.state ORDER BY p.id) FILTER (WHERE p.state <> 'completed'))[1] AS bad_state
+    FROM unnest(%(ids)s::bigint[], %(states)s::text[]) AS p(id, state)
+    CROSS JOIN LATERAL (  -- by primary key, whatever the (often stale) statistics say
+        SELECT d.child_id FROM awa.job_dependencies AS d WHERE d.parent_id = p.id OFFSET 0
+    ) AS d
     GROUP BY d.child_id
 ), c AS (
-    SELECT j.id FROM awa.jobs AS j JOIN e ON e.child_id = j.id
-    WHERE j.state = 'blocked'
-    ORDER BY j.id
-    FOR NO KEY UPDATE OF j
+    -- lock the blocked children in id order, each by primary key
+    SELECT j.id, j.on_parent_failure
+    FROM (SELECT child_id FROM e ORDER BY child_id) AS ordered
+    CROSS JOIN LATERAL (
+        SELECT j.id, j.on_parent_failure FROM awa.jobs AS j
+        WHERE j.id = ordered.child_id AND j.state = 'blocked'
+        FOR NO KEY UPDATE
+    ) AS j
 ), n AS (
     -- the decrement and the cancel flag only: the child's counter is read by the UPDATE
     -- below from the row it locked (the latest version), never from this statement's snapshot
-    SELECT e.child_id, e.bad_parent,
-           CASE WHEN j.on_parent_failure = 'run' THEN e.done + e.bad ELSE e.done END AS dec,
-           j.on_parent_failure <> 'run' AND e.bad > 0 AS cancel,
-           (SELECT p.state FROM p WHERE p.id = e.bad_parent) AS bad_state
-    FROM e JOIN c ON c.id = e.child_id JOIN awa.jobs AS j ON j.id = e.child_id
+    SELECT e.child_id, e.bad_parent, e.bad_state,
+           CASE WHEN c.on_parent_failure = 'run' THEN e.done + e.bad ELSE e.done END AS dec,
+           c.on_parent_failure <> 'run' AND e.bad > 0 AS cancel
+    FROM e JOIN c ON c.id = e.child_id
 )
 UPDATE awa.jobs AS j SET
     pending_parents = greatest(j.pending_parents - n.dec, 0),
@@ -118,7 +126,7 @@ UPDATE awa.jobs AS j SET
                       'parent', n.bad_parent))
                   ELSE j.errors END
 FROM n
-WHERE j.id = n.child_id AND j.state = 'blocked'
+WHERE j.id = n.child_id  -- blocked: c locked it so (no state test here: the key decides the plan)
 RETURNING j.*;
 
 -- name: dep_reopen
@@ -159,25 +167,39 @@ RETURNING j.id, j.state::text AS state, j.queue, j.workflow_id;
 
 -- name: dep_parents_of
 -- A job's parents with their states (a dead-lettered one as failed), step names and outputs.
-SELECT d.parent_id AS id,
-       coalesce(p.state::text, CASE WHEN dl.id IS NOT NULL THEN 'failed' END, 'deleted') AS state,
-       coalesce(p.metadata, dl.metadata) ->> 'awa.step' AS step,
-       CASE WHEN p.state = 'completed' THEN p.output END AS output
+-- Each parent is looked up by primary key (LATERAL ... LIMIT 1), whatever the statistics say
+-- of a table whose rows just changed state en masse.
+SELECT d.parent_id AS id, x.state, x.step, x.output
 FROM awa.job_dependencies AS d
-LEFT JOIN awa.jobs AS p ON p.id = d.parent_id
-LEFT JOIN awa.dead_letters AS dl ON dl.id = d.parent_id
+CROSS JOIN LATERAL (
+    SELECT p.state::text AS state, p.metadata ->> 'awa.step' AS step,
+           CASE WHEN p.state = 'completed' THEN p.output END AS output
+    FROM awa.jobs AS p WHERE p.id = d.parent_id
+    UNION ALL
+    SELECT 'failed', dl.metadata ->> 'awa.step', NULL::jsonb
+    FROM awa.dead_letters AS dl WHERE dl.id = d.parent_id
+    UNION ALL
+    SELECT 'deleted', NULL, NULL::jsonb
+    LIMIT 1
+) AS x
 WHERE d.child_id = %(id)s
 ORDER BY d.parent_id;
 
 -- name: dep_parents_of_many
 -- dep_parents_of for many children at once (a worker's claim batch), with each child's id.
-SELECT d.child_id, d.parent_id AS id,
-       coalesce(p.state::text, CASE WHEN dl.id IS NOT NULL THEN 'failed' END, 'deleted') AS state,
-       coalesce(p.metadata, dl.metadata) ->> 'awa.step' AS step,
-       CASE WHEN p.state = 'completed' THEN p.output END AS output
+SELECT d.child_id, d.parent_id AS id, x.state, x.step, x.output
 FROM awa.job_dependencies AS d
-LEFT JOIN awa.jobs AS p ON p.id = d.parent_id
-LEFT JOIN awa.dead_letters AS dl ON dl.id = d.parent_id
+CROSS JOIN LATERAL (
+    SELECT p.state::text AS state, p.metadata ->> 'awa.step' AS step,
+           CASE WHEN p.state = 'completed' THEN p.output END AS output
+    FROM awa.jobs AS p WHERE p.id = d.parent_id
+    UNION ALL
+    SELECT 'failed', dl.metadata ->> 'awa.step', NULL::jsonb
+    FROM awa.dead_letters AS dl WHERE dl.id = d.parent_id
+    UNION ALL
+    SELECT 'deleted', NULL, NULL::jsonb
+    LIMIT 1
+) AS x
 WHERE d.child_id = ANY (%(ids)s::bigint[])
 ORDER BY d.child_id, d.parent_id;
 
