@@ -122,6 +122,14 @@ TARGETS: tuple[Target, ...] = (
         lambda x: x >= 0.9,
     ),
     Target(
+        "`workflow_fan` / `drain` (10,000-wide fan-out, then 10,000-to-1 fan-in)",
+        "≥ 0.7×",
+        lambda s: ratio(s, "workflow_fan", "drain"),
+        _times,
+        lambda x: x >= 0.7,
+        "workflow_fan",
+    ),
+    Target(
         "`sustained_load` p99, commit → handler start",
         "≤ 25 ms",
         lambda s: median(s, "sustained_load", "p99_ms"),

@@ -179,3 +179,14 @@ def test_loop_both_runs_the_worker_on_uvloop(pg_server, tmp_path: Path) -> None:
     assert results["pickup_latency"]["runs"][0]["loop"].startswith("asyncio")
     assert results["uvloop.pickup_latency"]["runs"][0]["loop"] == "uvloop"
     assert "ratio uvloop.pickup_latency / pickup_latency" in stdout
+
+
+def test_workflow_fan_measure(pg_server, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """A short workflow_fan (a 150-wide fan-out, then a 150-to-1 fan-in) beside the drain."""
+    results, stdout = run_benchmarks(
+        pg_server, tmp_path, "--jobs", "300", "--only", "drain,workflow_fan"
+    )
+    fan = results["workflow_fan"]
+    assert fan["jobs_per_s"]["median"] > 0
+    assert fan["cpu_postgres_us_per_job"]["median"] > 0 and fan["wal_bytes_per_job"]["median"] > 0
+    assert "ratio workflow_fan / drain:" in stdout

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any
 
 import psycopg
 import pytest
@@ -98,7 +97,7 @@ class WorkflowMachine(RuleBasedStateMachine):
 
     @rule(graph=graphs)
     def insert(self, graph: tuple[int, list[tuple[set[int], bool]]]) -> None:
-        n, shape = graph
+        _n, shape = graph
         wf = awa.Workflow(f"wf{len(self.workflows)}")
         for i, (parents, run_policy) in enumerate(shape):
             after = [f"s{p}" for p in sorted(parents) if p < i]
