@@ -16,6 +16,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from awa_cli.db import dead_letters
+from awa_cli.db import queues as queue_rows
 from awa_cli.db import audit as audit_table
 from awa_cli.admin import AuditEntry, DeadLetterFilter, JobFilter, QueueInfo
 from awa_cli.app import prepare_job
@@ -45,6 +47,15 @@ def _states(state: States) -> tuple[str, ...]:
 
 def _age(value: float | timedelta | None, name: str) -> float | None:
     return None if value is None else seconds(value, name)
+
+
+def _ids(ids: Iterable[int] | None) -> tuple[int, ...] | None:
+    if ids is None:
+        return None
+    found = tuple(ids)
+    if any(isinstance(i, bool) or not isinstance(i, int) for i in found):
+        raise ValidationError("ids", "must be job ids (integers)")
+    return found
 
 
 def _limit(limit: int) -> int:
@@ -80,13 +91,11 @@ class OperatorMethods:
     async def list_queues(self, configured: Iterable[str] = ()) -> list[QueueInfo]:
         """Every known queue with its pause and dead-letter flags (``configured``: names to
         include even without a row or jobs, e.g. a config's ``[queues]``)."""
-        await self.ensure_open()
-        return await self.core.list_queues(configured)
+        return await queue_rows.list_queues(await self.ensure_open(), configured)
 
     async def paused_queues(self) -> list[str]:
         """The names of the paused queues."""
-        await self.ensure_open()
-        return await self.core.paused_queues()
+        return await queue_rows.paused_names(await self.ensure_open())
 
     async def audit_log(
         self,
@@ -102,6 +111,7 @@ class OperatorMethods:
             "actor": actor,
             "action": action,
             "target": target,
+            "targets": None,
             "since": since,
             "limit": _limit(limit),
         }
@@ -119,10 +129,13 @@ class OperatorMethods:
         all: bool = False,
         dry_run: bool = False,
         progress: Progress | None = None,
+        tag: str | None = None,
+        ids: Iterable[int] | None = None,
     ) -> int:
-        """Retry every matching failed or cancelled job (as ``retry``); the number retried."""
+        """Retry every matching failed or cancelled job (as ``retry``); the number retried.
+        ``tag`` keeps jobs carrying it, ``ids`` those jobs only (each one a filter)."""
         await self.ensure_open()
-        where = JobFilter(_states(state), queue, kind, all=all)
+        where = JobFilter(_states(state), queue, kind, all=all, tag=tag, ids=_ids(ids))
         return await self.core.retry_jobs(
             where, dry_run=dry_run, actor=current_actor(self.core), progress=progress
         )
@@ -136,11 +149,14 @@ class OperatorMethods:
         all: bool = False,
         dry_run: bool = False,
         progress: Progress | None = None,
+        tag: str | None = None,
+        ids: Iterable[int] | None = None,
     ) -> int:
         """Cancel every matching available, scheduled, retryable or waiting job (as
-        ``cancel``: with an app, Cancelled fires and on_cancelled specs run, per job)."""
+        ``cancel``: with an app, Cancelled fires and on_cancelled specs run, per job).
+        ``tag`` keeps jobs carrying it, ``ids`` those jobs only (each one a filter)."""
         await self.ensure_open()
-        where = JobFilter(_states(state), queue, kind, all=all)
+        where = JobFilter(_states(state), queue, kind, all=all, tag=tag, ids=_ids(ids))
         return await self.core.cancel_jobs(
             where, dry_run=dry_run, actor=current_actor(self.core), progress=progress
         )
@@ -155,12 +171,16 @@ class OperatorMethods:
         all: bool = False,
         dry_run: bool = False,
         progress: Progress | None = None,
+        tag: str | None = None,
+        ids: Iterable[int] | None = None,
     ) -> int:
         """Delete matching finished jobs (completed, failed, cancelled), finished more than
-        ``older_than`` ago when given."""
+        ``older_than`` ago when given; ``tag`` and ``ids`` as for :meth:`cancel_jobs`."""
         age = _age(older_than, "older_than")
         await self.ensure_open()
-        where = JobFilter(_states(state), queue, kind, older_than=age, all=all)
+        where = JobFilter(
+            _states(state), queue, kind, older_than=age, all=all, tag=tag, ids=_ids(ids)
+        )
         return await self.core.purge_jobs(
             where, dry_run=dry_run, actor=current_actor(self.core), progress=progress
         )
@@ -186,21 +206,18 @@ class OperatorMethods:
         self, queue: str | None = None, kind: str | None = None, limit: int = 100
     ) -> list[DeadLetter]:
         """Dead letters, newest first."""
-        await self.ensure_open()
-        return await self.core.dead_letters(queue, kind, _limit(limit))
+        return await dead_letters.newest(await self.ensure_open(), queue, kind, _limit(limit))
 
     async def get_dlq_job(self, id: int) -> DeadLetter:
         """One dead letter (JobNotFound when there is none with this id)."""
-        await self.ensure_open()
-        dead = await self.core.dead_letter(id)
+        dead = await dead_letters.get(await self.ensure_open(), id)
         if dead is None:
             raise JobNotFound(f"dead letter {id} not found")
         return dead
 
     async def dlq_depth(self, queue: str | None = None) -> DlqDepth:
         """How many dead letters there are, in total and per queue."""
-        await self.ensure_open()
-        return await self.core.dlq_depth(queue)
+        return await dead_letters.depth(await self.ensure_open(), queue)
 
     async def retry_from_dlq(
         self,

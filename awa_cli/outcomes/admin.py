@@ -9,6 +9,7 @@ from awa_cli.db.statements import SQL
 from awa_cli.events import JobEvent
 from awa_cli.jobs import JobRow
 from awa_cli.outcomes import settle
+from awa_cli.outcomes.audit import audited
 from awa_cli.outcomes.transaction import (
     CoreState,
     Cursor,
@@ -45,7 +46,7 @@ async def cancel(core: CoreState, job_id: int, reason: str) -> JobRow:
             {"id": job_id},
             missing_or_state(job_id, "cancelled"),
             event=lambda row, _: JobEvent.Cancelled(row, row.args, reason),
-            then=notify_cancel,
+            then=audited(core, "job.cancel", notify_cancel),
         ),
     )
     assert row is not None  # missing raised
@@ -78,7 +79,12 @@ async def retry(core: CoreState, job_id: int) -> JobRow:
     """Make a failed, cancelled, retryable or scheduled job available now; fires nothing."""
     row = await transition(
         core,
-        Transition("retry", {"id": job_id}, missing_or_state(job_id, "retried"), then=reblock),
+        Transition(
+            "retry",
+            {"id": job_id},
+            missing_or_state(job_id, "retried"),
+            then=audited(core, "job.retry", reblock),
+        ),
     )
     assert row is not None  # missing raised
     return row

@@ -99,7 +99,7 @@ async def cancel(core: CoreState, workflow_id: int, actor: str | None) -> DictRo
                 conn,
                 audit.current_actor(core) if actor is None else actor,
                 "workflow.cancel",
-                str(workflow_id),
+                f"workflow:{workflow_id}",
                 detail={"count": len(records)},
             )
     core.after_commit(items)
@@ -130,7 +130,7 @@ async def retry(core: CoreState, workflow_id: int, actor: str | None) -> DictRow
                 conn,
                 audit.current_actor(core) if actor is None else actor,
                 "workflow.retry",
-                str(workflow_id),
+                f"workflow:{workflow_id}",
                 detail={"count": len(rows)},
             )
     return head

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from awa_cli.errors import ValidationError
 from awa_cli.serve.common import client_of, error_line, json_error, status_for
-from awa_cli.serve.controls import Action, api_handler
+from awa_cli.serve.controls import Action, Target, api_handler
 from awa_cli.workflows import WORKFLOW_STATES
 
 if TYPE_CHECKING:
@@ -65,14 +65,18 @@ async def api_workflow(request: Request) -> Response:
     return JSONResponse(data)
 
 
-async def _cancel(client: AsyncClient, actor: str, workflow_id: str) -> Any:
-    await client.cancel_workflow(int(workflow_id))
-    return await workflow_json(client, int(workflow_id))
+async def _cancel(t: Target) -> Any:
+    await t.client.cancel_workflow(int(t.value))
+    return await workflow_json(t.client, int(t.value))
 
 
-async def _retry(client: AsyncClient, actor: str, workflow_id: str) -> Any:
-    await client.retry_workflow(int(workflow_id))
-    return await workflow_json(client, int(workflow_id))
+async def _retry(t: Target) -> Any:
+    await t.client.retry_workflow(int(t.value))
+    return await workflow_json(t.client, int(t.value))
+
+
+def _target(workflow_id: str) -> str:
+    return f"workflow:{workflow_id}"
 
 
 ACTIONS = [
@@ -80,7 +84,7 @@ ACTIONS = [
         "/workflows/{workflow_id:int}/cancel",
         "workflow_id",
         "workflow.cancel",
-        str,
+        _target,
         _cancel,
         lambda i, _: f"/api/workflows/{i}",
     ),
@@ -88,7 +92,7 @@ ACTIONS = [
         "/workflows/{workflow_id:int}/retry",
         "workflow_id",
         "workflow.retry",
-        str,
+        _target,
         _retry,
         lambda i, _: f"/api/workflows/{i}",
     ),

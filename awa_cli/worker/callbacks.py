@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import psycopg
 
-from awa_cli.db import dependencies
+from awa_cli.db import dependencies, jobs
 from awa_cli.workflows import AFTER_KEY
 from awa_cli.errors import AwaError, CallbackWaitAborted
 
@@ -108,7 +108,7 @@ class CallbackServices:
     async def _wait(self, job: WaitingAttempt, token: CallbackToken, event: asyncio.Event) -> Any:
         while True:
             event.clear()
-            state, callback_id, result, lease = await self.core.wait_state(job.id)
+            state, callback_id, result, lease = await jobs.wait_state(self.core.pool, job.id)
             if lease != job.run_lease or state not in ("running", "waiting_external"):
                 self.running.fence(job.id, job.run_lease)
                 raise CallbackWaitAborted(

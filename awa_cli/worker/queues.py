@@ -60,6 +60,10 @@ class QueueRunner:
         self.claims = 0
         self.ready = asyncio.Event()  # set after the first successful claim round
         self.failing = False  # in error backoff: the last claim round failed
+        # While failing: since when (unix time) and the last error's first line, for the
+        # worker's row in awa.workers (awa doctor's `claims` check).
+        self.failing_since: float | None = None
+        self.claim_error: str | None = None
         self._stop = asyncio.Event()
         # claimed ahead, not started yet: (row, monotonic time of its claim), in claim order
         self.ahead: deque[tuple[JobRow, float]] = deque()
@@ -151,12 +155,16 @@ class QueueRunner:
                 extra={"action": "claim_recovered", "queue": self.spec.name},
             )
         self.failing = False
+        self.failing_since = self.claim_error = None
         self.ready.set()
 
     async def _claim_failed(self, exc: BaseException, backoff: float) -> None:
         """Any database error (a lost connection, a missing grant, a read-only server): one
         ERROR line per backoff step, then retry (architecture §15.7)."""
         self.failing = True
+        if self.failing_since is None:
+            self.failing_since = time.time()
+        self.claim_error = first_line(exc)[:500]
         log.error(
             "claim on queue %s failed, retrying in %.1fs: %s",
             self.spec.name,

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 
 from awa_cli import defaults
+from awa_cli.db import jobs
 from awa_cli.app import prepare_job
 from awa_cli.db.dsn import redact, with_options
 from awa_cli.db.pools import POOL_WAIT_SECONDS, claim_pool, recheck, worker_pool
@@ -143,7 +144,7 @@ class Worker:
         prepare = functools.partial(prepare_job, self.app)
         context = RunnerContext(
             claim=self._claim,
-            seconds_until_due=self.core.seconds_until_due,
+            seconds_until_due=functools.partial(jobs.seconds_until_due, self.core.pool),
             started=self.core.started,
             execute=lambda row, waited: execute(
                 self.app,
@@ -182,8 +183,17 @@ class Worker:
             {name: spec.concurrency for name, spec in self.queues.items()},
             lambda: len(self.running),
             self.timings.heartbeat_interval,
+            claims=self.claim_failure,
         )
         self.progress = ProgressFlush(self.core.heartbeat, self.running)
+
+    def claim_failure(self) -> tuple[float, str] | None:
+        """Since when claims fail and why (the longest-failing queue), None while they work."""
+        failing = [r for r in self.runners.values() if r.failing_since is not None]
+        if not failing:
+            return None
+        first = min(failing, key=lambda r: r.failing_since or 0.0)
+        return first.failing_since or 0.0, f"queue {first.spec.name}: {first.claim_error}"
 
     @property
     def stopping(self) -> bool:

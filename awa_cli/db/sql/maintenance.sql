@@ -38,3 +38,10 @@ WITH gone AS (
     WHERE d.child_id IN (SELECT id FROM gone) OR d.parent_id IN (SELECT id FROM gone)
 )
 SELECT count(*) FROM gone;
+
+-- name: leader_mark_worker
+-- The new leader's own row(s) of awa.workers (migration 0013): the backend pid of the session
+-- that holds the leader lock, so `awa doctor` can name the leader's host:pid. No row yet (the
+-- worker registers at the same moment): the leader tries again shortly.
+UPDATE awa.workers SET leader_backend_pid = %(backend_pid)s
+WHERE host = %(host)s AND pid = %(pid)s

@@ -49,14 +49,14 @@ def test_list_show_cancel_retry(dsn: str, runner: AwaRunner) -> None:
     retried = runner.invoke(cli, ["workflow", "retry", str(run.id), "--json"], env=env)
     assert json.loads(retried.output)["state"] == "running"
     with awa.Client(dsn) as client:
-        actions = [e.action for e in client.audit_log(target=str(run.id))]
+        actions = [e.action for e in client.audit_log(target=f"workflow:{run.id}")]
     assert sorted(actions) == ["workflow.cancel", "workflow.retry"]
     assert all(e.actor.startswith("cli:") for e in client_audit(dsn, run.id))
 
 
 def client_audit(dsn: str, wf_id: int) -> list[AuditEntry]:
     with awa.Client(dsn) as client:
-        return list(client.audit_log(target=str(wf_id)))
+        return list(client.audit_log(target=f"workflow:{wf_id}"))
 
 
 def test_an_unknown_workflow_exits_4(dsn: str, runner: AwaRunner) -> None:

@@ -56,13 +56,13 @@ def test_list_show_cancel_retry_audited_once(dsn: str) -> None:
         assert http.post("/api/workflows/999999/retry", headers=OP).status_code == 404
     rows = audit_rows(dsn)
     assert [r[1:3] for r in rows] == [
-        ("workflow.cancel", str(run.id)),
-        ("workflow.retry", str(run.id)),
-        ("workflow.retry", "999999"),  # a refusal is audited too (by the serve)
+        ("workflow.cancel", f"workflow:{run.id}"),
+        ("workflow.retry", f"workflow:{run.id}"),
+        ("workflow.retry", "workflow:999999"),  # a refusal is audited too (by the serve)
     ]
     assert [r[3] for r in rows][:2] == ["ok", "ok"] and rows[2][3] != "ok"
     assert all(r[0].startswith("serve:") for r in rows)
-    assert len([r for r in rows if r[2] == str(run.id)]) == 2  # once each, never doubled
+    assert len([r for r in rows if r[2] == f"workflow:{run.id}"]) == 2  # once each, never doubled
 
 
 def test_viewer_and_read_only_are_refused(dsn: str) -> None:

@@ -120,7 +120,7 @@ async def test_cancel_workflow_cancels_every_unfinished_step(dsn: str) -> None:
         assert got.state == "cancelled" and got.counts == {"cancelled": 4}
         assert all(s.state == "cancelled" for s in got.steps.values())
         entries = await client.audit_log(action="workflow.cancel")
-        assert [e.target for e in entries] == [str(run.id)]
+        assert [e.target for e in entries] == [f"workflow:{run.id}"]
         await client.retry_workflow(run.id)
         got = await client.get_workflow(run.id)
         assert got.state == "running" and got.steps["extract"].state == "available"
