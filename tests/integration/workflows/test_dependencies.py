@@ -196,8 +196,11 @@ async def test_blocked_is_its_own_state_in_counts_and_no_worker_claims_it(dsn: s
         async with running_worker(app, dsn):
             await asyncio.sleep(0.6)
         assert log == [] and state(dsn, b.id) == "blocked"
-        counts = {c.state: c.count for c in await client.job_counts()} if hasattr(client, "job_counts") else {}
-        assert counts == {} or counts.get("blocked") == 1
+        counts = {c.state: c.count for c in await client.job_counts()}
+        assert counts["blocked"] == 1 and counts["scheduled"] == 1
+        assert [j.id for j in await client.list_jobs(state="blocked")] == [b.id]
+        [stats] = await client.queue_stats("default")
+        assert stats["counts"].get("blocked") == 1 or stats.get("blocked") == 1, stats
 
 
 @pytest.mark.asyncio
@@ -214,3 +217,19 @@ async def test_the_real_worker_drains_a_chain_in_order(dsn: str) -> None:
         async with running_worker(app, dsn):
             await wait_until(lambda: state(dsn, ids[-1]) == "completed")
     assert [n for n, _, _ in log] == [str(i) for i in range(6)]
+
+
+@pytest.mark.asyncio
+async def test_a_dead_lettered_parent_counts_as_failed_and_its_retry_reblocks(dsn: str) -> None:
+    app = step_app([])
+    async with awa.AsyncClient(dsn, app) as client:
+        a = await client.insert(Step("a", "fail"), queue="dl")
+        b = await client.insert(Step("b"), after=[a])
+        with psycopg.connect(dsn, autocommit=True) as conn:  # the queue dead-letters
+            conn.execute("INSERT INTO awa.queues (name, dead_letter) VALUES ('dl', true)")
+        await AsyncAwaTestClient(client, app).work_one(Step, queue="dl")
+        assert state(dsn, b.id) == "cancelled"
+        assert (await client.get_dlq_job(a.id)).id == a.id
+        assert [(p["id"], p["state"]) for p in await client.job_parents(b.id)] == [(a.id, "failed")]
+        await client.retry_from_dlq(a.id)
+        assert state(dsn, b.id) == "blocked"
