@@ -44,6 +44,7 @@ NAV = [
     NavItem("/queues", "Queues"),
     NavItem("/dlq", "DLQ"),
     NavItem("/periodic", "Periodic"),
+    NavItem("/workflows", "Workflows"),
     NavItem("/workers", "Workers"),
     NavItem("/kinds", "Kinds"),
     NavItem("/audit", "Audit"),

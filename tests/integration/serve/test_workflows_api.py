@@ -76,3 +76,30 @@ def test_viewer_and_read_only_are_refused(dsn: str) -> None:
     with serve(dsn, read_only=True) as http:
         response = http.post(f"/api/workflows/{run.id}/cancel", headers=OP)
         assert response.status_code == 403 and "read-only" in response.json()["error"]
+
+
+def test_the_workflow_pages_draw_the_graph_and_act_with_csrf(dsn: str) -> None:
+    from tests.integration.serve.helpers import csrf_of, log_in
+
+    wf = awa.Workflow("pages")
+    a = wf.add("<extract>", Task(1))  # a name that must be escaped
+    wf.add("load", Task(2), after=[a])
+    with awa.Client(dsn) as client:
+        run = client.insert_workflow(wf)
+    with serve(dsn) as http:
+        log_in(http, OPERATOR_TOKEN)
+        listing = http.get("/workflows").text
+        assert f'href="/workflows/{run.id}"' in listing and "pages" in listing
+        page = http.get(f"/workflows/{run.id}").text
+        assert "<svg" in page and 'class="wf-graph"' in page
+        assert f'href="/jobs/{run.steps["load"].id}"' in page  # each step links to its job
+        assert "&lt;extract&gt;" in page and "<extract>" not in page
+        assert "marker-end" in page  # the edge extract -> load
+        assert 'fill="#e8ebf0"' in page  # load is blocked: grey
+        assert f'action="/workflows/{run.id}/cancel"' in page
+        assert http.post(f"/workflows/{run.id}/cancel").status_code == 403  # no CSRF token
+        done = http.post(f"/workflows/{run.id}/cancel", data={"csrf": csrf_of(http)})
+        assert done.status_code == 303
+        assert done.headers["location"] == f"/workflows/{run.id}?done=cancelled"
+        assert "cancelled" in http.get(done.headers["location"]).text
+        assert http.get("/workflows/424242").status_code == 404
