@@ -23,7 +23,8 @@ from pathlib import Path
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from benchmarks import history, measures, peers, periodic, references, sustained, workflow_fan
+from benchmarks import batches, history, measures, peers, periodic, references, sustained
+from benchmarks import workflow_fan
 from benchmarks.server import BenchServer
 
 MEASURES = {
@@ -41,6 +42,8 @@ MEASURES = {
     "drain_deep": history.drain_deep,
     "sustained_load": sustained.sustained_load,
     "workflow_fan": workflow_fan.workflow_fan,
+    "batch_100k": batches.batch_100k,
+    "batch_100k_one_shard": batches.batch_100k_one_shard,
     # references: what bounds the measures above on this machine (README, "What bounds the rest")
     "drain_concurrency_100": measures.drain_concurrency_100,
     "drain_without_claim_ahead": measures.drain_without_claim_ahead,
@@ -53,10 +56,11 @@ MEASURES = {
     "insert_one_no_conflict_sql": references.insert_one_no_conflict_sql,
     "insert_one_bare_sql": references.insert_one_bare_sql,
     "drain_deep_vacuumed": history.drain_deep_vacuumed,
+    "drain_without_batch_triggers": batches.drain_without_batch_triggers,
 }
 
 # Run only when named in --only: long, and only of interest next to the measure they vary.
-OPT_IN = {"drain_deep_vacuumed"}
+OPT_IN = {"drain_deep_vacuumed", "batch_100k_one_shard", "drain_without_batch_triggers"}
 
 # Measured again on uvloop (``uvloop.<name>``) with ``--loop both``: those that run an awa
 # worker, or awa's client in this process.
@@ -73,6 +77,9 @@ RATIOS = [  # (numerator, denominator) printed when both ran
     ("drain_with_history", "drain"),
     ("drain_deep", "drain"),
     ("workflow_fan", "drain"),
+    ("batch_100k", "drain"),
+    ("batch_100k_one_shard", "batch_100k"),
+    ("drain", "drain_without_batch_triggers"),
     ("drain_deep_vacuumed", "drain_deep"),
     ("drain", "claim_complete_sql"),
     ("drain", "claim_complete_overlap_sql"),

@@ -26,6 +26,13 @@ class Tenanted:
 
 
 @dataclass
+class BatchDone:
+    """A batch's callback (queue batch_callbacks, not worked by the benchmarks)."""
+
+    label: str = ""
+
+
+@dataclass
 class FollowUp:
     n: int = 0
 
@@ -47,6 +54,11 @@ async def tenanted(job: awa.Job) -> None:
 
 @app.task(FollowUp, queue="follow_ups")
 async def follow_up(job: awa.Job) -> None:
+    return None
+
+
+@app.task(BatchDone, queue="batch_callbacks")
+async def batch_done(job: awa.Job) -> None:
     return None
 
 

@@ -140,6 +140,7 @@ TARGETS: tuple[Target, ...] = (
         "drain",
         "workflow_fan",
     ),
+    _ratio_row("`batch_100k` / `drain`", 0.8, "batch_100k", "drain", "batch_100k"),
     Target(
         "`drain_deep`: last 10% / first 10% of the backlog",
         "≥ 0.95×",

@@ -45,6 +45,7 @@ NAV = [
     NavItem("/dlq", "DLQ"),
     NavItem("/periodic", "Periodic"),
     NavItem("/workflows", "Workflows"),
+    NavItem("/batches", "Batches"),
     NavItem("/workers", "Workers"),
     NavItem("/kinds", "Kinds"),
     NavItem("/audit", "Audit"),
@@ -97,10 +98,13 @@ def status_for(exc: BaseException) -> int:
         PeriodicNotFound,
         QueueNotFound,
         UniqueConflict,
+        BatchNotFound,
         ValidationError,
     )
 
-    if isinstance(exc, (JobNotFound, CallbackNotFound, PeriodicNotFound, QueueNotFound)):
+    if isinstance(
+        exc, (JobNotFound, CallbackNotFound, PeriodicNotFound, QueueNotFound, BatchNotFound)
+    ):
         return 404
     if isinstance(exc, (InvalidJobState, UnknownKindRefused, UniqueConflict)):
         return 409

@@ -24,7 +24,8 @@ from awa_cli.progress import ProgressTracker
 
 if TYPE_CHECKING:
     from awa_cli.attempts import AttemptResult
-    from awa_cli.jobs import CallbackToken, JobRow
+    from awa_cli.batches import BatchRow
+    from awa_cli.jobs import CallbackToken, JobRow, PreparedJob
 
 
 CANCEL_GRACE = 1.0
@@ -194,6 +195,10 @@ class AttemptServices(Protocol):
     async def insert_workflow(self, wf: Any) -> Any: ...
 
     async def wait_for_callback(self, job: WaitingAttempt, token: CallbackToken) -> Any: ...
+
+    async def insert_into_batch(self, batch_id: int, jobs: list[PreparedJob]) -> list[JobRow]: ...
+
+    async def get_batch(self, batch_id: int) -> BatchRow: ...
 
 
 @dataclass(frozen=True)
