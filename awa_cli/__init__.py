@@ -50,11 +50,14 @@ from awa_cli.errors import (
     UniqueConflict,
     UnknownJobKind,
     ValidationError,
+    WorkflowNotFound,
 )
 from awa_cli.sync_client import Client
 from awa_cli.results import Cancel, JobResult, RetryAfter, Snooze, WaitForCallback
 from awa_cli.worker.job import Job
 from awa_cli.worker.runtime import Worker
+from awa_cli.workflow_ops import insert_workflow, insert_workflow_async
+from awa_cli.workflows import ParentInfo, Step, Workflow, WorkflowRun
 
 
 __all__ = [
@@ -87,6 +90,7 @@ __all__ = [
     "JobResult",
     "JobRow",
     "JobState",
+    "ParentInfo",
     "PeriodicJob",
     "PeriodicNotFound",
     "QueueNotFound",
@@ -100,6 +104,7 @@ __all__ = [
     "SignatureError",
     "Snooze",
     "StagingError",
+    "Step",
     "TerminalError",
     "UniqueConflict",
     "UniqueOpts",
@@ -108,11 +113,16 @@ __all__ = [
     "ValidationError",
     "WaitForCallback",
     "Worker",
+    "Workflow",
+    "WorkflowNotFound",
+    "WorkflowRun",
     "hookimpl",
     "insert",
     "insert_async",
     "insert_batch",
     "insert_batch_async",
+    "insert_workflow",
+    "insert_workflow_async",
     "kind_for",
 ]
 

@@ -10,17 +10,32 @@ import inspect
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from types import MappingProxyType
 from typing import Any
 
 from awa_cli.enqueue import InsertOpts, prepare
-from awa_cli.errors import RegistrationError, ValidationError
+from awa_cli.errors import RegistrationError, TerminalError, ValidationError
 from awa_cli.events import Outcome
 from awa_cli.follow_up_specs import FollowUpRegistrars, FollowUpSpec
 from awa_cli.jobs import PreparedJob
 from awa_cli.jsonvalues import kind_for, rebuild_args
 from awa_cli.errors import ScheduleError
 from awa_cli.periodic import CatchUp, Schedule, check_name, options_json
+from awa_cli.workflows import Workflow
+
+LAUNCH_KIND = "awa_periodic_workflow"  # the job a periodic workflow's fire enqueues
+
+
+def is_workflow_factory(args: Any) -> bool:
+    """Whether ``app.periodic``'s ``args`` is a workflow factory (a plain callable: a
+    function, not an args value, class or mapping)."""
+    return (
+        callable(args)
+        and not isinstance(args, (type, Mapping))
+        and not dataclasses.is_dataclass(args)
+        and not hasattr(args, "model_dump")
+    )
 
 
 @dataclass(frozen=True)
@@ -56,6 +71,8 @@ class App(FollowUpRegistrars):
             tuple[dict[str, list[Hook]], dict[tuple[str, Outcome], list[FollowUpSpec]]] | None
         ) = None
         self._schedules: dict[str, Schedule] = {}  # periodic schedules by name, in order
+        # periodic workflows (architecture §16): schedule name -> factory(fire_at) -> Workflow
+        self._workflow_factories: dict[str, Callable[[datetime], Any]] = {}
 
     # -- tasks ---------------------------------------------------------------------------
     def task(
@@ -169,7 +186,11 @@ class App(FollowUpRegistrars):
     def merge(self, other: App) -> App:
         """Add another app's registrations to this one (a kind registered twice is an error)."""
         for task in other.tasks.values():
+            if task.kind == LAUNCH_KIND:  # each app launches its own workflow factories
+                self._launcher()
+                continue
             self._add_task(task)
+        self._workflow_factories.update(other.workflow_factories)
         hooks, specs = other.registrations()
         self._hooks.extend(hooks)
         self._specs.extend(specs)
@@ -201,6 +222,11 @@ class App(FollowUpRegistrars):
         check_name(name)
         if name in self._schedules:
             raise ScheduleError(name, "name", "is registered twice")
+        if is_workflow_factory(args):  # architecture §16: a workflow per fire time
+            self._launcher()
+            self._workflow_factories[name] = args
+            args = {"schedule": name}
+            insert_options = {**insert_options, "kind": LAUNCH_KIND}
         if "run_at" in insert_options:
             raise ScheduleError(name, "run_at", "is the fire time; a schedule cannot set it")
         try:
@@ -232,6 +258,38 @@ class App(FollowUpRegistrars):
         if existing is not None and existing != schedule:
             raise ScheduleError(schedule.name, "name", "is registered twice")
         self._schedules[schedule.name] = schedule
+
+    @property
+    def workflow_factories(self) -> Mapping[str, Callable[[datetime], Any]]:
+        """The periodic workflows' factories by schedule name (read-only)."""
+        return MappingProxyType(self._workflow_factories)
+
+    def _launcher(self) -> None:
+        """Register the task that turns a periodic fire into a workflow (once per app)."""
+        if LAUNCH_KIND in self.tasks:
+            return
+        factories = self._workflow_factories
+
+        async def launch_workflow(job: Any) -> None:
+            name = job.args["schedule"]
+            factory = factories.get(name)
+            if factory is None:
+                raise TerminalError(f"schedule {name!r} has no workflow factory in this app")
+            fire_at = job.metadata.get("awa.fire_at")
+            when = datetime.fromisoformat(fire_at) if fire_at else datetime.now(UTC)
+            wf = factory(when)
+            if inspect.isawaitable(wf):
+                wf = await wf
+            if not isinstance(wf, Workflow):
+                raise TerminalError(
+                    f"the workflow factory of schedule {name!r} returned {type(wf).__name__}, "
+                    "not an awa.Workflow"
+                )
+            wf.metadata.update({"awa.periodic": name, "awa.fire_at": fire_at or when.isoformat()})
+            run = await job.insert_workflow(wf)  # None: this fire's workflow exists already
+            job.set_output({"workflow_id": None if run is None else run.id})
+
+        self._add_task(Task(LAUNCH_KIND, None, launch_workflow, None, True))
 
     @property
     def schedules(self) -> Mapping[str, Schedule]:

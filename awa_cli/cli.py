@@ -145,7 +145,7 @@ def cli(
 
 def _register_commands() -> None:
     from awa_cli.commands import callback, config, db, job, migrate, plugins, queue, rescue, worker
-    from awa_cli.commands import audit, batch, cron, dlq, doctor, serve
+    from awa_cli.commands import audit, batch, cron, dlq, doctor, serve, workflow
 
     for module in (
         audit,
@@ -163,6 +163,7 @@ def _register_commands() -> None:
         rescue,
         serve,
         worker,
+        workflow,
     ):
         cli.add_command(module.command)
 

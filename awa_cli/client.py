@@ -21,6 +21,7 @@ from psycopg_pool import AsyncConnectionPool
 from awa_cli.app import prepare_job
 from awa_cli.client_batches import BatchMethods
 from awa_cli.client_ops import OperatorMethods
+from awa_cli.db import dependencies
 from awa_cli.db.copy import copy_encoder
 from awa_cli.db.history import read_timeline
 from awa_cli.db import dead_letters, jobs
@@ -36,6 +37,8 @@ from awa_cli.outcomes import OutcomeCore
 from awa_cli.periodic import PeriodicJob
 from awa_cli.reads import InspectReads, JobCount
 from awa_cli.results import JobNotFound, UniqueConflict, ValidationError, seconds
+from awa_cli.workflow_ops import WorkflowMethods
+from awa_cli.workflows import split_after
 
 if TYPE_CHECKING:
     from awa_cli.app import App
@@ -72,7 +75,11 @@ def insert(
     queue the one the kind is registered with (architecture §3); without it, the derived kind and
     the queue ``default``.
     """
+    parents, policy = split_after(insert_options)
     prepared = prepare_insert(args, insert_options, app)
+    if parents:  # a child: blocked until its parents complete (architecture §16)
+        plan = dependencies.insert_after([prepared], parents, policy)
+        return dependencies.run_sync(conn, plan)[0]
     record, holder = jobs.insert_one_sync(conn, prepared)
     return _row_or_conflict(record, prepared, holder)
 
@@ -84,8 +91,12 @@ async def insert_async(
     app: App | None = None,
     **insert_options: Any,
 ) -> JobRow:
-    """``insert`` for an async psycopg connection (``app=`` as there)."""
+    """``insert`` for an async psycopg connection (``app=`` and ``after=`` as there)."""
+    parents, policy = split_after(insert_options)
     prepared = prepare_insert(args, insert_options, app)
+    if parents:
+        plan = dependencies.insert_after([prepared], parents, policy)
+        return (await dependencies.run_async(conn, plan))[0]
     return await insert_prepared(conn, prepared)
 
 
@@ -119,7 +130,7 @@ async def _copy_jobs(
     return count
 
 
-class AsyncClient(InspectReads, OperatorMethods, BatchMethods):
+class AsyncClient(InspectReads, OperatorMethods, WorkflowMethods, BatchMethods):
     """Enqueue, inspect and operate on jobs. With ``app=`` it runs that app's follow-up specs
     in each transition's transaction and dispatches its hooks after commit."""
 
@@ -184,16 +195,21 @@ class AsyncClient(InspectReads, OperatorMethods, BatchMethods):
         return await asyncio.to_thread(migrate_dsn, self.dsn)
 
     async def insert(self, args: Any, **insert_options: Any) -> JobRow:
-        prepared = prepare_insert(args, insert_options, self.app)
+        """Insert one job. ``after=`` (ids or JobRows, up to 10,000) makes it a child: blocked
+        until every parent completed; ``on_parent_failure`` is ``"cancel"`` (default: a
+        failed or cancelled parent cancels it and what depends on it) or ``"run"``."""
         pool = await self.ensure_open()
         async with pool.connection() as conn:
-            return await insert_prepared(conn, prepared)
+            return await insert_async(conn, args, app=self.app, **insert_options)
 
     async def insert_many(self, args_list: Iterable[Any], **insert_options: Any) -> int:
         """Insert many jobs in one statement; the options apply to every row.
 
         Rows whose unique key is already held are skipped; returns the number inserted.
+        With ``after=`` every row is a child of the same parents (then a held unique key
+        raises ``UniqueConflict`` and nothing is inserted).
         """
+        parents, policy = split_after(insert_options)
         opts = InsertOpts.from_kwargs(insert_options)
         app = self.app
 
@@ -205,6 +221,14 @@ class AsyncClient(InspectReads, OperatorMethods, BatchMethods):
                 kind_for_type=app.kind_of_type if app is not None else None,
             )
 
+        if parents:
+            children = prepare(args_list)
+            if not children:
+                return 0
+            pool = await self.ensure_open()
+            async with pool.connection() as conn:
+                plan = dependencies.insert_after(children, parents, policy)
+                return len(await dependencies.run_async(conn, plan))
         if UniqueOpts.coerce(opts.unique_opts) is None:
             chunks = (prepare(c) for c in _chunked(args_list, COPY_CHUNK))
             first = next(chunks, None)  # the first chunk is validated before a connection is taken

@@ -63,6 +63,10 @@ class JobNotFound(AwaError, LookupError):
     """No job has this id (``get_job``, ``cancel``, ``retry`` of a missing id)."""
 
 
+class WorkflowNotFound(JobNotFound):
+    """No workflow has this id (``get_workflow``, ``cancel_workflow``, ``retry_workflow``)."""
+
+
 class PeriodicNotFound(AwaError, LookupError):
     """No periodic schedule of that name (``awa cron``: exit 4)."""
 
@@ -183,4 +187,5 @@ __all__ = [
     "UnknownJobKind",
     "UnknownKindRefused",
     "ValidationError",
+    "WorkflowNotFound",
 ]

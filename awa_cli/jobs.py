@@ -50,6 +50,7 @@ class JobState(enum.StrEnum):
     COMPLETED = "completed"
     FAILED = "failed"
     CANCELLED = "cancelled"
+    BLOCKED = "blocked"  # waiting for parents (architecture §16; migration 0008)
 
     @property
     def is_terminal(self) -> bool:

@@ -62,6 +62,13 @@ async def explain(conn: psycopg.AsyncConnection[Any], job_id: int) -> dict[str, 
     if out is None:
         return None
     out["reason"] = reason(out, out.pop("now"))
+    if out["state"] == "blocked":  # architecture §16: the parents not yet completed
+        from awa_cli.db.dependencies import parents_of
+        from awa_cli.workflows import blocked_reason
+
+        parents = await parents_of(conn, job_id)
+        waiting_on = [(p["id"], p["state"]) for p in parents if p["state"] != "completed"]
+        out["reason"] = blocked_reason(waiting_on)
     return out
 
 

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from awa_cli.outcomes import Progress
     from awa_cli.periodic import PeriodicJob
     from awa_cli.reads import JobCount, KindInfo, WorkerInfo
+    from awa_cli.workflows import Workflow, WorkflowRun
 
 
 class Client(SyncClientBase):
@@ -43,12 +44,17 @@ class Client(SyncClientBase):
         return self._runner.run(self._async.migrate())
 
     def insert(self, args: Any, **insert_options: Any) -> JobRow:
+        """Insert one job. ``after=`` (ids or JobRows, up to 10,000) makes it a child: blocked
+        until every parent completed; ``on_parent_failure`` is ``"cancel"`` (default: a
+        failed or cancelled parent cancels it and what depends on it) or ``"run"``."""
         return self._runner.run(self._async.insert(args, **insert_options))
 
     def insert_many(self, args_list: Iterable[Any], **insert_options: Any) -> int:
         """Insert many jobs in one statement; the options apply to every row.
 
         Rows whose unique key is already held are skipped; returns the number inserted.
+        With ``after=`` every row is a child of the same parents (then a held unique key
+        raises ``UniqueConflict`` and nothing is inserted).
         """
         return self._runner.run(self._async.insert_many(args_list, **insert_options))
 
@@ -442,6 +448,46 @@ class Client(SyncClientBase):
                 progress=progress,
             )
         )
+
+    def insert_workflow(self, wf: Workflow) -> WorkflowRun:
+        """Insert every step of ``wf`` and their edges in one transaction (validated first:
+        one ``ValidationError`` naming the step); the steps without parents are available at
+        once, the others blocked until their parents complete."""
+        return self._runner.run(self._async.insert_workflow(wf))
+
+    def get_workflow(self, workflow_id: int) -> WorkflowRun:
+        """The workflow with its steps (step name -> job) and counts per state
+        (``WorkflowNotFound``, a ``JobNotFound``, if none)."""
+        return self._runner.run(self._async.get_workflow(workflow_id))
+
+    def list_workflows(
+        self, state: str | None = None, name: str | None = None, limit: int = 100
+    ) -> list[WorkflowRun]:
+        """Workflows newest first (``state``: running, completed, failed or cancelled), with
+        their counts per state; ``steps`` is not loaded (see :meth:`get_workflow`)."""
+        return self._runner.run(self._async.list_workflows(state, name, limit))
+
+    def workflow_edges(self, workflow_id: int) -> list[tuple[int, int]]:
+        """The (parent job id, child job id) edges of the workflow's steps (for its graph)."""
+        return self._runner.run(self._async.workflow_edges(workflow_id))
+
+    def cancel_workflow(self, workflow_id: int) -> WorkflowRun:
+        """Cancel every unfinished step and the workflow (Cancelled fires for each step; a
+        running handler sees ``job.is_cancelled()``)."""
+        return self._runner.run(self._async.cancel_workflow(workflow_id))
+
+    def retry_workflow(self, workflow_id: int) -> WorkflowRun:
+        """Re-run the failed and cancelled steps and what depends on them; the workflow is
+        running again."""
+        return self._runner.run(self._async.retry_workflow(workflow_id))
+
+    def job_parents(self, job_id: int) -> list[dict[str, Any]]:
+        """A job's parents: ``id``, ``state`` (a dead letter as failed), ``step``, ``output``."""
+        return self._runner.run(self._async.job_parents(job_id))
+
+    def job_children(self, job_id: int) -> list[dict[str, Any]]:
+        """A job's children: ``id``, ``state``, ``step``."""
+        return self._runner.run(self._async.job_children(job_id))
 
     def seal_batch(self, batch_id: int) -> BatchRow:
         """Seal the batch: no member can be added any more; callbacks whose condition already

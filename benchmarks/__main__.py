@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from benchmarks import batches, history, limited, measures, peers, periodic, references, sustained
+from benchmarks import workflow_fan
 from benchmarks.server import BenchServer
 
 MEASURES = {
@@ -42,6 +43,7 @@ MEASURES = {
     "drain_with_history": history.drain_with_history,
     "drain_deep": history.drain_deep,
     "sustained_load": sustained.sustained_load,
+    "workflow_fan": workflow_fan.workflow_fan,
     "batch_100k": batches.batch_100k,
     "batch_100k_one_shard": batches.batch_100k_one_shard,
     # references: what bounds the measures above on this machine (README, "What bounds the rest")
@@ -76,6 +78,7 @@ RATIOS = [  # (numerator, denominator) printed when both ran
     ("drain_limited", "drain"),
     ("drain_with_history", "drain"),
     ("drain_deep", "drain"),
+    ("workflow_fan", "drain"),
     ("batch_100k", "drain"),
     ("batch_100k_one_shard", "batch_100k"),
     ("drain", "drain_without_batch_triggers"),

@@ -133,6 +133,13 @@ TARGETS: tuple[Target, ...] = (
         "`drain_with_history` / `drain`", 0.9, "drain_with_history", "drain", "drain_with_history"
     ),
     _ratio_row("`drain_deep` / `drain`", 0.8, "drain_deep", "drain", "drain_deep"),
+    _ratio_row(
+        "`workflow_fan` / `drain` (10,000-wide fan-out, then 10,000-to-1 fan-in)",
+        0.7,
+        "workflow_fan",
+        "drain",
+        "workflow_fan",
+    ),
     _ratio_row("`batch_100k` / `drain`", 0.8, "batch_100k", "drain", "batch_100k"),
     Target(
         "`drain_deep`: last 10% / first 10% of the backlog",

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from awa_cli.db.channels import CANCEL_CHANNEL
 from awa_cli.db.statements import SQL
 from awa_cli.events import JobEvent
 from awa_cli.jobs import JobRow
+from awa_cli.outcomes import settle
 from awa_cli.outcomes.audit import audited
 from awa_cli.outcomes.transaction import (
     CoreState,
@@ -57,6 +58,23 @@ async def notify_cancel(cur: Cursor, row: JobRow, event: AnyEvent | None = None)
     await cur.execute(SQL["notify_cancel"], {"channel": CANCEL_CHANNEL, "id": str(row.id)})
 
 
+async def reblock(cur: Cursor, row: JobRow, event: AnyEvent | None = None) -> None:
+    """``then`` of a retry: block the job again while a parent is unfinished, and the
+    descendants its failure cancelled (outcomes/settle.py), then wake its queue."""
+    await settle.reopen(cur.connection, [reopened(row)])
+    await notify_queue(cur, row)
+
+
+def reopened(row: JobRow) -> dict[str, Any]:
+    """What ``settle.reopen`` needs of a retried row."""
+    return {
+        "id": row.id,
+        "has_dependents": True,  # not in JobRow: dep_reopen finds out (one statement)
+        "metadata": row.metadata,
+        "workflow_id": row.metadata.get("awa.workflow_id"),
+    }
+
+
 async def retry(core: CoreState, job_id: int) -> JobRow:
     """Make a failed, cancelled, retryable or scheduled job available now; fires nothing."""
     row = await transition(
@@ -65,7 +83,7 @@ async def retry(core: CoreState, job_id: int) -> JobRow:
             "retry",
             {"id": job_id},
             missing_or_state(job_id, "retried"),
-            then=audited(core, "job.retry", notify_queue),
+            then=audited(core, "job.retry", reblock),
         ),
     )
     assert row is not None  # missing raised

@@ -21,7 +21,8 @@ from psycopg.rows import dict_row
 from awa_cli.attempts import AttemptResult, Finalized, finalized
 from awa_cli.db.params import finalize_params
 from awa_cli.db.statements import SQL
-from awa_cli.jobs import JobState, PreparedJob
+from awa_cli.jobs import PreparedJob
+from awa_cli.outcomes import settle
 from awa_cli.outcomes.deadletters import bound_for_dlq, finalize_into_dlq
 from awa_cli.outcomes.follow_ups import insert_counted, spec_follow_ups
 from awa_cli.outcomes.transaction import CoreState
@@ -60,15 +61,14 @@ def plan(core: CoreState, results: Sequence[AttemptResult]) -> list[FinalizeGrou
 
 
 async def finalize_batch(core: CoreState, results: Sequence[AttemptResult]) -> list[Finalized]:
-    """Attempts without follow-ups: one statement, no transaction (a batch with failing
-    attempts, which may dead-letter by a second statement, takes one: both commit or none)."""
-    async with core.pool.connection() as conn:
-        flags = core.dead_letter_flags  # a queue this core does not know may dead-letter
-        if any(r.state is JobState.FAILED and flags.get(r.job.queue, True) for r in results):
-            async with conn.transaction():
-                done = await apply_attempts(core, conn, results)
-        else:
-            done = await apply_attempts(core, conn, results)
+    """Attempts without follow-ups: one statement for the transitions (a second one for the
+    failing attempts that dead-letter; a third, only when a job has children or a workflow,
+    to settle them), in one transaction."""
+    # One transaction always: a finalised job's children and workflow are settled in it
+    # (outcomes/settle.py), and whether a job has children is known only from the row the
+    # guarded statement changed (a child may have named it while it ran).
+    async with core.pool.connection() as conn, conn.transaction():
+        done = await apply_attempts(core, conn, results)
     committed(core, results, done)
     return done
 
@@ -147,6 +147,12 @@ async def apply_attempts(
         if item.row is not None and result.action == "complete":
             pending.extend((item, prepared, True) for prepared in result.staged)
     await insert_counted(conn, pending)
+    # the one hook into the completing transaction: children, workflows (outcomes/settle.py)
+    more = await settle.settle(core, conn, list(changed.values()))
+    if more:
+        done[0].events.extend(e for item in more for e in item.events)
+        for item in more:
+            done[0].queues |= item.queues
     return done
 
 

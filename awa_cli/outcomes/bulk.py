@@ -25,7 +25,7 @@ from awa_cli.db.statements import SQL
 from awa_cli.errors import FollowUpError, ValidationError
 from awa_cli.events import JobEvent
 from awa_cli.jobs import JobRow
-from awa_cli.outcomes import audit
+from awa_cli.outcomes import audit, settle
 from awa_cli.outcomes.transaction import CoreState, Transition, transition
 
 log = logging.getLogger("awa.outcomes")
@@ -167,6 +167,7 @@ async def retry_jobs(
         async with conn.cursor(row_factory=dict_row) as cur:
             await cur.execute(SQL["bulk_retry_jobs"], {"ids": ids})
             rows = await cur.fetchall()
+            await settle.reopen(conn, rows)  # re-block descendants their failure cancelled
             queues = sorted({str(r["queue"]) for r in rows})
             if queues:  # delivered at commit
                 await cur.execute(SQL["notify_queues"], {"queues": queues})
@@ -255,8 +256,9 @@ async def _cancel_ids(
     """Cancel these ids and run each cancelled job's specs, in the caller's transaction."""
     async with conn.cursor(row_factory=dict_row) as cur:
         await cur.execute(SQL["bulk_cancel_jobs"], {"ids": ids})
-        rows = [JobRow.from_record(r) for r in await cur.fetchall()]
-    items = []
+        records = await cur.fetchall()
+        rows = [JobRow.from_record(r) for r in records]
+    items = await settle.settle(core, conn, records)  # their children and workflows
     for row in rows:
         event = JobEvent.Cancelled(row, row.args, CANCEL_REASON)
         item = Finalized(row.id, row, events=[event])

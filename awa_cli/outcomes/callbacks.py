@@ -153,7 +153,10 @@ async def waiting_job(core: CoreState, callback_id: Any, run_lease: int | None =
     """The job waiting on ``callback_id`` (unchanged), or CallbackNotFound."""
     params = callback_params(callback_id, run_lease)
     row = await transition(
-        core, Transition("waiting_job", params, _not_waiting(params["callback_id"]), atomic=False)
+        core,
+        Transition(
+            "waiting_job", params, _not_waiting(params["callback_id"]), atomic=False, settles=False
+        ),
     )
     assert row is not None  # missing raised
     return row
@@ -165,7 +168,13 @@ async def heartbeat_callback(core: CoreState, callback_id: Any, timeout: float) 
     params["timeout"] = timeout
     row = await transition(
         core,
-        Transition("heartbeat_callback", params, _not_waiting(params["callback_id"]), atomic=False),
+        Transition(
+            "heartbeat_callback",
+            params,
+            _not_waiting(params["callback_id"]),
+            atomic=False,
+            settles=False,
+        ),
     )
     assert row is not None  # missing raised
     return row

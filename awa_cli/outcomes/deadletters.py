@@ -40,6 +40,8 @@ _CHANGED = (
     "finalized_at",
     "callback_id",
     "callback_timeout_at",
+    "has_dependents",  # for the settling of its children and its workflow (outcomes/settle.py)
+    "workflow_id",
 )
 
 

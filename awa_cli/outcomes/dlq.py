@@ -19,7 +19,7 @@ from awa_cli.attempts import Finalized
 from awa_cli.db.statements import SQL
 from awa_cli.errors import JobNotFound, UniqueConflict
 from awa_cli.jobs import JobRow
-from awa_cli.outcomes import audit
+from awa_cli.outcomes import audit, settle
 from awa_cli.outcomes.bulk import (
     Progress,
     no_progress,
@@ -52,6 +52,7 @@ async def retry_one(
                 await cur.execute(SQL["dead_letter_get"], {"id": job_id})
                 dead = await cur.fetchone()
         if record is not None:
+            await settle.reopen(conn, [record])  # re-block what its failure cancelled
             await audit.record(conn, actor, "dlq.retry", str(job_id), detail={"count": 1})
     if record is not None:
         return JobRow.from_record(record)

@@ -19,6 +19,7 @@ from awa_cli.db.statements import SQL
 from awa_cli.deadletters import DeadReason
 from awa_cli.events import AnyEvent, JobEvent, Outcome, RescueReason
 from awa_cli.jobs import JobRow
+from awa_cli.outcomes import settle
 from awa_cli.outcomes.deadletters import move_failed
 from awa_cli.outcomes.transaction import CoreState, Cursor, Transition, transition
 
@@ -73,12 +74,15 @@ async def rescue(
     async with core.pool.connection() as conn, conn.transaction():
         async with conn.cursor(row_factory=dict_row) as cur:
             await cur.execute(SQL[update], params)
-            rows = [JobRow.from_record(r) for r in await cur.fetchall()]
+            records = await cur.fetchall()
+            rows = [JobRow.from_record(r) for r in records]
+            more = await settle.settle(core, conn, records)
             # a rescue on the last attempt dead-letters in the rescue's transaction (rows
             # whose on_rescued follow-ups are pending move with those, below)
             await move_failed(core, cur, rows, DeadReason.RESCUED)
     for row in rows:
         core.dispatch(JobEvent.Rescued(row, row.args, reason))
+    core.after_commit(more)
     return rows
 
 
@@ -132,7 +136,13 @@ async def _rescue_follow_up(core: CoreState, job_id: int) -> bool:
     await transition(
         core,
         Transition(
-            "rescue_pending_lock", {"id": job_id}, skip, event=event, then=clear, dispatch=False
+            "rescue_pending_lock",
+            {"id": job_id},
+            skip,
+            event=event,
+            then=clear,
+            dispatch=False,
+            settles=False,  # settled by the rescue's own transaction
         ),
     )
     return bool(ran)
@@ -147,4 +157,5 @@ async def prune(
             SQL["prune"],
             {"completed": completed_retention, "failed": failed_retention, "limit": limit},
         )
-        return cur.rowcount
+        found = await cur.fetchone()
+        return int(found[0]) if found else 0

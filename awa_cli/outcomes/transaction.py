@@ -29,6 +29,7 @@ from awa_cli.attempts import Finalized
 from awa_cli.db.statements import SQL
 from awa_cli.jobs import JobRow
 from awa_cli.limits import Candidates, ClaimPlan
+from awa_cli.outcomes import settle
 from awa_cli.outcomes.follow_ups import insert_counted, spec_follow_ups
 
 if TYPE_CHECKING:
@@ -148,6 +149,9 @@ class Transition:
     then: Callable[[Cursor, JobRow, AnyEvent | None], Awaitable[None]] | None = None
     dispatch: bool = True  # False: run the specs, but the event was dispatched before
     atomic: bool = True  # False: one statement, no transaction (lookups, timeouts)
+    # True: the guarded statement changed the row's state, so its children and workflow are
+    # settled in this transaction (outcomes/settle.py); False for a row already settled.
+    settles: bool = True
 
 
 async def transition(core: CoreState, change: Transition) -> JobRow | None:
@@ -167,10 +171,11 @@ async def transition(core: CoreState, change: Transition) -> JobRow | None:
                 await core.run_specs(conn, event, item)
             if change.then is not None:
                 await change.then(cur, row, event)
+            more = await settle.settle(core, conn, [record]) if change.settles else []
     item.row = row
     if event is not None and change.dispatch:
         item.events = [event]
-    core.after_commit([item])
+    core.after_commit([item, *more])
     return row
 
 

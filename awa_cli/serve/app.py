@@ -110,6 +110,7 @@ def build_app(client: AsyncClient, settings: ServeSettings) -> Starlette:
     from starlette.staticfiles import StaticFiles
 
     from awa_cli.serve import api, batches, bulk, controls, dead_letters_bulk, fleet, pages, queues
+    from awa_cli.serve import workflows
 
     policy = Policy(
         list(settings.tokens),
@@ -131,6 +132,7 @@ def build_app(client: AsyncClient, settings: ServeSettings) -> Starlette:
         routes += pages.routes() + api.routes() + fleet.routes() + controls.routes()
         routes += queues.routes() + bulk.routes() + dead_letters_bulk.routes()
         routes += batches.routes()
+        routes += workflows.routes()
         routes.append(Mount("/static", StaticFiles(directory=str(STATIC)), name="static"))
 
     @contextlib.asynccontextmanager

@@ -44,6 +44,7 @@ NAV = [
     NavItem("/queues", "Queues"),
     NavItem("/dlq", "DLQ"),
     NavItem("/periodic", "Periodic"),
+    NavItem("/workflows", "Workflows"),
     NavItem("/batches", "Batches"),
     NavItem("/workers", "Workers"),
     NavItem("/kinds", "Kinds"),

@@ -22,6 +22,7 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import Executor
 from typing import TYPE_CHECKING, Any
 
+from awa_cli.workflows import AFTER_KEY, parent_infos
 from awa_cli.app import prepare_job
 from awa_cli.attempts import (
     AttemptResult,
@@ -93,6 +94,7 @@ async def execute(
     job = Job(
         row, args, services, prepare=prepare or functools.partial(prepare_job, app), control=control
     )
+    await _load_parents(job, row, services)
     if running is not None:
         running.add(job)
     timer = _arm_deadline(row, control, on_deadline, waited)
@@ -122,6 +124,12 @@ async def execute(
     if control.reason == "deadline":
         return deadline_exceeded(row, args=args, duration=duration)
     return decide(row, args=args, result=result, exc=error_raised, duration=duration, record=record)
+
+
+async def _load_parents(job: Job, row: JobRow, services: AttemptServices | None) -> None:
+    """A child's ``job.parents`` and ``job.parent_outputs`` (architecture §16)."""
+    if services is not None and AFTER_KEY in row.metadata:
+        job.parents, job.parent_outputs = parent_infos(await services.job_parents(row.id))
 
 
 def deadline_seconds(row: JobRow) -> float | None:

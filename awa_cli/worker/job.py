@@ -15,8 +15,9 @@ from awa_cli.attempts import AttemptRecord
 from awa_cli.jobs import CallbackToken, JobRow, to_json
 from awa_cli.callbacks import callback_urls
 from awa_cli.progress import progress_value
-from awa_cli.results import ValidationError, seconds
+from awa_cli.results import AwaError, ValidationError, seconds
 from awa_cli.worker.services import AttemptServices, JobControl
+from awa_cli.workflows import ParentInfo
 from awa_cli.worker.staging import (
     MAX_STAGED_BYTES,
     MAX_STAGED_FOLLOW_UPS,
@@ -109,6 +110,10 @@ class Job:
         self.errors = row.errors
         self.callback_id: uuid.UUID | None = row.callback_id
         self.callback_result: Any = row.callback_result
+        # architecture §16: the parents (ids, states, step names) and the outputs of the
+        # completed ones, keyed by step name (in a workflow) or parent id; set by the executor
+        self.parents: list[ParentInfo] = []
+        self.parent_outputs: dict[Any, Any] = {}
         self.control = control if control is not None else JobControl()
         self.control.progress.value = row.progress
         self._services = services
@@ -167,6 +172,14 @@ class Job:
         return FollowUps(self._staged)
 
     # -- callbacks -----------------------------------------------------------------------
+    async def insert_workflow(self, wf: Any) -> Any:
+        """Insert a workflow from inside the handler, in a transaction of its own (committed
+        at once, whatever this attempt's outcome); the ``WorkflowRun``, or None when a
+        workflow of the same periodic fire exists already (architecture §16)."""
+        if self._services is None:
+            raise AwaError("insert_workflow needs a worker or the test harness")
+        return await self._services.insert_workflow(wf)
+
     async def register_callback(self, timeout: float | int | timedelta = 3600) -> CallbackToken:
         """Register an external callback; return ``WaitForCallback(token)`` or await
         ``wait_for_callback(token)``."""

@@ -147,7 +147,7 @@ class Worker:
         self.finalizer = Finalizer(self.core, self._finalized)
         prepare = functools.partial(prepare_job, self.app)
         context = RunnerContext(
-            claim=self.core.claim,
+            claim=self._claim,
             seconds_until_due=self._seconds_until_due,
             started=self._started,
             execute=lambda row, waited: execute(
@@ -223,6 +223,13 @@ class Worker:
             healthy=self.healthy(),
             unknown_kinds=dict(self.unknown_kinds),
         )
+
+    async def _claim(self, queue: str, limit: int, deadline: float | None) -> list[JobRow]:
+        """The core's claim, then the claimed children's parents in one read (architecture
+        §16: ``job.parents`` and ``job.parent_outputs``), not one per job."""
+        rows = await self.core.claim(queue, limit, deadline)
+        await self.services.prefetch_parents(rows)
+        return rows
 
     def _deadline_passed(self, row: JobRow) -> None:
         """A running attempt reached its deadline: run the deadline rescue now (coalesced),

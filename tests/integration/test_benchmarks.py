@@ -228,3 +228,14 @@ def test_compare_runs_each_peer_as_its_authors_do(pg_server, tmp_path: Path) -> 
         for i in range(3)
     ]
     assert firsts == ["drain", "procrastinate.drain", "pgqueuer.drain"]
+
+
+def test_workflow_fan_measure(pg_server, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """A short workflow_fan (a 150-wide fan-out, then a 150-to-1 fan-in) beside the drain."""
+    results, stdout = run_benchmarks(
+        pg_server, tmp_path, "--jobs", "300", "--only", "drain,workflow_fan"
+    )
+    fan = results["workflow_fan"]
+    assert fan["jobs_per_s"]["median"] > 0
+    assert fan["cpu_postgres_us_per_job"]["median"] > 0 and fan["wal_bytes_per_job"]["median"] > 0
+    assert "ratio workflow_fan / drain:" in stdout

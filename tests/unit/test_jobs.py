@@ -405,6 +405,7 @@ def test_job_state_order_matches_the_enum() -> None:
         "completed",
         "failed",
         "cancelled",
+        "blocked",  # added by migration 0008 (ALTER TYPE ... ADD VALUE appends)
     ]
 
 

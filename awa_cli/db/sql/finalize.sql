@@ -33,5 +33,6 @@ FROM unnest(%(ids)s::bigint[], %(leases)s::bigint[], %(states)s::awa.job_state[]
      AS v(id, lease, state, delay, error, output, refund, callback_id, progress)
 WHERE j.id = v.id AND j.run_lease = v.lease AND j.state = 'running'
   AND (v.callback_id IS NULL OR j.callback_id = v.callback_id)
-RETURNING j.id, j.state::text AS state, j.run_at, j.attempt, j.finalized_at, j.callback_id, j.callback_timeout_at;
+RETURNING j.id, j.state::text AS state, j.run_at, j.attempt, j.finalized_at, j.callback_id, j.callback_timeout_at,
+          j.has_dependents, j.workflow_id;
 

@@ -12,13 +12,32 @@ SELECT 1;
 SELECT pg_advisory_unlock(%(key)s);
 
 -- name: prune
--- Delete terminal jobs past their retention, in a bounded batch (releases unique keys).
-DELETE FROM awa.jobs WHERE id IN (
-    SELECT id FROM awa.jobs
-    WHERE rescue_pending IS NULL AND (
-        (state = 'completed' AND finalized_at < now() - %(completed)s * interval '1 second')
-        OR (state IN ('failed', 'cancelled') AND finalized_at < now() - %(failed)s * interval '1 second'))
-    LIMIT %(limit)s FOR UPDATE SKIP LOCKED);
+-- Delete terminal jobs past their retention, in a bounded batch (releases unique keys),
+-- with their dependency edges. A parent is kept while any descendant of it is unfinished
+-- (its output and state are what that descendant will see; architecture §16). Returns the
+-- number of jobs deleted.
+WITH gone AS (
+    DELETE FROM awa.jobs WHERE id IN (
+        SELECT j.id FROM awa.jobs AS j
+        WHERE j.rescue_pending IS NULL AND (
+            (j.state = 'completed' AND j.finalized_at < now() - %(completed)s * interval '1 second')
+            OR (j.state IN ('failed', 'cancelled')
+                AND j.finalized_at < now() - %(failed)s * interval '1 second'))
+          AND NOT (j.has_dependents AND EXISTS (
+              WITH RECURSIVE down(id) AS (
+                  SELECT d.child_id FROM awa.job_dependencies AS d WHERE d.parent_id = j.id
+                  UNION
+                  SELECT d.child_id FROM down JOIN awa.job_dependencies AS d ON d.parent_id = down.id
+              )
+              SELECT 1 FROM down JOIN awa.jobs AS c ON c.id = down.id
+              WHERE c.state NOT IN ('completed', 'failed', 'cancelled')))
+        LIMIT %(limit)s FOR UPDATE SKIP LOCKED)
+    RETURNING id
+), edges AS (
+    DELETE FROM awa.job_dependencies AS d
+    WHERE d.child_id IN (SELECT id FROM gone) OR d.parent_id IN (SELECT id FROM gone)
+)
+SELECT count(*) FROM gone;
 
 -- name: leader_mark_worker
 -- The new leader's own row(s) of awa.workers (migration 0013): the backend pid of the session

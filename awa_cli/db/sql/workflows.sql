@@ -1,0 +1,111 @@
+-- Workflows (architecture §16): the awa.workflows rows, their steps, and the transitions of
+-- a workflow as a whole. A running workflow's counts are derived from its steps here; the row
+-- is written only when the workflow starts, ends, is cancelled or retried.
+
+-- name: wf_insert
+INSERT INTO awa.workflows (name, metadata) VALUES (%(name)s, %(metadata)s::jsonb)
+ON CONFLICT DO NOTHING
+RETURNING id, name, state, created_at, finished_at, counts, metadata;
+
+-- name: wf_lock
+-- Serialise the "is this workflow over?" check of concurrent transitions of its steps (a
+-- transaction-scoped advisory lock per workflow, taken in id order, held to commit): without
+-- it two last steps finishing at once would each see the other still running.
+SELECT pg_advisory_xact_lock(1635213682, (w %% 2147483647)::int)
+FROM unnest(%(ids)s::bigint[]) AS w ORDER BY w;
+
+-- name: wf_finish
+-- Workflows of %(ids)s whose every step is terminal: completed when every step completed,
+-- failed when one failed (a dead-lettered step counts as failed), else cancelled; the final
+-- counts are kept with the row.
+WITH over AS (
+    SELECT w.id,
+           (SELECT coalesce(jsonb_object_agg(s.state, s.n), '{}'::jsonb) FROM (
+                SELECT x.state, sum(x.n)::int AS n FROM (
+                    SELECT j.state::text AS state, count(*) AS n FROM awa.jobs AS j
+                    WHERE j.workflow_id = w.id GROUP BY j.state
+                    UNION ALL
+                    SELECT 'failed', count(*) FROM awa.dead_letters AS dl
+                    WHERE dl.workflow_id = w.id HAVING count(*) > 0) AS x
+                GROUP BY x.state) AS s) AS counts
+    FROM awa.workflows AS w
+    WHERE w.id = ANY (%(ids)s::bigint[]) AND w.state = 'running'
+      AND NOT EXISTS (SELECT 1 FROM awa.jobs AS j WHERE j.workflow_id = w.id
+                      AND j.state NOT IN ('completed', 'failed', 'cancelled'))
+)
+UPDATE awa.workflows AS w SET
+    state = CASE WHEN over.counts ? 'failed' THEN 'failed'
+                 WHEN over.counts ? 'cancelled' THEN 'cancelled' ELSE 'completed' END,
+    finished_at = now(),
+    counts = over.counts
+FROM over WHERE w.id = over.id
+RETURNING w.id, w.state;
+
+-- name: wf_get
+SELECT id, name, state, created_at, finished_at, counts, metadata FROM awa.workflows
+WHERE id = %(id)s;
+
+-- name: wf_list
+-- Newest first; %(state)s NULL: any state.
+SELECT id, name, state, created_at, finished_at, counts, metadata FROM awa.workflows
+WHERE (%(state)s::text IS NULL OR state = %(state)s::text)
+  AND (%(name)s::text IS NULL OR name = %(name)s::text)
+ORDER BY created_at DESC, id DESC
+LIMIT %(limit)s;
+
+-- name: wf_counts
+-- Steps per state of the workflows %(ids)s (a dead-lettered step as failed).
+SELECT x.workflow_id, x.state, sum(x.n)::int AS n FROM (
+    SELECT workflow_id, state::text AS state, count(*) AS n FROM awa.jobs
+    WHERE workflow_id = ANY (%(ids)s::bigint[]) GROUP BY workflow_id, state
+    UNION ALL
+    SELECT workflow_id, 'failed', count(*) FROM awa.dead_letters
+    WHERE workflow_id = ANY (%(ids)s::bigint[]) GROUP BY workflow_id) AS x
+GROUP BY x.workflow_id, x.state;
+
+-- name: wf_steps
+-- A workflow's steps in insertion order.
+SELECT * FROM awa.jobs WHERE workflow_id = %(id)s ORDER BY id;
+
+-- name: wf_edges
+-- The edges between a workflow's steps (parent, child).
+SELECT d.parent_id, d.child_id FROM awa.jobs AS j
+JOIN awa.job_dependencies AS d ON d.child_id = j.id
+WHERE j.workflow_id = %(id)s
+ORDER BY d.child_id, d.parent_id;
+
+-- name: wf_cancel_steps
+-- Cancel every unfinished step of the workflow (a running handler is fenced by its lease).
+UPDATE awa.jobs SET state = 'cancelled', finalized_at = now(), heartbeat_at = NULL,
+    deadline_at = NULL, callback_id = NULL, callback_timeout_at = NULL, callback_in_handler = false
+WHERE workflow_id = %(id)s AND state NOT IN ('completed', 'failed', 'cancelled')
+RETURNING *;
+
+-- name: wf_mark
+-- A workflow's state set by an operator action: cancelled (finished now, counts kept) or
+-- running again (retried).
+UPDATE awa.workflows SET state = %(state)s,
+    finished_at = CASE WHEN %(state)s = 'running' THEN NULL ELSE now() END,
+    counts = CASE WHEN %(state)s = 'running' THEN NULL ELSE %(counts)s::jsonb END
+WHERE id = %(id)s
+RETURNING id, name, state, created_at, finished_at, counts, metadata;
+
+-- name: wf_retry_steps
+-- Re-run the failed and cancelled steps of the workflow and so what depends on them: each
+-- becomes blocked while a parent is unfinished (its failed and cancelled parents are retried
+-- by the same statement, so they count as unfinished), else available.
+UPDATE awa.jobs AS j SET
+    pending_parents = r.pending,
+    state = CASE WHEN r.pending > 0 THEN 'blocked'::awa.job_state ELSE 'available'::awa.job_state END,
+    attempt = 0, run_at = now(), finalized_at = NULL, heartbeat_at = NULL, deadline_at = NULL,
+    callback_id = NULL, callback_timeout_at = NULL, callback_in_handler = false
+FROM (
+    SELECT c.id, (SELECT count(*) FROM awa.job_dependencies AS d
+                  LEFT JOIN awa.jobs AS p ON p.id = d.parent_id
+                  WHERE d.child_id = c.id
+                    AND (p.state IS NULL OR p.state <> 'completed')) AS pending
+    FROM awa.jobs AS c
+    WHERE c.workflow_id = %(id)s AND c.state IN ('failed', 'cancelled')
+) AS r
+WHERE j.id = r.id
+RETURNING j.id, j.state::text AS state, j.queue;

@@ -1,0 +1,62 @@
+"""A test app for real `awa worker` processes running dependent jobs: each execution records
+its job id, lease, process and how many of its parents were not completed when it started
+(``awa_test.wf_runs``), so tests can prove each step ran once and never before its parents."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+from dataclasses import dataclass
+from typing import Any
+
+import awa_cli as awa
+
+app = awa.App()
+
+SIDE_TABLE = """
+CREATE SCHEMA IF NOT EXISTS awa_test;
+CREATE TABLE IF NOT EXISTS awa_test.wf_runs (
+    job_id bigint NOT NULL, run_lease bigint NOT NULL, pid int NOT NULL,
+    unfinished_parents int NOT NULL, parents_seen int NOT NULL,
+    at timestamptz NOT NULL DEFAULT clock_timestamp())
+"""
+
+_pool: Any = None
+
+
+@dataclass
+class Node:
+    n: int
+    sleep: float = 0.0
+
+
+async def _conn() -> Any:
+    from psycopg_pool import AsyncConnectionPool
+
+    global _pool
+    if _pool is None:
+        _pool = AsyncConnectionPool(
+            os.environ["AWA_DATABASE_URL"],
+            min_size=1,
+            max_size=4,
+            kwargs={"autocommit": True},
+            open=False,
+        )
+        await _pool.open()
+    return _pool
+
+
+@app.task(Node)
+async def node(job: awa.Job) -> None:
+    pool = await _conn()
+    async with pool.connection() as conn:
+        await conn.execute(
+            "INSERT INTO awa_test.wf_runs (job_id, run_lease, pid, unfinished_parents, parents_seen)"
+            " SELECT %s, %s, %s, count(*) FILTER (WHERE p.state IS DISTINCT FROM 'completed'), %s"
+            " FROM awa.job_dependencies d LEFT JOIN awa.jobs p ON p.id = d.parent_id"
+            " WHERE d.child_id = %s",
+            (job.id, job.run_lease, os.getpid(), len(job.parent_outputs), job.id),
+        )
+    await asyncio.sleep(job.args.sleep or random.random() * 0.002)
+    job.set_output(job.args.n)
