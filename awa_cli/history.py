@@ -18,6 +18,7 @@ from typing import Any
 
 from awa_cli.events import RescueReason
 from awa_cli.jobs import JobRow, JobState
+from awa_cli.workflows import JobRelations
 
 TRIGGER_KEY = "awa.trigger_id"
 WAITS_KEY = "awa.waits"  # the callback waits that ended (written by the resolving statement)
@@ -212,10 +213,14 @@ def _iso(value: datetime | None) -> str | None:
     return value.isoformat() if value is not None else None
 
 
-def show_json(history: JobTimeline, status: dict[str, Any]) -> dict[str, Any]:
+def show_json(
+    history: JobTimeline, status: dict[str, Any], relations: JobRelations | None = None
+) -> dict[str, Any]:
     """``awa job show --json`` and ``GET /api/jobs/{id}``: the row, its place under the
-    limits (``concurrency_key``, ``why_not_running``, ``limit``) and ``timeline``, from
-    :meth:`AsyncClient.job_history` and :meth:`AsyncClient.limit_status`."""
+    limits (``concurrency_key``, ``why_not_running``, ``limit``), ``timeline`` and its place
+    in the graph (``parents``, ``children``, ``parent_count``, ``child_count``, ``workflow``,
+    ``batch``), from :meth:`AsyncClient.job_history`, :meth:`AsyncClient.limit_status` and
+    :meth:`AsyncClient.job_relations`."""
     limit = None
     if status.get("limit_name") is not None:
         limit = {
@@ -230,6 +235,7 @@ def show_json(history: JobTimeline, status: dict[str, Any]) -> dict[str, Any]:
         "why_not_running": status.get("reason"),
         "limit": limit,
         "timeline": history.to_json(),
+        **(relations or JobRelations()).to_json(),
     }
 
 

@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from awa_cli.outcomes import Progress
     from awa_cli.periodic import PeriodicJob
     from awa_cli.reads import JobCount, KindInfo, WorkerInfo
-    from awa_cli.workflows import Workflow, WorkflowRun
+    from awa_cli.workflows import JobRelations, Workflow, WorkflowRun
 
 
 class Client(SyncClientBase):
@@ -488,6 +488,13 @@ class Client(SyncClientBase):
     def job_children(self, job_id: int) -> list[dict[str, Any]]:
         """A job's children: ``id``, ``state``, ``step``."""
         return self._runner.run(self._async.job_children(job_id))
+
+    def job_relations(self, job_id: int, limit: int = 50) -> JobRelations:
+        """The job's place in the graph, for ``awa job show`` and its dashboard page: its
+        first ``limit`` parents and children (id, kind, state, step; ``parent_count`` and
+        ``child_count`` say how many there are), the workflow and step it is part of, and
+        the batch it belongs to (as member or callback). ``JobNotFound`` if there is none."""
+        return self._runner.run(self._async.job_relations(job_id, limit))
 
     def seal_batch(self, batch_id: int) -> BatchRow:
         """Seal the batch: no member can be added any more; callbacks whose condition already
