@@ -281,6 +281,13 @@ class JobRelations:
     batch_id: int | None = None
     batch_callback: str | None = None
 
+    @property
+    def empty(self) -> bool:
+        """No parents, no children, no workflow, no batch: a plain job."""
+        return not (self.parent_count or self.child_count) and (
+            self.workflow_id is None and self.batch_id is None
+        )
+
     def to_json(self) -> dict[str, Any]:
         workflow = None
         if self.workflow_id is not None:

@@ -258,7 +258,8 @@ def show(ctx: CliContext, job_id: int, json_flag: bool) -> None:
     1,000 of each). The timeline lists each attempt (start, worker, outcome, error, rescue
     reason), the callback it waits on, its output and progress, the follow-ups it produced
     and the job that produced it. --json prints the row with the same under "timeline",
-    "parents", "children", "parent_count", "child_count", "workflow" and "batch"."""
+    and, for a job in a graph or a batch, "parents", "children", "parent_count",
+    "child_count", "workflow" and "batch"."""
 
     async def fetch(client: Any) -> tuple[Any, dict[str, Any], Any, list[Any]]:
         history = await client.job_history(job_id)

@@ -136,8 +136,8 @@ async def _bounded_page(
 async def get_job(request: Request) -> Response:
     """The row plus ``concurrency_key``, ``why_not_running``, ``limit``, ``timeline`` and
     the job's ``parents`` and ``children`` (the first 1,000 of each: id, kind, state, step;
-    ``parent_count``, ``child_count``), ``workflow`` and ``batch``, as ``awa job show --json``
-    prints it."""
+    ``parent_count``, ``child_count``), ``workflow`` and ``batch`` (those six only for a job
+    with parents, children, a workflow or a batch), as ``awa job show --json`` prints it."""
     from starlette.responses import JSONResponse
 
     from awa_cli.history import show_json
