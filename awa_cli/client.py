@@ -274,7 +274,9 @@ class AsyncClient(InspectReads, OperatorMethods, WorkflowMethods, BatchMethods):
     async def why_not_running(self, job_id: int) -> str | None:
         """Why a runnable job is not running: "scheduled for T", "queue paused", "key 'k' of
         limit L at max_running (2/2 running)", "key 'k' of limit L rate-limited until T";
-        None when nothing holds it back (or it is not runnable). ``JobNotFound`` if none."""
+        for a blocked job "blocked on parents 12 (running), 13 (available)" (the parents not
+        yet completed); None when nothing holds it back (or it is not runnable).
+        ``JobNotFound`` if none."""
         reason: str | None = (await self.limit_status(job_id))["reason"]
         return reason
 

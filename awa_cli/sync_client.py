@@ -71,7 +71,9 @@ class Client(SyncClientBase):
     def why_not_running(self, job_id: int) -> str | None:
         """Why a runnable job is not running: "scheduled for T", "queue paused", "key 'k' of
         limit L at max_running (2/2 running)", "key 'k' of limit L rate-limited until T";
-        None when nothing holds it back (or it is not runnable). ``JobNotFound`` if none."""
+        for a blocked job "blocked on parents 12 (running), 13 (available)" (the parents not
+        yet completed); None when nothing holds it back (or it is not runnable).
+        ``JobNotFound`` if none."""
         return self._runner.run(self._async.why_not_running(job_id))
 
     def wait_for_job(self, job_id: int, timeout: float | timedelta | None = None) -> JobRow:
