@@ -116,6 +116,20 @@ class ShutdownInterrupted(AwaError):
     """The worker shut down before the handler finished (recorded as the attempt's error)."""
 
 
+class Interrupted(AwaError):
+    """Raise from a handler (or let ``job.raise_if_cancelled()`` raise it) to hand the job
+    back. At shutdown the job becomes ``available`` again at once: the attempt is not counted,
+    its progress and checkpoint are kept, and an error entry ``interrupted: shutdown`` is
+    written. After a deadline, a rescue or an operator cancel the attempt is no longer this
+    worker's and the job's state is what that decided. Raised with no cancellation at all it
+    is an ordinary failure (retried, the attempt counted). ``reason`` is ``job.cancel_reason``
+    when raised by ``raise_if_cancelled()``."""
+
+    def __init__(self, reason: str | None = None) -> None:
+        super().__init__(f"interrupted: {reason}" if reason else "interrupted")
+        self.reason = reason
+
+
 # -- the embedded server ----------------------------------------------------------------------
 
 
@@ -158,6 +172,7 @@ __all__ = [
     "DatabaseUnusable",
     "EmbeddedError",
     "FollowUpError",
+    "Interrupted",
     "InvalidJobState",
     "JobNotFound",
     "PeriodicNotFound",

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
 from typing import Any
 
+from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool
 
 from awa_cli.db.dsn import with_options
@@ -16,7 +18,11 @@ log = logging.getLogger("awa.worker")
 POOL_WAIT_SECONDS = 3.0
 
 
-def worker_pool(dsn: str, queues: int) -> AsyncConnectionPool:
+OnConnect = Callable[[AsyncConnection[Any]], Awaitable[None]]
+"""Told of every new pooled connection (the worker's heartbeat beats after a reconnect)."""
+
+
+def worker_pool(dsn: str, queues: int, on_connect: OnConnect | None = None) -> AsyncConnectionPool:
     """The durable pool of a worker with ``queues`` queues: outcomes, callbacks, maintenance.
 
     Its sessions set ``awa.defer_notify`` (see ``OutcomeCore.defer_notify``)."""
@@ -33,10 +39,11 @@ def worker_pool(dsn: str, queues: int) -> AsyncConnectionPool:
         # queued behind it then waits out its whole timeout (30 s by default) before the
         # caller's retry grows the pool again. A short timeout resumes within seconds.
         timeout=POOL_WAIT_SECONDS,
+        configure=on_connect,
     )
 
 
-def claim_pool(dsn: str, queues: int) -> AsyncConnectionPool:
+def claim_pool(dsn: str, queues: int, on_connect: OnConnect | None = None) -> AsyncConnectionPool:
     """The pool for claims and heartbeats, which need no durable commit: a claim lost in a
     server crash only makes the job claimable again, and any completion's durable commit is
     ordered after its claim in the WAL. Outcomes use the durable pool."""
@@ -48,6 +55,7 @@ def claim_pool(dsn: str, queues: int) -> AsyncConnectionPool:
         kwargs={"autocommit": True},
         reconnect_timeout=0,
         timeout=POOL_WAIT_SECONDS,
+        configure=on_connect,
     )
 
 

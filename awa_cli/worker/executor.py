@@ -121,7 +121,22 @@ async def execute(
     duration = time.monotonic() - started
     if control.reason == "deadline":
         return deadline_exceeded(row, args=args, duration=duration)
-    return decide(row, args=args, result=result, exc=error_raised, duration=duration, record=record)
+    if control.reason == "shutdown" and error_raised is None:
+        log.warning(
+            "job %s returned after the worker's shutdown signal: recorded as its result "
+            "(raise awa.Interrupted() or call job.raise_if_cancelled() to hand it back)",
+            row.id,
+            extra={"action": "returned_at_shutdown", "job_id": row.id, "queue": row.queue},
+        )
+    return decide(
+        row,
+        args=args,
+        result=result,
+        exc=error_raised,
+        duration=duration,
+        record=record,
+        cancel_reason=job.cancel_reason,
+    )
 
 
 def deadline_seconds(row: JobRow) -> float | None:

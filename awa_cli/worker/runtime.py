@@ -116,8 +116,8 @@ class Worker:
         total = sum(q.concurrency for q in self.queues.values())
         # Daemon threads: a def handler that never returns cannot keep the process alive.
         self._threads = DaemonThreads(max(4, total), thread_name_prefix="awa-handler")
-        self.pool = worker_pool(self.dsn, len(self.queues))
-        self.claim_pool = claim_pool(self.dsn, len(self.queues))
+        self.pool = worker_pool(self.dsn, len(self.queues), self._connected)
+        self.claim_pool = claim_pool(self.dsn, len(self.queues), self._connected)
         self.core = OutcomeCore(
             self.pool, app, self.dispatcher, defer_notify=True, claim_pool=self.claim_pool
         )
@@ -188,6 +188,10 @@ class Worker:
     @property
     def stopping(self) -> bool:
         return self._stopping.is_set()
+
+    async def _connected(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        """A pool opened a connection: after a failed heartbeat, beat on it at once."""
+        self.heartbeat.reconnected()
 
     def stats(self) -> WorkerStats:
         """A snapshot for plugins and supervisors: queues, running jobs, counters."""
