@@ -1,7 +1,8 @@
-"""The app of the outage and failover runs (tests/reliability/test_outages.py): a ``def`` job
-that works for ``seconds`` in steps, needing no database, and appends ``<id> <attempt>`` to the
-file named by ``AWA_TEST_RUNS`` each time its handler starts, so a test can count the runs of
-every job without the database (which may be down while they run)."""
+"""The app of the outage, deploy and failover runs (tests/reliability/test_outages.py,
+tests/integration/worker/test_interrupted.py): ``def`` jobs that work for ``seconds`` in
+steps, needing no database, and append ``<id> <attempt> start|done <pid>`` to the file named
+by ``AWA_TEST_RUNS``, so a test can count the runs of every job without the database (which
+may be down while they run)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,18 @@ app = awa.App()
 
 @dataclass
 class Steady:
+    """The recommended idiom: ``job.raise_if_cancelled()`` in the loop, resuming from the
+    checkpoint an earlier (handed back) attempt left."""
+
+    n: int
+    seconds: float = 10.0
+
+
+@dataclass
+class Returner:
+    """The old idiom: ``return`` once ``job.is_cancelled()`` (completes the job, with a
+    WARNING at shutdown)."""
+
     n: int
     seconds: float = 10.0
 
@@ -27,14 +40,30 @@ def _record(job: awa.Job, what: str) -> None:
             f.write(f"{job.id} {job.attempt} {what} {os.getpid()}\n")
 
 
+def _steps(seconds: float) -> int:
+    return max(1, int(seconds / 0.1))
+
+
 @app.task(Steady)
 def steady(job: awa.Job) -> None:
     _record(job, "start")
-    steps = max(1, int(job.args.seconds / 0.1))
+    steps = _steps(job.args.seconds)
+    start = (job.progress or {}).get("checkpoint", {}).get("step", 0)
+    for step in range(start, steps):
+        job.raise_if_cancelled()
+        time.sleep(job.args.seconds / steps)
+        job.set_progress(100 * (step + 1) / steps, step=step + 1)
+    job.set_output({"n": job.args.n, "resumed_from": start})
+    _record(job, "done")
+
+
+@app.task(Returner)
+def returner(job: awa.Job) -> None:
+    _record(job, "start")
+    steps = _steps(job.args.seconds)
     for step in range(steps):
         if job.is_cancelled():
-            raise RuntimeError("cancelled")
+            return
         time.sleep(job.args.seconds / steps)
-        job.set_progress(100 * (step + 1) / steps, checkpoint=step + 1)
-    job.set_output({"n": job.args.n})
+        job.set_progress(100 * (step + 1) / steps, step=step + 1)
     _record(job, "done")

@@ -7,113 +7,26 @@ the grace is over."""
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
 import time
-from collections import Counter
 from pathlib import Path
 
-import psycopg
 import pytest
 
 import awa_cli as awa
 from awa_cli.db.migrations import migrate_dsn
 from tests.apps.outage import Steady
-from tests.helpers import ROOT
 from tests.pgcluster import ThrowawayCluster
-from tests.reliability.harness import env_for
+from tests.reliability.workers import (
+    FAST,
+    WorkerProcess,
+    final_rows,
+    running_by,
+    runs,
+    wait_for,
+    write_config,
+)
 
 pytestmark = [pytest.mark.integration]
-
-FAST = {"heartbeat_interval": 0.5, "heartbeat_staleness": 2.0, "rescue_interval": 0.5}
-
-
-def write_config(tmp_path: Path, timings: dict[str, float], concurrency: int = 10) -> Path:
-    config = tmp_path / "awa.toml"
-    lines = "".join(f'{key} = "{value}s"\n' for key, value in timings.items())
-    config.write_text(
-        '[app]\nmodules = ["tests.apps.outage"]\n'
-        f"[queues.default]\nconcurrency = {concurrency}\n"
-        '[worker]\nshutdown_timeout = "5s"\n'
-        f'[maintenance]\nleader_election_interval = "0.5s"\n{lines}'
-    )
-    return config
-
-
-class WorkerProcess:
-    """One real ``awa worker`` (no supervisor), its stderr in a file."""
-
-    def __init__(self, tmp_path: Path, name: str, config: Path, dsn: str, runs: Path) -> None:
-        self.log_path = tmp_path / f"{name}.log"
-        env = {**env_for(dsn), "AWA_TEST_RUNS": str(runs)}
-        with self.log_path.open("w") as log:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "awa_cli", "--config", str(config), "worker"],
-                env=env,
-                cwd=ROOT,
-                stderr=log,
-                stdout=subprocess.DEVNULL,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,
-            )
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.kill()
-
-    def kill(self) -> None:
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait()
-
-
-def runs(path: Path) -> Counter[int]:
-    """How many times each job's handler started."""
-    if not path.exists():
-        return Counter()
-    return Counter(
-        int(line.split()[0]) for line in path.read_text().splitlines() if "start" in line
-    )
-
-
-def running_by(dsn: str) -> dict[int, str]:
-    with psycopg.connect(dsn) as conn:
-        rows = conn.execute(
-            "SELECT id, attempted_by FROM awa.jobs WHERE state = 'running'"
-        ).fetchall()
-    return {row[0]: row[1] for row in rows}
-
-
-def wait_for(predicate, timeout: float, what: str, *procs: WorkerProcess) -> float:  # type: ignore[no-untyped-def]
-    started = time.monotonic()
-    while True:
-        try:
-            if predicate():
-                return time.monotonic() - started
-        except psycopg.OperationalError:
-            pass  # the server is coming back
-        for proc in procs:
-            assert proc.proc.poll() is None, f"a worker exited:\n{proc.log()[-3000:]}"
-        assert time.monotonic() - started < timeout, f"{what} not within {timeout}s\n" + "\n".join(
-            p.log()[-3000:] for p in procs
-        )
-        time.sleep(0.1)
-
-
-def final_rows(dsn: str) -> list[tuple[int, str, int, list[object]]]:
-    with psycopg.connect(dsn) as conn:
-        return conn.execute(
-            "SELECT id, state::text, attempt, errors FROM awa.jobs ORDER BY id"
-        ).fetchall()
 
 
 def outage(
