@@ -24,6 +24,7 @@ from awa_cli.client_ops import OperatorMethods
 from awa_cli.db.copy import copy_encoder
 from awa_cli.db.history import read_timeline
 from awa_cli.db.params import insert_many_params, insert_params
+from awa_cli.db.pools import client_pool
 from awa_cli.db.statements import SQL
 from awa_cli.db.migrations import Migration, migrate_dsn
 from awa_cli.db.waiting import JobWaiters
@@ -145,9 +146,7 @@ class AsyncClient(InspectReads, OperatorMethods):
     ) -> None:
         self.dsn = dsn
         self.app = app
-        self._pool = AsyncConnectionPool(
-            dsn, min_size=1, max_size=max_connections, open=False, kwargs={"autocommit": True}
-        )
+        self._pool = client_pool(dsn, max_connections)
         self._opened = False
         self._open_lock = asyncio.Lock()  # concurrent first uses open the pool once
         self.dispatcher = Dispatcher(app, list(plugin_hooks)) if (app or plugin_hooks) else None

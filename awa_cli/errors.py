@@ -137,6 +137,11 @@ class DatabaseUnusable(AwaError):
     """The database cannot be used: unreachable, refusing, missing or not migrated."""
 
 
+class SchemaTooNew(DatabaseUnusable):
+    """The database's awa schema was migrated by a newer awa than this one (exit 1): this
+    code refuses to migrate it or to work on it."""
+
+
 class ScheduleError(ValidationError):
     """A periodic schedule is invalid. ``schedule`` is its name, ``attribute`` the bad one
     (``cron``, ``timezone``, ``catch_up``, ``name``, ``kind``, ``args`` or an insert option)."""
@@ -180,6 +185,7 @@ __all__ = [
     "RegistrationError",
     "ResolutionRefused",
     "ScheduleError",
+    "SchemaTooNew",
     "ShutdownInterrupted",
     "SignatureError",
     "StagingError",

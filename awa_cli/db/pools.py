@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+import time
+import weakref
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -57,6 +59,50 @@ def claim_pool(dsn: str, queues: int, on_connect: OnConnect | None = None) -> As
         timeout=POOL_WAIT_SECONDS,
         configure=on_connect,
     )
+
+
+IDLE_CHECK_SECONDS = 1.0
+"""A client's pooled connection idle longer than this is tested (one empty round trip)
+before it is handed out: after a database restart every idle connection is dead, and a
+request must not be the one to find out (D6)."""
+
+_returned_at: weakref.WeakKeyDictionary[AsyncConnection[Any], float] = weakref.WeakKeyDictionary()
+
+
+async def _note_return(conn: AsyncConnection[Any]) -> None:
+    _returned_at[conn] = time.monotonic()
+
+
+async def _check_if_idle(conn: AsyncConnection[Any]) -> None:
+    """The pool's ``check``: test a connection that sat idle; a broken one raises, and the
+    pool discards it and hands out another (a fresh one if need be)."""
+    if time.monotonic() - _returned_at.get(conn, float("-inf")) > IDLE_CHECK_SECONDS:
+        await AsyncConnectionPool.check_connection(conn)
+
+
+def client_pool(dsn: str, max_size: int) -> AsyncConnectionPool:
+    """The pool of an ``AsyncClient`` (and so of ``awa serve``): connections idle for more
+    than ``IDLE_CHECK_SECONDS`` are tested before use, so broken ones are discarded before a
+    request sees them."""
+    return AsyncConnectionPool(
+        dsn,
+        min_size=1,
+        max_size=max_size,
+        open=False,
+        kwargs={"autocommit": True},
+        check=_check_if_idle,
+        reset=_note_return,
+    )
+
+
+async def ping(pool: AsyncConnectionPool, timeout: float) -> None:
+    """One round trip on a pooled connection, waiting at most ``timeout`` seconds for one
+    (raises ``psycopg.OperationalError``, ``PoolTimeout`` included, when the database cannot
+    be reached)."""
+    from awa_cli.db.statements import SQL
+
+    async with pool.connection(timeout=timeout) as conn:
+        await conn.execute(SQL["ping"])
 
 
 async def recheck(pool: Any) -> None:

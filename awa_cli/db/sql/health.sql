@@ -5,3 +5,7 @@
 SELECT to_regclass('awa.jobs') IS NOT NULL AS has_jobs,
        CASE WHEN to_regclass('awa.schema_migrations') IS NULL THEN false
             ELSE has_table_privilege('awa.schema_migrations', 'SELECT') END AS ledger_readable
+
+-- name: ping
+-- One round trip: the database answers on this connection (awa serve's /readyz).
+SELECT 1;
