@@ -137,6 +137,11 @@ class DatabaseUnusable(AwaError):
     """The database cannot be used: unreachable, refusing, missing or not migrated."""
 
 
+class EmbeddedNotRunning(DatabaseUnusable):
+    """No database URL is configured and the embedded server is not running (exit 1): only
+    ``awa db start`` starts a stopped one (``awa migrate`` also creates a new one)."""
+
+
 class SchemaTooNew(DatabaseUnusable):
     """The database's awa schema was migrated by a newer awa than this one (exit 1): this
     code refuses to migrate it or to work on it."""
@@ -176,6 +181,7 @@ __all__ = [
     "ConfigError",
     "DatabaseUnusable",
     "EmbeddedError",
+    "EmbeddedNotRunning",
     "FollowUpError",
     "Interrupted",
     "InvalidJobState",
