@@ -198,7 +198,11 @@ class Maintenance:
         backoff = Backoff(cap=max(defaults.LOOP_BACKOFF_MIN, self.timings.leader_election_interval))
         while not stopping.is_set():
             try:
-                async with await psycopg.AsyncConnection.connect(self.dsn, autocommit=True) as conn:
+                # a session of its own (the advisory lock, LISTEN): prepared statements off,
+                # in case it goes through a pooler anyway (architecture §15.7)
+                async with await psycopg.AsyncConnection.connect(
+                    self.dsn, autocommit=True, prepare_threshold=None
+                ) as conn:
                     self._clean_since = asyncio.get_running_loop().time()
                     await self._lead_or_wait(conn, stopping)
             except asyncio.CancelledError:

@@ -56,6 +56,24 @@ class CliContext:
                 ) from None
         return url
 
+    def listen_url(self) -> str | None:
+        """``[database] listen_url``: a direct or session-mode URL for the connections that
+        need a session (LISTEN, the leader's lock) when the URL is a transaction pooler."""
+        url = self.config.database.listen_url
+        if url:
+            from awa_cli.config import ConfigError
+            from awa_cli.db.dsn import redact
+            from awa_cli.db.preflight import check_url
+
+            try:
+                check_url(url)
+            except ValueError as exc:
+                raise ConfigError(
+                    f"[database] listen_url: invalid database URL {redact(url)!r} ({exc})",
+                    key="[database] listen_url",
+                ) from None
+        return url
+
     def dsn(self, *, create: bool = False) -> str:
         """A DSN to connect to: the configured URL, else the embedded server's when it runs.
 

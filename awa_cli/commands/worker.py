@@ -103,6 +103,7 @@ def build_worker(ctx: CliContext, queue_options: tuple[str, ...]) -> Any:
         app,
         ctx.dsn(),
         specs,
+        listen_dsn=ctx.listen_url(),
         plugins=ctx.plugins,
         callback_base_url=config.serve.callback_base_url,
         limits=tuple(config.limits.values()),

@@ -25,6 +25,14 @@ CANCEL_CHANNEL = "awa_cancels"
 running that job flips its ``job.is_cancelled()`` (architecture §15.6)."""
 
 
+async def listen(conn: psycopg.AsyncConnection[Any], channels: Iterable[str]) -> None:
+    """LISTEN on each channel (the worker's listener; composed as identifiers)."""
+    from psycopg import sql
+
+    for channel in channels:
+        await conn.execute(sql.SQL(SQL["listen"]).format(sql.Identifier(channel)))
+
+
 async def queue_channels(
     conn: psycopg.AsyncConnection[Any], queues: Iterable[str]
 ) -> dict[str, str]:

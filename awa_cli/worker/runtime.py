@@ -84,11 +84,17 @@ class Worker:
         maintenance: bool = True,
         callback_base_url: str | None = None,
         limits: Sequence[Limit] = (),
+        listen_dsn: str | None = None,
         **timings: Any,
     ) -> None:
         self.app = app
         self.callback_base_url = callback_base_url  # CallbackToken.url(); see awa_cli.callbacks
         self.dsn = with_options(dsn, application_name="awa-worker")
+        # The connections that need a session of their own (LISTEN, the leader's advisory
+        # lock): [database] listen_url behind a transaction-mode pooler, else the same URL.
+        self.session_dsn = (
+            with_options(listen_dsn, application_name="awa-worker") if listen_dsn else self.dsn
+        )
         self.timings = Timings(**timings)
         self.queues = {
             name: spec if isinstance(spec, QueueSpec) else QueueSpec(name, int(spec))
@@ -164,7 +170,7 @@ class Worker:
         )
         self.runners = {name: QueueRunner(spec, context) for name, spec in self.queues.items()}
         self.listener = Listener(
-            self.dsn,
+            self.session_dsn,
             self.runners,
             self.services,
             self.timings.poll_interval,
@@ -349,7 +355,7 @@ class Worker:
         from awa_cli.maintenance import Maintenance
 
         self.maintenance = Maintenance(
-            self.dsn,
+            self.session_dsn,
             self.pool,
             self.core,
             self.timings,

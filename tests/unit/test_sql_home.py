@@ -149,7 +149,6 @@ LOADS_STATEMENTS_STILL = {
     "doctor.py",
     "limit_status.py",
     "maintenance.py",
-    "worker/listener.py",
 }
 _LOADS = re.compile(r"^\s*from awa_cli\.db\.statements import|awa_cli\.db\.statements\b", re.M)
 

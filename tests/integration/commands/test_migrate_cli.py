@@ -166,7 +166,6 @@ def test_ctrl_c_during_a_blocked_migration_says_what_was_rolled_back_and_exits_1
     assert again.exit_code == 0, again.output
 
 
-
 def from_the_future(dsn: str) -> int:
     """Record a migration one version past the newest this awa ships; return that version."""
     newest = max(m.version for m in migrations.available())
