@@ -67,3 +67,47 @@ def returner(job: awa.Job) -> None:
         time.sleep(job.args.seconds / steps)
         job.set_progress(100 * (step + 1) / steps, step=step + 1)
     _record(job, "done")
+
+
+@dataclass
+class Chain:
+    """A short job with a durable follow-up on completion (the failover drain)."""
+
+    n: int
+    seconds: float = 0.05
+
+
+@dataclass
+class ChainDone:
+    trigger_id: int
+
+
+@dataclass
+class Waiter:
+    """Waits inside its handler for an external callback (a wait in flight at failover)."""
+
+    n: int
+
+
+@app.task(Chain)
+def chain(job: awa.Job) -> None:
+    _record(job, "start")
+    time.sleep(job.args.seconds)
+
+
+@app.task(ChainDone)
+def chain_done(job: awa.Job) -> None:
+    _record(job, "start")
+
+
+@app.on_completed_enqueue(Chain, ChainDone)
+def _chained(args: Chain, job: awa.JobRow) -> ChainDone:
+    return ChainDone(trigger_id=job.id)
+
+
+@app.task(Waiter)
+async def waiter(job: awa.Job) -> None:
+    _record(job, "start")
+    token = await job.register_callback(timeout=600)
+    payload = await job.wait_for_callback(token)
+    job.set_output({"payload": payload})
