@@ -6,7 +6,7 @@ Every worker runs a :class:`Maintenance` loop; only the one holding the PostgreS
 lock (on a dedicated connection, so it dies with the process or the connection) sweeps.
 ``awa rescue run`` calls :func:`sweep_once` directly: the same code, one pass.
 
-The grace after an outage (architecture §15.7): the leader judges heartbeats (the
+The grace after an outage (architecture §18): the leader judges heartbeats (the
 stale-heartbeat rescue, pruning silent workers) only once it has been connected without a
 database error for ``heartbeat_staleness`` plus one ``heartbeat_interval``. A live worker
 beats on its first statement after a reconnect, so within that window every live attempt
@@ -194,12 +194,12 @@ class Maintenance:
 
     async def run(self, stopping: asyncio.Event) -> None:
         """Elect, sweep, repeat until ``stopping``. Any database error is logged at ERROR
-        and retried with backoff (architecture §15.7), capped at ``leader_election_interval``."""
+        and retried with backoff (architecture §18), capped at ``leader_election_interval``."""
         backoff = Backoff(cap=max(defaults.LOOP_BACKOFF_MIN, self.timings.leader_election_interval))
         while not stopping.is_set():
             try:
                 # a session of its own (the advisory lock, LISTEN): prepared statements off,
-                # in case it goes through a pooler anyway (architecture §15.7)
+                # in case it goes through a pooler anyway (architecture §18)
                 async with await psycopg.AsyncConnection.connect(
                     self.dsn, autocommit=True, prepare_threshold=None
                 ) as conn:

@@ -1,5 +1,5 @@
 """A real PgBouncer (Debian's ``pgbouncer``) in front of a test server, started by the tests
-on a loopback port (issue 27 item 4, architecture §15.7).
+on a loopback port (issue 27 item 4, architecture §18).
 
 :func:`start_pgbouncer` writes a config (``pool_mode`` as asked, ``auth_type = any``: every
 client logs in as the server's own user), starts ``/usr/sbin/pgbouncer`` (as the server's

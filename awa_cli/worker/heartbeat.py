@@ -5,7 +5,7 @@ rescued, claimed again) is fenced, so its handler's ``job.is_cancelled()`` turns
 After a failed beat (the database is away) the next one is due as soon as the worker has a
 connection again: the pools tell :meth:`Heartbeat.reconnected` of every new connection, so
 the running jobs are touched by the first statement after a reconnect, well inside the
-leader's grace (architecture §15.7: a leader judges heartbeats only after it has been
+leader's grace (architecture §18: a leader judges heartbeats only after it has been
 connected for ``heartbeat_staleness`` plus one ``heartbeat_interval``)."""
 
 from __future__ import annotations
@@ -66,7 +66,7 @@ class Heartbeat:
             try:
                 await self.once()
             except (psycopg.Error, OSError) as exc:
-                # Any database error (architecture §15.7): retried sooner than the next beat, with
+                # Any database error (architecture §18): retried sooner than the next beat, with
                 # backoff, up to the interval (a beat later than that would risk a rescue).
                 wait = min(backoff.next(), self.interval)
                 self.failing = True

@@ -260,7 +260,7 @@ class Worker:
 
     async def wait_ready(self) -> None:
         """Return once the worker can claim: it listens, and every queue finished one
-        successful claim round (systemd READY is sent then, architecture §15.7)."""
+        successful claim round (systemd READY is sent then, architecture §18)."""
         await self.listener.connected.wait()
         for runner in self.runners.values():
             await runner.ready.wait()
@@ -305,7 +305,7 @@ class Worker:
         """Run until :meth:`shutdown` is called (or the task is cancelled).
 
         Raises ``AwaError`` at once when the app registers no handler (architecture §15.5), and
-        after shutting down when a supervised task ended unexpectedly (architecture §15.7).
+        after shutting down when a supervised task ended unexpectedly (architecture §18).
         """
         if not self.app.tasks:
             raise AwaError(

@@ -1,4 +1,4 @@
-"""A real failover (issue 27 item 5, architecture §15.7): a primary and a synchronous
+"""A real failover (issue 27 item 5, architecture §18): a primary and a synchronous
 streaming standby (tests/pgreplica.py), two real `awa worker` processes on the multi-host
 DSN with ``target_session_attrs=read-write``. In the middle of a drain of jobs with durable
 follow-ups, with a handler waiting inside ``wait_for_callback``, the standby is promoted and

@@ -1,4 +1,4 @@
-"""Database outages longer than ``heartbeat_staleness`` (issue 27 item 1, architecture §15.7):
+"""Database outages longer than ``heartbeat_staleness`` (issue 27 item 1, architecture §18):
 the server is stopped while real ``awa worker`` processes run jobs, and started again. The
 leader judges heartbeats only after its grace (staleness + one interval) from its reconnect
 and every live worker beats on its first statement after a reconnect, so every job finishes

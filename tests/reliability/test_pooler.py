@@ -1,5 +1,5 @@
 """A real PgBouncer in transaction mode (Debian's ``pgbouncer``, tests/pgbouncer.py) in front
-of the test server (issue 27 item 4, architecture §15.7). Workers behind it drain every job
+of the test server (issue 27 item 4, architecture §18). Workers behind it drain every job
 exactly once (prepared statements are off on pooled connections: a transaction pooler hands
 each statement to any server session); they say that they poll, because NOTIFY does not
 cross a transaction pooler, and `awa doctor` says so with the fix, ``[database] listen_url``.
@@ -106,6 +106,7 @@ def test_listen_url_brings_wake_ups_back_behind_the_pooler(
                 row = client.get_job(job.id)
                 assert row.attempted_at is not None
                 pickups.append((row.attempted_at - row.created_at).total_seconds())
+        print(f"pickup with listen_url: median {statistics.median(pickups) * 1000:.0f} ms")
         assert statistics.median(pickups) < 0.25, pickups  # not the 1 s poll
         logs = "".join(p.log() for p in procs)
         assert "notify_unavailable" not in logs and "became maintenance leader" in logs

@@ -13,7 +13,7 @@ SELECT 1;
 -- name: pooler_mark
 -- The setting awa's pools pass in the options startup parameter (-c awa.direct=on): absent
 -- on a connection that came through a pooler (PgBouncer drops or refuses the parameter),
--- which then needs psycopg's prepared statements off (architecture §15.7).
+-- which then needs psycopg's prepared statements off (architecture §18).
 SELECT current_setting('awa.direct', true) AS direct;
 
 -- name: sync_standby_named
