@@ -7,7 +7,7 @@ lock (on a dedicated connection, so it dies with the process or the connection) 
 ``awa rescue run`` calls :func:`sweep_once` directly: the same code, one pass.
 
 The grace after an outage (architecture §18): the leader judges heartbeats (the
-stale-heartbeat rescue, pruning silent workers) only once it has been connected without a
+stale-heartbeat rescue) only once it has been connected without a
 database error for ``heartbeat_staleness`` plus one ``heartbeat_interval``. A live worker
 beats on its first statement after a reconnect, so within that window every live attempt
 has a fresh heartbeat again; an attempt still silent at its end belongs to a dead worker and
@@ -269,8 +269,8 @@ class Maintenance:
                     self._worked = True
                     await self.sweep()
                     await self._report_depth(conn)
-                    if self.judges_heartbeats():
-                        await self._prune_workers(conn)
+                    # not under the grace: a live worker re-announces itself at its next beat
+                    await self._prune_workers(conn)
                     await self._periodic_until_next_sweep(conn, stopping)
                 else:
                     await _sleep_unless(stopping, self.timings.leader_election_interval)

@@ -37,8 +37,8 @@ async def notifications_work(
         return True
     log.warning(
         "LISTEN/NOTIFY does not work on this connection: NOTIFY does not cross a "
-        "transaction-mode pooler, so this worker polls every %gs; set [database] listen_url "
-        "to a direct or session-mode URL for the listener (see `awa doctor`)",
+        "transaction-mode pooler; falling back to polling every %gs (set [database] "
+        "listen_url to a direct or session-mode URL for the listener; see `awa doctor`)",
         poll_interval,
         extra={"action": "notify_unavailable"},
     )

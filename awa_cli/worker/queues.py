@@ -60,6 +60,9 @@ class QueueRunner:
         self.claims = 0
         self.ready = asyncio.Event()  # set after the first successful claim round
         self.failing = False  # in error backoff: the last claim round failed
+        # ... because the database could not be reached (a restart, a failover): the worker
+        # stays healthy for the watchdog then, since a restart would only kill live handlers
+        self.unreachable = False
         self._stop = asyncio.Event()
         # claimed ahead, not started yet: (row, monotonic time of its claim), in claim order
         self.ahead: deque[tuple[JobRow, float]] = deque()
@@ -151,12 +154,16 @@ class QueueRunner:
                 extra={"action": "claim_recovered", "queue": self.spec.name},
             )
         self.failing = False
+        self.unreachable = False
         self.ready.set()
 
     async def _claim_failed(self, exc: BaseException, backoff: float) -> None:
         """Any database error (a lost connection, a missing grant, a read-only server): one
         ERROR line per backoff step, then retry (architecture §15.7)."""
         self.failing = True
+        self.unreachable = isinstance(
+            exc, (psycopg.OperationalError, psycopg.InterfaceError, OSError)
+        )
         log.error(
             "claim on queue %s failed, retrying in %.1fs: %s",
             self.spec.name,

@@ -271,9 +271,14 @@ class Worker:
         )
 
     def healthy(self) -> bool:
-        """Whether the worker can claim now: no queue is in claim-error backoff and no
-        supervised task has ended (the systemd watchdog is pinged only while true)."""
-        return self._failure is None and not any(r.failing for r in self.runners.values())
+        """Whether the worker works as it should: no queue is in claim-error backoff for a
+        reason other than an unreachable database, and no supervised task has ended (the
+        systemd watchdog is pinged only while true). An outage or a failover leaves it
+        healthy: a watchdog restart would kill the live handlers, whose jobs would then run
+        again (architecture §18)."""
+        return self._failure is None and not any(
+            r.failing and not r.unreachable for r in self.runners.values()
+        )
 
     def supervise(self, task: asyncio.Task[Any]) -> asyncio.Task[Any]:
         """Watch a long-lived task of this worker: if it ends (raises, is cancelled or just

@@ -7,6 +7,9 @@ the grace is over."""
 
 from __future__ import annotations
 
+import shutil
+import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -142,3 +145,59 @@ def test_worker_killed_during_the_outage_is_rescued_after_the_grace(
     finally:
         live.stop()
         doomed.kill()
+
+
+@pytest.mark.parametrize("processes", ["1", "2"])
+def test_the_watchdog_keeps_being_pinged_through_an_outage(
+    own_server: ThrowawayCluster, tmp_path: Path, processes: str
+) -> None:
+    """Under systemd (WatchdogSec=30 in systemd/), a worker that stopped pinging while the
+    database is away would be killed and restarted, and the jobs it ran would then run
+    again after a rescue. Claims failing because the database cannot be reached leave the
+    worker healthy: `awa worker` (alone, and supervised) pings WATCHDOG right through an 8 s
+    outage (claims wait 3 s for a pooled connection before they fail), and its jobs finish
+    on attempt 1."""
+    from tests.integration.worker.test_notify import NotifySocket
+
+    dsn = own_server.dsn_for("postgres")
+    migrate_dsn(dsn)
+    config = write_config(tmp_path, FAST, concurrency=3)  # free slots: claims are tried
+    sock_dir = Path(tempfile.mkdtemp(prefix="awa-n-", dir="/tmp"))
+    server = NotifySocket(str(sock_dir / "notify.sock"))
+    env = {"NOTIFY_SOCKET": server.address, "WATCHDOG_USEC": "500000"}
+    path = tmp_path / "runs.txt"
+    fleet = WorkerProcess(tmp_path, "fleet", config, dsn, path, ("--processes", processes), env)
+    pings: list[float] = []
+    listening = threading.Event()
+
+    def receive() -> None:  # as systemd does: read every datagram as it comes
+        while not listening.is_set():
+            got = server.receive(0.1)
+            if got is not None and "WATCHDOG" in got[1]:
+                pings.append(time.monotonic())
+
+    reader = threading.Thread(target=receive, daemon=True)
+    reader.start()
+    try:
+        with awa.Client(dsn) as client:
+            client.insert_many([Steady(n=i, seconds=12) for i in range(2)])
+        wait_for(lambda: bool(pings), 60, "the first WATCHDOG", fleet)
+        wait_for(lambda: len(running_by(dsn)) == 2, 30, "every job running", fleet)
+        own_server.server.stop("fast")
+        time.sleep(4.5)  # the claims have failed by now (they wait 3 s for a connection)
+        down_since = time.monotonic()
+        time.sleep(3.5)
+        pinged = [t for t in pings if t > down_since]
+        own_server.server.start()
+        assert len(pinged) >= 3, (len(pings), fleet.log()[-3000:])
+        wait_for(
+            lambda: all(r[1] == "completed" for r in final_rows(dsn)), 60, "completed", fleet
+        )
+        assert [(r[1], r[2]) for r in final_rows(dsn)] == [("completed", 1)] * 2
+        assert "claim_failed" in fleet.log()  # the claims did fail meanwhile
+    finally:
+        fleet.stop()
+        listening.set()
+        reader.join(timeout=5)
+        server.close()
+        shutil.rmtree(sock_dir, ignore_errors=True)

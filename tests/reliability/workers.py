@@ -36,14 +36,24 @@ def write_config(
 
 
 class WorkerProcess:
-    """One real ``awa worker`` (no supervisor), its stderr in a file."""
+    """One real ``awa worker`` (no supervisor unless ``args`` asks for ``--processes``), its
+    stderr in a file; ``env`` adds variables (``NOTIFY_SOCKET``, ...)."""
 
-    def __init__(self, tmp_path: Path, name: str, config: Path, dsn: str, runs: Path) -> None:
+    def __init__(
+        self,
+        tmp_path: Path,
+        name: str,
+        config: Path,
+        dsn: str,
+        runs: Path,
+        args: tuple[str, ...] = (),
+        env: dict[str, str] | None = None,
+    ) -> None:
         self.log_path = tmp_path / f"{name}.log"
-        env = {**env_for(dsn), "AWA_TEST_RUNS": str(runs)}
+        env = {**env_for(dsn), "AWA_TEST_RUNS": str(runs), **(env or {})}
         with self.log_path.open("w") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "awa_cli", "--config", str(config), "worker"],
+                [sys.executable, "-m", "awa_cli", "--config", str(config), "worker", *args],
                 env=env,
                 cwd=ROOT,
                 stderr=log,
