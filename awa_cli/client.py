@@ -16,16 +16,15 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Literal
 
 import psycopg
-from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
 
 from awa_cli.app import prepare_job
 from awa_cli.client_ops import OperatorMethods
 from awa_cli.db.copy import copy_encoder
 from awa_cli.db.history import read_timeline
-from awa_cli.db.params import insert_many_params, insert_params
+from awa_cli.db import dead_letters, jobs
+from awa_cli.db import periodic as periodic_rows
 from awa_cli.db.pools import client_pool
-from awa_cli.db.statements import SQL
 from awa_cli.db.migrations import Migration, migrate_dsn
 from awa_cli.db.waiting import JobWaiters
 from awa_cli.dispatch import Dispatcher, EventHook
@@ -74,13 +73,7 @@ def insert(
     the queue ``default``.
     """
     prepared = prepare_insert(args, insert_options, app)
-    with conn.cursor() as cur:
-        cur.execute(SQL["insert_one"], insert_params(prepared))
-        record = cur.fetchone()
-        holder = None
-        if record is None:
-            cur.execute(SQL["find_unique_holder"], {"unique_key": prepared.unique_key})
-            holder = cur.fetchone()
+    record, holder = jobs.insert_one_sync(conn, prepared)
     return _row_or_conflict(record, prepared, holder)
 
 
@@ -98,13 +91,7 @@ async def insert_async(
 
 async def insert_prepared(conn: psycopg.AsyncConnection[Any], prepared: PreparedJob) -> JobRow:
     """Insert one validated job on ``conn``; UniqueConflict when its unique key is held."""
-    async with conn.cursor() as cur:
-        await cur.execute(SQL["insert_one"], insert_params(prepared))
-        record = await cur.fetchone()
-        holder = None
-        if record is None:
-            await cur.execute(SQL["find_unique_holder"], {"unique_key": prepared.unique_key})
-            holder = await cur.fetchone()
+    record, holder = await jobs.insert_one(conn, prepared)
     return _row_or_conflict(record, prepared, holder)
 
 
@@ -229,17 +216,14 @@ class AsyncClient(InspectReads, OperatorMethods):
             return 0
         pool = await self.ensure_open()
         async with pool.connection() as conn:
-            async with conn.cursor() as cur:
-                await cur.execute(SQL["insert_many"], insert_many_params(prepared))
-                return cur.rowcount
+            return await jobs.insert_many(conn, prepared)
 
     async def get_job(self, job_id: int) -> JobRow:
         pool = await self.ensure_open()
-        async with pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
-            await cur.execute(SQL["get_job"], {"id": job_id})
-            record = await cur.fetchone()
+        async with pool.connection() as conn:
+            record = await jobs.get(conn, job_id)
         if record is None:
-            if await self.core.dead_letter(job_id) is not None:  # architecture §15.2
+            if await dead_letters.get(pool, job_id) is not None:  # architecture §15.2
                 raise JobNotFound(
                     f"job {job_id} not found: it is in the dead-letter queue "
                     f"(awa dlq show {job_id})"
@@ -302,42 +286,32 @@ class AsyncClient(InspectReads, OperatorMethods):
                 raise ValidationError("state", f"unknown job state {state!r}") from None
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
             raise ValidationError("limit", "must be a positive integer")
+        filters = {"state": None if state is None else str(state), "kind": kind, "queue": queue}
         pool = await self.ensure_open()
-        async with pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
-            await cur.execute(
-                SQL["list_jobs"],
-                {
-                    "state": None if state is None else str(state),
-                    "kind": kind,
-                    "queue": queue,
-                    "limit": limit,
-                },
-            )
-            return [JobRow.from_record(r) for r in await cur.fetchall()]
+        async with pool.connection() as conn:
+            return [JobRow.from_record(r) for r in await jobs.newest(conn, filters, limit)]
 
     async def queue_stats(self, queue: str | None = None) -> list[dict[str, Any]]:
         """Per queue holding jobs (or just ``queue``): ``{"queue", "counts": {state: n},
         "completed_per_second" (last minute), "oldest_available_age_seconds"}``, by name."""
-        from awa_cli.db.statements import SQL
-
         pool = await self.ensure_open()
         async with pool.connection() as conn:
-            rows = await (await conn.execute(SQL["queue_stats"], {"queue": queue})).fetchall()
+            rows = [r for r in await jobs.counts(conn) if queue is None or r.queue == queue]
+            recent = await jobs.completed_last_minute(conn, queue)
         stats: dict[str, dict[str, Any]] = {}
-        for name, state, n, oldest, completed_recent in rows:
+        for row in rows:
             entry = stats.setdefault(
-                name,
+                row.queue,
                 {
-                    "queue": name,
+                    "queue": row.queue,
                     "counts": {s.value: 0 for s in JobState},
-                    "completed_per_second": 0.0,
+                    "completed_per_second": round(recent.get(row.queue, 0) / 60.0, 3),
                     "oldest_available_age_seconds": None,
                 },
             )
-            entry["counts"][state] = n
-            entry["completed_per_second"] += round(completed_recent / 60.0, 3)
-            if oldest is not None:
-                entry["oldest_available_age_seconds"] = round(float(oldest), 3)
+            entry["counts"][row.state] = row.count
+            if row.oldest_available_seconds is not None:
+                entry["oldest_available_age_seconds"] = round(row.oldest_available_seconds, 3)
         return [stats[name] for name in sorted(stats)]
 
     async def cancel(self, job_id: int) -> JobRow:
@@ -425,8 +399,8 @@ class AsyncClient(InspectReads, OperatorMethods):
     # ``actor`` (e.g. ``cli:alice``): record the action in awa.audit_log, in its transaction.
     async def list_periodic(self) -> list[PeriodicJob]:
         """Every stored schedule by name, with its fire state and its last job's state."""
-        await self.ensure_open()
-        return await self.core.list_periodic()
+        async with (await self.ensure_open()).connection() as conn:
+            return await periodic_rows.list_all(conn)
 
     async def pause_periodic(self, name: str, *, actor: str | None = None) -> PeriodicJob:
         """Stop firing ``name`` (survives restarts and redeploys); PeriodicNotFound if none."""

@@ -16,6 +16,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from awa_cli.db import dead_letters
+from awa_cli.db import queues as queue_rows
 from awa_cli.db import audit as audit_table
 from awa_cli.admin import AuditEntry, DeadLetterFilter, JobFilter, QueueInfo
 from awa_cli.app import prepare_job
@@ -80,13 +82,11 @@ class OperatorMethods:
     async def list_queues(self, configured: Iterable[str] = ()) -> list[QueueInfo]:
         """Every known queue with its pause and dead-letter flags (``configured``: names to
         include even without a row or jobs, e.g. a config's ``[queues]``)."""
-        await self.ensure_open()
-        return await self.core.list_queues(configured)
+        return await queue_rows.list_queues(await self.ensure_open(), configured)
 
     async def paused_queues(self) -> list[str]:
         """The names of the paused queues."""
-        await self.ensure_open()
-        return await self.core.paused_queues()
+        return await queue_rows.paused_names(await self.ensure_open())
 
     async def audit_log(
         self,
@@ -186,21 +186,18 @@ class OperatorMethods:
         self, queue: str | None = None, kind: str | None = None, limit: int = 100
     ) -> list[DeadLetter]:
         """Dead letters, newest first."""
-        await self.ensure_open()
-        return await self.core.dead_letters(queue, kind, _limit(limit))
+        return await dead_letters.newest(await self.ensure_open(), queue, kind, _limit(limit))
 
     async def get_dlq_job(self, id: int) -> DeadLetter:
         """One dead letter (JobNotFound when there is none with this id)."""
-        await self.ensure_open()
-        dead = await self.core.dead_letter(id)
+        dead = await dead_letters.get(await self.ensure_open(), id)
         if dead is None:
             raise JobNotFound(f"dead letter {id} not found")
         return dead
 
     async def dlq_depth(self, queue: str | None = None) -> DlqDepth:
         """How many dead letters there are, in total and per queue."""
-        await self.ensure_open()
-        return await self.core.dlq_depth(queue)
+        return await dead_letters.depth(await self.ensure_open(), queue)
 
     async def retry_from_dlq(
         self,

@@ -29,6 +29,7 @@ from benchmarks.server import BenchServer
 MEASURES = {
     "drain": measures.drain,
     "enqueue_one": measures.enqueue_one,
+    "enqueue_one_function": measures.enqueue_one_function,
     "insert_many": measures.insert_many,
     "pickup_latency": measures.pickup_latency,
     "drain_follow_up": measures.drain_follow_up,
@@ -58,7 +59,11 @@ OPT_IN = {"drain_deep_vacuumed"}
 
 # Measured again on uvloop (``uvloop.<name>``) with ``--loop both``: those that run an awa
 # worker, or awa's client in this process.
-LOOP_SENSITIVE = [m for m in MEASURES if not m.endswith("_sql") and m != "drain_deep_vacuumed"]
+LOOP_SENSITIVE = [
+    m
+    for m in MEASURES
+    if not m.endswith("_sql") and m not in ("drain_deep_vacuumed", "enqueue_one_function")
+]
 
 RATIOS = [  # (numerator, denominator) printed when both ran
     ("drain_follow_up", "drain"),
@@ -72,6 +77,8 @@ RATIOS = [  # (numerator, denominator) printed when both ran
     ("drain_concurrency_100", "drain"),
     ("drain", "drain_without_claim_ahead"),
     ("enqueue_one", "enqueue_one_sql"),
+    ("enqueue_one_function", "enqueue_one_sql"),
+    ("enqueue_one_function", "enqueue_one"),
     ("insert_many", "insert_many_copy_sql"),
     ("insert_one_no_notify_sql", "enqueue_one_sql"),
     ("insert_one_no_trigger_sql", "enqueue_one_sql"),
@@ -123,9 +130,9 @@ def report(results: dict[str, dict[str, Any]]) -> None:
                 ratio = (
                     results[measure]["jobs_per_s"]["median"] / results[key]["jobs_per_s"]["median"]
                 )
-                print(
-                    f"ratio awa / {peer} ({results[key]['runs'][0]['version']}), {measure}: {ratio:.2f}x"
-                )
+                run = results[key]["runs"][0]
+                print(f"ratio awa / {peer} ({run['version']}), {measure}: {ratio:.2f}x")
+                print(f"  {peer}: {run.get('settings', '')}")
 
 
 def costs(res: dict[str, Any]) -> str:
@@ -202,25 +209,50 @@ def event_loop(name: str) -> Iterator[None]:
         measures.OPTIONS.loop = saved_loop
 
 
+def run_once(server: BenchServer, label: str, fn: Any, i: int, jobs: int) -> dict[str, Any]:
+    """Run ``i`` of one measure on a fresh database, printed as it ends."""
+    dsn = server.fresh_database(f"bench_{label.replace('.', '_').replace('@', '_')}_{i}")
+    try:
+        run: dict[str, Any] = fn(server, dsn, jobs)
+    finally:
+        server.drop_database(dsn)
+    print(
+        f"  {label} #{i + 1}: "
+        + ", ".join(
+            f"{k}={v:,.3f}" if isinstance(v, float) else f"{k}={v}"
+            for k, v in run.items()
+            if not isinstance(v, (dict, list)) and k != "settings"  # in the JSON only
+        ),
+        flush=True,
+    )
+    return run
+
+
 def run_measure(server: BenchServer, label: str, fn: Any, repeat: int, jobs: int) -> dict[str, Any]:
-    runs = []
+    return summarise(label, [run_once(server, label, fn, i, jobs) for i in range(repeat)])
+
+
+def run_interleaved(
+    server: BenchServer, contestants: list[tuple[str, Any]], repeat: int, jobs: int
+) -> dict[str, dict[str, Any]]:
+    """awa's measure and its peers' equivalents, one run of each per round, the order rotated
+    every round, so a slow spell of a shared machine falls on every side alike. A peer that
+    fails is dropped from the rest of the rounds (awa's results are kept)."""
+    runs: dict[str, list[dict[str, Any]]] = {label: [] for label, _ in contestants}
+    failed: set[str] = set()
     for i in range(repeat):
-        dsn = server.fresh_database(f"bench_{label.replace('.', '_')}_{i}")
-        try:
-            run = fn(server, dsn, jobs)
-        finally:
-            server.drop_database(dsn)
-        print(
-            f"  {label} #{i + 1}: "
-            + ", ".join(
-                f"{k}={v:,.3f}" if isinstance(v, float) else f"{k}={v}"
-                for k, v in run.items()
-                if not isinstance(v, (dict, list))  # details: in the JSON only
-            ),
-            flush=True,
-        )
-        runs.append(run)
-    return summarise(label, runs)
+        order = contestants[i % len(contestants) :] + contestants[: i % len(contestants)]
+        for label, fn in order:
+            if label in failed:
+                continue
+            try:
+                runs[label].append(run_once(server, label, fn, i, jobs))
+            except Exception as exc:
+                if label == contestants[0][0]:
+                    raise
+                failed.add(label)
+                print(f"  {label} failed, skipped: {type(exc).__name__}: {exc}", flush=True)
+    return {label: summarise(label, done) for label, done in runs.items() if done}
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -288,26 +320,19 @@ def run_all(
                     f"--compare: {peer.name} is not installed (pip install -e '.[bench]'): skipped"
                 )
     results: dict[str, dict[str, Any]] = {}
+    loop = "uvloop" if args.loop == "uvloop" else "asyncio"
     for name in args.chosen:
-        with event_loop("uvloop" if args.loop == "uvloop" else "asyncio"):
-            results[name] = run_measure(server, name, MEASURES[name], args.repeat, args.jobs)
+        contestants = [(name, MEASURES[name])] + [
+            (f"{peer.name}.{name}", getattr(peer, peers.EQUIVALENTS[name]))
+            for peer in (compared if name in peers.EQUIVALENTS else [])
+        ]
+        # awa on the loop asked for; each peer as its authors run it (its own setup, printed)
+        with event_loop(loop):
+            results.update(run_interleaved(server, contestants, args.repeat, args.jobs))
         if args.loop == "both" and name in LOOP_SENSITIVE:
             with event_loop("uvloop"):
                 label = f"uvloop.{name}"
                 results[label] = run_measure(server, label, MEASURES[name], args.repeat, args.jobs)
-        for peer in compared if name in peers.EQUIVALENTS else []:
-            label = f"{peer.name}.{name}"
-            try:  # on the loop awa's own run used (uvloop only with --loop uvloop)
-                with event_loop("uvloop" if args.loop == "uvloop" else "asyncio"):
-                    results[label] = run_measure(
-                        server,
-                        label,
-                        getattr(peer, peers.EQUIVALENTS[name]),
-                        args.repeat,
-                        args.jobs,
-                    )
-            except Exception as exc:  # a peer's failure must not lose awa's results
-                print(f"  {label} failed, skipped: {type(exc).__name__}: {exc}", flush=True)
         save(results)
     return results
 

@@ -321,6 +321,23 @@ def enqueue_one(server: BenchServer, dsn: str, jobs: int) -> dict[str, Any]:
     return per_job(server, dsn, count, lambda: asyncio.run(run()))
 
 
+def enqueue_one_function(server: BenchServer, dsn: str, jobs: int) -> dict[str, Any]:
+    """``awa.enqueue`` (the SQL function other languages call) one by one, each in its own
+    transaction, from a bare psycopg connection: what a Node or Go producer gets."""
+    count = min(jobs, 5000)
+    statement = "SELECT awa.enqueue(kind => %(kind)s, args => %(args)s::jsonb, queue => 'bench')"
+
+    def run() -> float:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            start = time.perf_counter()
+            for i in range(count):
+                params = {"kind": "noop", "args": f'{{"n":{i}}}'}
+                conn.execute(statement, params, prepare=True).fetchone()
+            return time.perf_counter() - start
+
+    return per_job(server, dsn, count, run)
+
+
 def insert_many(server: BenchServer, dsn: str, jobs: int) -> dict[str, Any]:
     """``insert_many`` in batches of 1,000."""
     batches = max(1, jobs * 5 // 1000)

@@ -1,5 +1,13 @@
 """The peers of ``python -m benchmarks --compare``: procrastinate and pgqueuer (the ``bench`` extra).
 
+Every peer runs as its authors recommend (architecture §18): pgqueuer on asyncpg and uvloop, as its
+README and ``pgq run`` do, in two rows: ``pgqueuer`` at awa's in-flight budget (batches of 10, at
+most 20 picked: awa's concurrency 10 plus its claim-ahead) and ``pgqueuer@defaults`` at
+``pgq run``'s own settings (batches of 10, no cap); procrastinate on its psycopg connector with
+a pool of concurrency + 1 connections (one per sub-worker and the listener: its docs' "mind the
+size of your PostgreSQL pool"; psycopg_pool's default of 4 would starve 10 sub-workers). Each
+peer's ``settings`` are printed with its numbers and kept in the JSON.
+
 Each peer runs on a fresh database of the same server as awa's measures (which already holds
 awa's schema: harmless), with the same job count. Every peer offers:
 
@@ -40,9 +48,12 @@ BATCH = 5000
 
 
 @contextlib.contextmanager
-def peer_worker(module: str, dsn: str, first_job_file: Path) -> Iterator[subprocess.Popen[bytes]]:
+def peer_worker(
+    module: str, dsn: str, first_job_file: Path, extra: dict[str, str]
+) -> Iterator[subprocess.Popen[bytes]]:
     """``python -m benchmarks.peer_workers.<module>``; stopped with SIGTERM afterwards."""
     env = {
+        **extra,
         **os.environ,
         "BENCH_DSN": dsn,
         "BENCH_CONCURRENCY": str(CONCURRENCY),
@@ -82,10 +93,15 @@ class Peer:
     done_query = ""  # count of jobs completed
     span_query = ""  # seconds from first start to last completion, from the peer's tables
     span_method = ""
-    worker_config = ""
+    settings = ""  # how the peer is run: printed with its results
+    requires: tuple[str, ...] = ()  # modules beyond the package itself
 
     def installed(self) -> bool:
-        return importlib.util.find_spec(self.package.replace("-", "_")) is not None
+        names = (self.package.replace("-", "_"), *self.requires)
+        return all(importlib.util.find_spec(name) is not None for name in names)
+
+    def worker_env(self) -> dict[str, str]:
+        return {}
 
     def version(self) -> str:
         return importlib.metadata.version(self.package)
@@ -107,7 +123,7 @@ class Peer:
         before = server.snapshot(dsn)
         with tempfile.TemporaryDirectory() as tmp:
             first_job_file = Path(tmp) / "first_job"
-            with peer_worker(self.worker_module, dsn, first_job_file) as proc:
+            with peer_worker(self.worker_module, dsn, first_job_file, self.worker_env()) as proc:
                 last_seen = wait_for_count(dsn, self.done_query, jobs, proc)
                 worker_cpu = tree_cpu(proc.pid)
             first_job = float(first_job_file.read_text()) if first_job_file.exists() else None
@@ -123,7 +139,7 @@ class Peer:
         return {
             **drain_result(server, jobs, float(span), before, after, worker_cpu),
             "method": method,
-            "worker": self.worker_config,
+            "settings": self.settings,
             "version": self.version(),
         }
 
@@ -133,6 +149,7 @@ class Peer:
         count = min(jobs, 5000)
         return {
             **per_job(server, dsn, count, lambda: self.enqueue_each(dsn, count)),
+            "settings": self.settings,
             "version": self.version(),
         }
 
@@ -147,7 +164,10 @@ class Procrastinate(Peer):
         "- min(at) FILTER (WHERE type = 'started')) FROM procrastinate_events"
     )
     span_method = "procrastinate_events: first 'started' → last 'succeeded'"
-    worker_config = "run_worker_async(queues=['bench'], concurrency=10)"
+    settings = (
+        f"run_worker_async(queues=['bench'], concurrency={CONCURRENCY}), PsycopgConnector "
+        f"pool min_size=max_size={CONCURRENCY + 1}, standard asyncio loop"
+    )
 
     def _run(self, dsn: str, body: Callable[[Any], Any]) -> Any:
         from benchmarks.peer_workers.procrastinate_app import make_app
@@ -185,8 +205,10 @@ class Procrastinate(Peer):
 
 
 class PgQueuer(Peer):
-    name = "pgqueuer"
+    """pgqueuer on one asyncpg connection and uvloop, its README's and ``pgq run``'s setup."""
+
     package = "pgqueuer"
+    requires = ("asyncpg", "uvloop")
     worker_module = "pgqueuer_worker"
     done_query = "SELECT count(*) FROM pgqueuer_log WHERE status = 'successful'"
     span_query = (
@@ -194,19 +216,32 @@ class PgQueuer(Peer):
         "- min(created) FILTER (WHERE status = 'picked')) FROM pgqueuer_log"
     )
     span_method = "pgqueuer_log: first 'picked' → last 'successful'"
-    worker_config = "QueueManager.run(max_concurrent_tasks=10, batch_size=5), psycopg driver"
+
+    def __init__(self, name: str, batch: int, cap: int | None) -> None:
+        self.name, self.batch, self.cap = name, batch, cap
+        limit = "no cap" if cap is None else f"max_concurrent_tasks={cap}"
+        self.settings = (
+            f"QueueManager.run(batch_size={batch}, {limit}), AsyncpgDriver on one asyncpg "
+            "connection, uvloop (worker and enqueue)"
+        )
+
+    def worker_env(self) -> dict[str, str]:
+        return {"BENCH_PGQ_BATCH": str(self.batch), "BENCH_PGQ_CAP": str(self.cap or "")}
 
     def _run(self, dsn: str, body: Callable[[Any], Any]) -> Any:
+        import uvloop
         from pgqueuer.queries import Queries
 
+        from benchmarks.peer_workers.pgqueuer_worker import connect
+
         async def run() -> Any:
-            conn = await psycopg.AsyncConnection.connect(dsn, autocommit=True)
+            conn = await connect(dsn)
             try:
-                return await body(Queries.from_psycopg_connection(conn))
+                return await body(Queries.from_asyncpg_connection(conn))
             finally:
                 await conn.close()
 
-        return asyncio.run(run())
+        return uvloop.run(run())
 
     def install_schema(self, dsn: str) -> None:
         async def install(queries: Any) -> None:
@@ -233,6 +268,15 @@ class PgQueuer(Peer):
         return float(self._run(dsn, enqueue))
 
 
-PEERS: dict[str, Peer] = {p.name: p for p in (Procrastinate(), PgQueuer())}
+# pgqueuer at awa's in-flight budget (awa's 10 running + up to 10 claimed ahead) and at pgq run's
+# defaults. The JSON names them pgqueuer.<measure> and pgqueuer@defaults.<measure>.
+PEERS: dict[str, Peer] = {
+    p.name: p
+    for p in (
+        Procrastinate(),
+        PgQueuer("pgqueuer", batch=10, cap=2 * CONCURRENCY),
+        PgQueuer("pgqueuer@defaults", batch=10, cap=None),
+    )
+}
 # awa measure → the method of a peer that measures the same thing
 EQUIVALENTS = {"drain": "drain", "enqueue_one": "enqueue_one"}

@@ -11,12 +11,15 @@ from __future__ import annotations
 import ipaddress
 import signal
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from awa_cli.commands.context import CliContext, pass_context
 from awa_cli.config import ConfigError, ServeConfig
+
+if TYPE_CHECKING:
+    from awa_cli.serve.app import ServeSettings
 
 MIN_SECRET_LENGTH = 16
 MIN_DISTINCT_CHARACTERS = 8  # 'a' * 16 or '0123' * 4 is not a secret
@@ -105,11 +108,26 @@ def access_line(host: str, port: int, *, tokens: int, callbacks_only: bool) -> s
 
 
 def _announce(
-    ctx: CliContext, url: str, access: str, keys: list[bytes], flags: str, hosts: tuple[str, ...]
+    ctx: CliContext,
+    host: str,
+    port: int,
+    tokens: int,
+    keys: list[bytes],
+    read_only: bool,
+    callbacks_only: bool,
+    serve: ServeConfig,
 ) -> None:
     status = ctx.terminal.status
+    flags = "".join(
+        f" {flag}"
+        for flag, on in (("--read-only", read_only), ("--callbacks-only", callbacks_only))
+        if on
+    )
+    shown = f"[{host}]" if ":" in host else host
+    url = f"http://{shown}:{port}"
+    access = access_line(host, port, tokens=tokens, callbacks_only=callbacks_only)
     status(f"awa serve on {url}{flags} ({access})")
-    names = ", ".join(("loopback names with the port", *hosts))
+    names = ", ".join(("loopback names with the port", *serve.allowed_hosts))
     status(f"answers Host: {names}; any other name is refused (421)")
     if keys:
         status(f"HTTP callbacks on at {url}/callbacks/ ({len(keys)} signing key(s))")
@@ -189,10 +207,8 @@ def command(
     Stops gracefully on SIGINT or SIGTERM (exit 0); exit 2 for a bad setup (an unset token
     variable, a public --host without tokens), 1 when it cannot listen.
     """
-    import uvicorn
-
     from awa_cli.client import AsyncClient
-    from awa_cli.serve.app import ServeSettings, build_app
+    from awa_cli.serve.app import build_app
 
     serve = ctx.config.serve
     host = host or serve.host
@@ -204,7 +220,26 @@ def command(
     forwarded = forwarded_allow_ips or serve.forwarded_allow_ips
     app = ctx.app if ctx.config.app.modules else None
     client = AsyncClient(ctx.dsn(), app, plugin_hooks=ctx.plugins.event_hooks())
-    settings = ServeSettings(
+    settings = _settings(serve, tokens, keys, read_only, callbacks_only, forwarded)
+    _announce(ctx, host, port, len(tokens), keys, read_only, callbacks_only, serve)
+    if app is None:
+        ctx.terminal.status(
+            "no [app] modules: actions and callbacks run without follow-ups or hooks"
+        )
+    _run(build_app(client, settings), host, port, ctx.verbose)
+
+
+def _settings(
+    serve: ServeConfig,
+    tokens: list[Any],
+    keys: list[bytes],
+    read_only: bool,
+    callbacks_only: bool,
+    forwarded: str | None,
+) -> ServeSettings:
+    from awa_cli.serve.app import ServeSettings
+
+    return ServeSettings(
         tokens,
         keys,
         read_only=read_only,
@@ -215,24 +250,18 @@ def command(
         forwarded_allow_ips=forwarded,
         max_body=serve.max_body,
     )
-    flags = "".join(
-        f" {flag}"
-        for flag, on in (("--read-only", read_only), ("--callbacks-only", callbacks_only))
-        if on
-    )
-    shown = f"[{host}]" if ":" in host else host
-    access = access_line(host, port, tokens=len(tokens), callbacks_only=callbacks_only)
-    _announce(ctx, f"http://{shown}:{port}", access, keys, flags, serve.allowed_hosts)
-    if app is None:
-        ctx.terminal.status(
-            "no [app] modules: actions and callbacks run without follow-ups or hooks"
-        )
+
+
+def _run(asgi: Any, host: str, port: int, verbose: int) -> None:
+    """Serve until SIGINT/SIGTERM (exit 0); exit 1 when uvicorn could not listen."""
+    import uvicorn
+
     config = uvicorn.Config(
-        build_app(client, settings),
+        asgi,
         host=host,
         port=port,
-        log_level="debug" if ctx.verbose > 1 else "info" if ctx.verbose else "warning",
-        access_log=ctx.verbose > 0,
+        log_level="debug" if verbose > 1 else "info" if verbose else "warning",
+        access_log=verbose > 0,
         server_header=False,
         proxy_headers=False,
         lifespan="on",

@@ -7,7 +7,10 @@ Each file in ``awa_cli/db/sql/`` holds named blocks::
     UPDATE awa.jobs ...
 
 A block starts at a ``-- name: <identifier>`` line and runs to the next one (or the end of
-the file). Parameters are always named (``%(name)s``); values are never formatted into the
+the file). A ``-- fragment: <identifier>`` block is a piece of SQL that statements of any file
+include as ``{{identifier}}`` (a shared RETURNING list, the start of an attempt): one text for
+what several statements must do alike, substituted when the files are loaded; a fragment is
+not a statement of its own. Parameters are always named (``%(name)s``); values are never formatted into the
 text, and identifiers, where one must vary, are composed with ``psycopg.sql`` by the caller.
 Names are unique across all files; the loader refuses a duplicate or an empty block, so a
 typo fails at import rather than at the first call.
@@ -22,7 +25,9 @@ from collections.abc import Iterator, Mapping
 from importlib import resources
 from typing import LiteralString
 
-_NAME = re.compile(r"^--\s*name:\s*([a-z][a-z0-9_]*)\s*$")
+_NAME = re.compile(r"^--\s*(name|fragment):\s*([a-z][a-z0-9_]*)\s*$")
+_INCLUDE = re.compile(r"\{\{([a-z][a-z0-9_]*)\}\}")
+FRAGMENT = "fragment:"  # the key prefix parse() gives fragments
 
 
 class Statements(Mapping[str, LiteralString]):
@@ -67,7 +72,7 @@ def parse(text: str, origin: str) -> dict[str, str]:
         match = _NAME.match(line.strip())
         if match:
             close()
-            name = match.group(1)
+            name = match.group(2) if match.group(1) == "name" else FRAGMENT + match.group(2)
             if name in blocks:
                 raise ValueError(f"{origin}: statement {name!r} is defined twice")
             lines = []
@@ -79,14 +84,37 @@ def parse(text: str, origin: str) -> dict[str, str]:
     return blocks
 
 
+def include(texts: dict[str, str], fragments: dict[str, str]) -> dict[str, str]:
+    """Each ``{{fragment}}`` of ``texts`` replaced by its text (fragments may include others)."""
+
+    def expand(body: str, seen: tuple[str, ...]) -> str:
+        def one(match: re.Match[str]) -> str:
+            name = match.group(1)
+            if name in seen:
+                raise ValueError(f"fragment {name!r} includes itself")
+            if name not in fragments:
+                raise ValueError(f"no SQL fragment named {name!r}")
+            return expand(fragments[name], (*seen, name))
+
+        return _INCLUDE.sub(one, body)
+
+    return {name: expand(body, ()) for name, body in texts.items()}
+
+
 def load() -> Statements:
     texts: dict[str, LiteralString] = {}
     origins: dict[str, str] = {}
+    fragments: dict[str, str] = {}
     folder = resources.files("awa_cli.db").joinpath("sql")
     for entry in sorted(folder.iterdir(), key=lambda e: e.name):
         if not entry.name.endswith(".sql"):
             continue
         for name, body in parse(entry.read_text(encoding="utf-8"), entry.name).items():
+            if name.startswith(FRAGMENT):
+                if name in fragments:
+                    raise ValueError(f"{entry.name}: {name!r} is defined twice")
+                fragments[name.removeprefix(FRAGMENT)] = body
+                continue
             if name in texts:
                 raise ValueError(
                     f"{entry.name}: statement {name!r} is also defined in {origins[name]}"
@@ -95,7 +123,8 @@ def load() -> Statements:
             # LiteralString as str, so no cast is needed for it; pyright would want one).
             texts[name] = body
             origins[name] = entry.name
-    return Statements(texts, origins)
+    # The fragments come from the same shipped files: the result is as literal as they are.
+    return Statements(include(texts, fragments), origins)
 
 
 SQL: Statements = load()

@@ -58,7 +58,6 @@ from awa_cli.attempts import (
     unknown_kind,
 )
 from awa_cli.admin import DeadLetterFilter, JobFilter, QueueInfo
-from awa_cli.deadletters import DeadLetter, DlqDepth
 from awa_cli.events import JobEvent, RescueReason
 from awa_cli.jobs import JobRow
 from awa_cli.limits import ClaimPlan
@@ -83,7 +82,6 @@ from awa_cli.outcomes.callbacks import ResolveAction
 from awa_cli.outcomes.follow_ups import insert_follow_ups
 from awa_cli.outcomes.periodic import PeriodicSweep, Registered
 from awa_cli.outcomes.rescue import RESCUE_ERRORS
-from awa_cli.outcomes.running import WaitState
 from awa_cli.outcomes.transaction import CoreState, StagedCounters
 
 __all__ = [
@@ -98,7 +96,6 @@ __all__ = [
     "Progress",
     "Registered",
     "StagedCounters",
-    "WaitState",
     "backoff_seconds",
     "committed_row",
     "decide",
@@ -179,10 +176,6 @@ class OutcomeCore(CoreState):
         """Claim one runnable job of ``kind`` (the test harness's claim)."""
         return await claims.claim_by_kind(self, kind, queue)
 
-    async def seconds_until_due(self, queue: str) -> float | None:
-        """Seconds until the queue's next scheduled or retryable job falls due."""
-        return await claims.seconds_until_due(self, queue)
-
     # -- a running attempt (outcomes/running.py) ---------------------------------------------
     async def heartbeat(
         self,
@@ -204,10 +197,6 @@ class OutcomeCore(CoreState):
     ) -> tuple[bool, Any] | None:
         """running -> waiting_external while the handler waits in place."""
         return await running.begin_wait(self, job_id, run_lease, callback_id)
-
-    async def wait_state(self, job_id: int) -> WaitState:
-        """What a waiting handler checks on each wake-up."""
-        return await running.wait_state(self, job_id)
 
     # -- operator actions (outcomes/admin.py) ----------------------------------------------
     async def cancel(self, job_id: int, reason: str = "cancelled by operator") -> JobRow:
@@ -276,10 +265,6 @@ class OutcomeCore(CoreState):
         wake the queues that got jobs; says when the next schedule is due."""
         return await periodic.sweep(self)
 
-    async def periodic_due_in(self) -> float | None:
-        """Seconds until the next unpaused schedule is due (None: none will fire)."""
-        return await periodic.next_due_in(self)
-
     async def prune_periodic_fires(self) -> int:
         """Forget recorded fires well behind their schedule's last fire."""
         return await periodic.prune_fires(self)
@@ -287,13 +272,6 @@ class OutcomeCore(CoreState):
     async def register_schedules(self, schedules: Iterable[Schedule]) -> Registered:
         """Upsert a worker's schedules (the definitions; paused flag and fire state kept)."""
         return await periodic.register(self, schedules)
-
-    async def list_periodic(self) -> list[PeriodicJob]:
-        return await periodic.list_all(self)
-
-    async def get_periodic(self, name: str) -> PeriodicJob:
-        """One schedule, or PeriodicNotFound."""
-        return await periodic.get(self, name)
 
     async def pause_periodic(self, name: str, actor: str | None = None) -> PeriodicJob:
         return await periodic.set_paused(self, name, True, actor)
@@ -324,15 +302,6 @@ class OutcomeCore(CoreState):
     async def set_paused(self, queue: str, paused: bool, actor: str | None = None) -> QueueInfo:
         """Pause (no worker claims from it) or resume a queue; audited with ``actor``."""
         return await queues.set_paused(self, queue, paused, actor)
-
-    async def queue_info(self, queue: str) -> QueueInfo:
-        return await queues.get(self, queue)
-
-    async def list_queues(self, configured: Iterable[str] = ()) -> list[QueueInfo]:
-        return await queues.list_queues(self, configured)
-
-    async def paused_queues(self) -> list[str]:
-        return await queues.paused_names(self)
 
     async def register_queues(self, dead_letter: Mapping[str, bool]) -> None:
         """A worker's queues and their dead-letter flags, announced in awa.queues."""
@@ -379,17 +348,6 @@ class OutcomeCore(CoreState):
         return await bulk.cancel_by_unique_key(self, unique_key, actor)
 
     # -- the dead-letter queue (outcomes/dlq.py) -------------------------------------------
-    async def dead_letter(self, job_id: int) -> DeadLetter | None:
-        return await dlq.get(self, job_id)
-
-    async def dead_letters(
-        self, queue: str | None = None, kind: str | None = None, limit: int = 100
-    ) -> list[DeadLetter]:
-        return await dlq.list_(self, queue, kind, limit)
-
-    async def dlq_depth(self, queue: str | None = None) -> DlqDepth:
-        return await dlq.depth(self, queue)
-
     async def retry_dead_letter(
         self,
         job_id: int,

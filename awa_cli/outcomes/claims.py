@@ -159,13 +159,3 @@ async def claim_by_kind(core: CoreState, kind: str, queue: str | None = None) ->
         )
         record = await cur.fetchone()
     return None if record is None else JobRow.from_record(record)
-
-
-async def seconds_until_due(core: CoreState, queue: str) -> float | None:
-    """Seconds until the queue's next scheduled or retryable job falls due (None: none)."""
-    async with core.pool.connection() as conn:
-        cur = await conn.execute(SQL["next_due"], {"queue": queue})
-        row = await cur.fetchone()
-    if row is None or row[0] is None:
-        return None
-    return float(row[0])

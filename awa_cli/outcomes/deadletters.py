@@ -28,7 +28,7 @@ from awa_cli.db.statements import SQL
 from awa_cli.deadletters import DeadReason
 from awa_cli.events import AnyEvent
 from awa_cli.jobs import JobRow, JobState
-from awa_cli.outcomes.queues import dead_letter_names
+from awa_cli.db.queues import dead_letter_names
 from awa_cli.outcomes.transaction import CoreState, Cursor
 
 # The columns of a dead letter that finalisation changed (what committed_row needs).

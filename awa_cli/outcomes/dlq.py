@@ -1,5 +1,6 @@
-"""The dead-letter queue's operator actions (architecture §10): list, show, depth, retry (one or by
-filter), move failed jobs in, purge, and the leader's retention prune.
+"""The dead-letter queue's operator actions (architecture §10): retry (one or by filter), move
+failed jobs in, purge, and the leader's retention prune (listing, one dead letter and the
+depth are reads: ``db/dead_letters.py``).
 
 Filtered actions run in bounded batches (``admin.DEFAULT_BATCH``), one short transaction per
 batch (see ``outcomes/bulk.py``), and are recorded in the audit log with their count.
@@ -16,7 +17,6 @@ from psycopg.rows import dict_row
 from awa_cli.admin import DEFAULT_BATCH, DeadLetterFilter
 from awa_cli.attempts import Finalized
 from awa_cli.db.statements import SQL
-from awa_cli.deadletters import DeadLetter, DlqDepth
 from awa_cli.errors import JobNotFound, UniqueConflict
 from awa_cli.jobs import JobRow
 from awa_cli.outcomes import audit
@@ -29,28 +29,6 @@ from awa_cli.outcomes.bulk import (
     repeat_batches,
 )
 from awa_cli.outcomes.transaction import CoreState
-
-
-async def get(core: CoreState, job_id: int) -> DeadLetter | None:
-    async with core.pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
-        await cur.execute(SQL["dead_letter_get"], {"id": job_id})
-        record = await cur.fetchone()
-    return None if record is None else DeadLetter.from_record(record)
-
-
-async def list_(
-    core: CoreState, queue: str | None, kind: str | None, limit: int
-) -> list[DeadLetter]:
-    """Dead letters, newest first."""
-    async with core.pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
-        await cur.execute(SQL["dead_letter_list"], {"queue": queue, "kind": kind, "limit": limit})
-        return [DeadLetter.from_record(r) for r in await cur.fetchall()]
-
-
-async def depth(core: CoreState, queue: str | None) -> DlqDepth:
-    async with core.pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
-        await cur.execute(SQL["dead_letter_depth"], {"queue": queue})
-        return DlqDepth.from_rows(await cur.fetchall())
 
 
 async def retry_one(

@@ -92,12 +92,6 @@ async def _wake(core: CoreState, queues: Iterable[str]) -> None:
         log.warning("waking queues %s failed: %s", names, exc, extra={"action": "notify_failed"})
 
 
-async def next_due_in(core: CoreState) -> float | None:
-    """Seconds until the next schedule is due (database clock; None: none will fire)."""
-    async with core.pool.connection() as conn:
-        return (await calls.next_due_in(conn))[1]
-
-
 async def prune_fires(core: CoreState) -> int:
     """Forget recorded fires a day behind their schedule's last fire (they are never due
     again)."""
@@ -127,16 +121,6 @@ async def register(core: CoreState, schedules: Iterable[Schedule]) -> Registered
     return Registered(
         tuple(r["name"] for r in written), tuple(n for n in stored if n not in defined)
     )
-
-
-async def list_all(core: CoreState) -> list[PeriodicJob]:
-    async with core.pool.connection() as conn:
-        return await calls.list_all(conn)
-
-
-async def get(core: CoreState, name: str) -> PeriodicJob:
-    async with core.pool.connection() as conn:
-        return _found(name, await calls.get(conn, name))
 
 
 def _found(name: str, job: PeriodicJob | None) -> PeriodicJob:

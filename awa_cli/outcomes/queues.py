@@ -1,12 +1,11 @@
-"""Queue controls (architecture §10): pause and resume, the queues a worker announces, and the
-list of known queues. The pause itself is a predicate of the claim statements
+"""Queue controls (architecture §10): pause and resume, and the queues a worker announces (the
+reads of ``awa.queues`` are ``db/queues.py``'s). The pause itself is a predicate of the claim statements
 (``db/sql/claim.sql``): a paused queue is claimed by no worker, running jobs finish and
 inserts still work."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from typing import Any
+from collections.abc import Mapping
 
 from psycopg.rows import dict_row
 
@@ -31,21 +30,6 @@ async def set_paused(core: CoreState, queue: str, paused: bool, actor: str | Non
     return QueueInfo.from_record(record)
 
 
-async def get(core: CoreState, queue: str) -> QueueInfo:
-    """The control state of ``queue`` (a queue without a row: not paused)."""
-    async with core.pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
-        await cur.execute(SQL["queue_get"], {"queue": queue})
-        record = await cur.fetchone()
-    return QueueInfo(queue) if record is None else QueueInfo.from_record(record)
-
-
-async def list_queues(core: CoreState, configured: Iterable[str] = ()) -> list[QueueInfo]:
-    """Every known queue (rows of awa.queues, queues with runnable jobs, ``configured``)."""
-    async with core.pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
-        await cur.execute(SQL["queue_list"], {"configured": sorted(set(configured))})
-        return [QueueInfo.from_record(r) for r in await cur.fetchall()]
-
-
 async def register(core: CoreState, dead_letter: Mapping[str, bool]) -> None:
     """A worker announces its queues and their dead-letter flags when it starts."""
     if not dead_letter:
@@ -56,17 +40,3 @@ async def register(core: CoreState, dead_letter: Mapping[str, bool]) -> None:
             SQL["queue_register"],
             {"names": names, "dead_letter": [bool(dead_letter[n]) for n in names]},
         )
-
-
-async def dead_letter_names(conn: Any) -> set[str]:
-    """The queues announced with dead-lettering on (``awa.queues.dead_letter``)."""
-    async with conn.cursor() as cur:
-        await cur.execute(SQL["queue_dead_letter_names"])
-        return {r[0] for r in await cur.fetchall()}
-
-
-async def paused_names(core: CoreState) -> list[str]:
-    """The paused queues, by name."""
-    async with core.pool.connection() as conn, conn.cursor() as cur:
-        await cur.execute(SQL["queue_paused_names"])
-        return [str(r[0]) for r in await cur.fetchall()]

@@ -1,5 +1,6 @@
 """Transitions of a running attempt made by its worker: the heartbeat (and the rows found
-lost by it), callback registration, and the in-handler wait (running <-> waiting_external).
+lost by it), callback registration, and the in-handler wait (running <-> waiting_external; what a waiting handler reads on a
+wake-up is ``db.jobs.wait_state``).
 
 None of these fires an event. Each is guarded by ``(id, run_lease, state)``.
 """
@@ -7,20 +8,11 @@ None of these fires an event. Each is guarded by ``(id, run_lease, state)``.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, NamedTuple
+from typing import Any
 from uuid import UUID
 
 from awa_cli.db.statements import SQL
 from awa_cli.outcomes.transaction import CoreState
-
-
-class WaitState(NamedTuple):
-    """What a handler waiting inside ``wait_for_callback`` finds on a wake-up."""
-
-    state: str  # "deleted" when the row is gone
-    callback_id: UUID | None
-    callback_result: Any
-    run_lease: int
 
 
 async def heartbeat(
@@ -65,13 +57,3 @@ async def begin_wait(
         )
         begun = await cur.fetchone()
     return None if begun is None else (bool(begun[0]), begun[1])
-
-
-async def wait_state(core: CoreState, job_id: int) -> WaitState:
-    """The waiting job's state, callback and lease."""
-    async with core.pool.connection() as conn:
-        cur = await conn.execute(SQL["poll_wait"], {"id": job_id})
-        row = await cur.fetchone()
-    if row is None:
-        return WaitState("deleted", None, None, -1)
-    return WaitState(str(row[0]), row[1], row[2], int(row[3]))

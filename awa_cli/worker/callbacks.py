@@ -12,6 +12,7 @@ import logging
 import uuid
 from typing import TYPE_CHECKING, Any
 
+from awa_cli.db import jobs
 from awa_cli.errors import AwaError, CallbackWaitAborted
 
 if TYPE_CHECKING:
@@ -71,7 +72,7 @@ class CallbackServices:
     async def _wait(self, job: WaitingAttempt, token: CallbackToken, event: asyncio.Event) -> Any:
         while True:
             event.clear()
-            state, callback_id, result, lease = await self.core.wait_state(job.id)
+            state, callback_id, result, lease = await jobs.wait_state(self.core.pool, job.id)
             if lease != job.run_lease or state not in ("running", "waiting_external"):
                 why = "cancelled" if state == "cancelled" and lease == job.run_lease else "rescued"
                 self.running.fence(job.id, job.run_lease, why)

@@ -117,8 +117,15 @@ async def execute(
         if timer is not None:
             timer.cancel()
         control.release()
+    return _result(job, args, result, error_raised, time.monotonic() - started)
+
+
+def _result(
+    job: Job, args: Any, result: Any, error_raised: BaseException | None, duration: float
+) -> AttemptResult:
+    """The attempt's result once its handler ended (a deadline, a hand-back, a return)."""
+    row, control = job.row, job.control
     record = job.finish()
-    duration = time.monotonic() - started
     if control.reason == "deadline":
         return deadline_exceeded(row, args=args, duration=duration)
     if control.reason == "shutdown" and error_raised is None:

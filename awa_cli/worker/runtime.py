@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 
 from awa_cli import defaults
+from awa_cli.db import jobs
 from awa_cli.app import prepare_job
 from awa_cli.db.dsn import redact, with_options
 from awa_cli.db.pools import POOL_WAIT_SECONDS, claim_pool, recheck, worker_pool
@@ -149,7 +150,7 @@ class Worker:
         prepare = functools.partial(prepare_job, self.app)
         context = RunnerContext(
             claim=self.core.claim,
-            seconds_until_due=self.core.seconds_until_due,
+            seconds_until_due=functools.partial(jobs.seconds_until_due, self.core.pool),
             started=self.core.started,
             execute=lambda row, waited: execute(
                 self.app,

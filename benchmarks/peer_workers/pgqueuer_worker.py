@@ -1,6 +1,10 @@
 """``python -m benchmarks.peer_workers.pgqueuer_worker``: a pgqueuer QueueManager with one no-op
-entrypoint ``noop``, at most ``BENCH_CONCURRENCY`` (10) jobs picked at once, on ``BENCH_DSN``, until
-SIGTERM."""
+entrypoint ``noop`` on ``BENCH_DSN``, until SIGTERM, set up as pgqueuer's README and ``pgq run``
+set it up: one asyncpg connection, on uvloop.
+
+``BENCH_PGQ_BATCH`` is the dequeue batch size (``pgq run``'s default: 10) and ``BENCH_PGQ_CAP``
+the hard cap on picked jobs (``max_concurrent_tasks``; empty: none, ``pgq run``'s default).
+"""
 
 from __future__ import annotations
 
@@ -9,15 +13,34 @@ import os
 import signal
 import time
 
-import psycopg
+from typing import Any
+
+import asyncpg
+import uvloop
+from psycopg.conninfo import conninfo_to_dict
 from pgqueuer import Job, QueueManager
 from pgqueuer.queries import Queries
 
 
+def asyncpg_params(dsn: str) -> dict[str, Any]:
+    """asyncpg.connect() keywords for a libpq DSN (``key=value`` or a URL)."""
+    params = conninfo_to_dict(dsn)
+    names = {"host": "host", "port": "port", "user": "user", "password": "password"}
+    out: dict[str, Any] = {new: params[old] for old, new in names.items() if params.get(old)}
+    if params.get("dbname"):
+        out["database"] = params["dbname"]
+    return out
+
+
+async def connect(dsn: str) -> asyncpg.Connection:
+    return await asyncpg.connect(**asyncpg_params(dsn))
+
+
 async def main() -> None:
-    concurrency = int(os.environ.get("BENCH_CONCURRENCY", "10"))
-    conn = await psycopg.AsyncConnection.connect(os.environ["BENCH_DSN"], autocommit=True)
-    qm = QueueManager(Queries.from_psycopg_connection(conn))
+    batch = int(os.environ.get("BENCH_PGQ_BATCH", "10"))
+    cap = int(os.environ["BENCH_PGQ_CAP"]) if os.environ.get("BENCH_PGQ_CAP") else None
+    conn = await connect(os.environ["BENCH_DSN"])
+    qm = QueueManager(Queries.from_asyncpg_connection(conn))
     first_job: list[float] = []
 
     @qm.entrypoint("noop")
@@ -32,14 +55,10 @@ async def main() -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, qm.shutdown.set)
     try:
-        # max_concurrent_tasks is pgqueuer's hard cap on this worker's picked jobs: awa's
-        # per-worker concurrency. It must be at least twice the batch size, hence batches of 5.
-        # (An entrypoint concurrency_limit=10 with the default batch of 10 instead drained at
-        # about 5 jobs/s here, and batches of 5 under that limit ran slower than this.)
-        await qm.run(batch_size=max(1, concurrency // 2), max_concurrent_tasks=concurrency)
+        await qm.run(batch_size=batch, max_concurrent_tasks=cap)
     finally:
         await conn.close()
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    uvloop.run(main())

@@ -21,7 +21,11 @@ def note_first_job() -> None:
 
 
 def make_app(dsn: str) -> tuple[procrastinate.App, Any]:
-    app = procrastinate.App(connector=procrastinate.PsycopgConnector(conninfo=dsn))
+    # One connection per sub-worker plus the listener, as procrastinate's docs advise (psycopg
+    # pool's default of 4 would make 10 sub-workers wait for connections).
+    size = int(os.environ.get("BENCH_CONCURRENCY", "10")) + 1
+    connector = procrastinate.PsycopgConnector(conninfo=dsn, min_size=size, max_size=size)
+    app = procrastinate.App(connector=connector)
 
     @app.task(name="noop", queue="bench")
     async def noop(n: int = 0) -> None:

@@ -50,7 +50,8 @@ def test_benchmark_runner_end_to_end(pg_server, tmp_path: Path) -> None:  # type
         "300",
         "--only",
         "drain,enqueue_one,insert_many,claim_complete_sql,enqueue_one_sql,insert_many_copy_sql,"
-        "claim_complete_overlap_sql,drain_limited,drain_follow_up,drain_without_claim_ahead",
+        "claim_complete_overlap_sql,drain_limited,drain_follow_up,drain_without_claim_ahead,"
+        "enqueue_one_function",
     )
     assert set(results) == {
         "drain",
@@ -58,6 +59,7 @@ def test_benchmark_runner_end_to_end(pg_server, tmp_path: Path) -> None:  # type
         "drain_follow_up",
         "drain_without_claim_ahead",
         "enqueue_one",
+        "enqueue_one_function",
         "insert_many",
         "claim_complete_sql",
         "enqueue_one_sql",
@@ -81,6 +83,10 @@ def test_benchmark_runner_end_to_end(pg_server, tmp_path: Path) -> None:  # type
     assert results["drain_limited"]["jobs_per_s"]["median"] > 0
     assert results["drain_follow_up"]["jobs_per_s"]["median"] > 0
     assert "ratio enqueue_one / enqueue_one_sql:" in stdout
+    # one awa.enqueue call per transaction, printed beside the Python insert and its statement
+    assert results["enqueue_one_function"]["commits_per_job"]["median"] >= 1
+    assert "ratio enqueue_one_function / enqueue_one_sql:" in stdout
+    assert "ratio enqueue_one_function / enqueue_one:" in stdout
     assert results["insert_many_copy_sql"]["wal_bytes_per_job"]["median"] > 0
 
     # The README's targets table from the same JSON: the measures of this run get a figure
@@ -102,7 +108,7 @@ def test_benchmark_runner_end_to_end(pg_server, tmp_path: Path) -> None:  # type
     )
     assert f"{insert_ratio:.2f}×" in rows["`insert_many` / `insert_many_copy_sql`"]
     assert "not run" in rows["`drain_deep` / `drain`"]
-    assert "not run" in rows["`drain` / pgqueuer's drain"]  # no --compare
+    assert "not run" in rows["`drain` / `pgqueuer@defaults` drain"]  # no --compare
     assert "fsync=" in targets.splitlines()[0]
 
 
@@ -179,3 +185,30 @@ def test_loop_both_runs_the_worker_on_uvloop(pg_server, tmp_path: Path) -> None:
     assert results["pickup_latency"]["runs"][0]["loop"].startswith("asyncio")
     assert results["uvloop.pickup_latency"]["runs"][0]["loop"] == "uvloop"
     assert "ratio uvloop.pickup_latency / pickup_latency" in stdout
+
+
+def test_compare_runs_each_peer_as_its_authors_do(pg_server, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """``--compare``: pgqueuer on asyncpg and uvloop in two rows (awa's in-flight budget and
+    ``pgq run``'s defaults), procrastinate with a pool for every sub-worker; the runs of awa
+    and its peers interleaved with the order rotated; every peer's settings printed."""
+    results, stdout = run_benchmarks(
+        pg_server, tmp_path, "--jobs", "200", "--only", "drain", "--compare", "--repeat", "3"
+    )
+    labels = ("drain", "procrastinate.drain", "pgqueuer.drain", "pgqueuer@defaults.drain")
+    assert set(results) >= set(labels)
+    for label in labels:
+        assert len(results[label]["runs"]) == 3
+        assert results[label]["jobs_per_s"]["median"] > 0
+    settings = {label: results[label]["runs"][0]["settings"] for label in labels[1:]}
+    assert "asyncpg" in settings["pgqueuer.drain"] and "uvloop" in settings["pgqueuer.drain"]
+    assert "max_concurrent_tasks=20" in settings["pgqueuer.drain"]
+    assert "no cap" in settings["pgqueuer@defaults.drain"]
+    assert "max_size=11" in settings["procrastinate.drain"]
+    for label in labels[1:]:
+        assert f"  {label.split('.')[0]}: {settings[label]}" in stdout
+    # one run of each per round, and each round starts with the next contestant
+    firsts = [
+        next(line.split()[0] for line in stdout.splitlines() if f" #{i + 1}:" in line)
+        for i in range(3)
+    ]
+    assert firsts == ["drain", "procrastinate.drain", "pgqueuer.drain"]

@@ -145,7 +145,6 @@ def test_the_loader_refuses_a_duplicate_or_an_empty_block() -> None:
 # move its statements behind a db/ gateway (docs/architecture.md, "The layers"). The list
 # only shrinks: a new module that loads the statements fails the test below.
 LOADS_STATEMENTS_STILL = {
-    "client.py",
     "doctor.py",
     "limit_status.py",
     "maintenance.py",
@@ -164,3 +163,18 @@ def test_only_db_and_outcomes_run_named_statements() -> None:
     assert loading <= LOADS_STATEMENTS_STILL, sorted(loading - LOADS_STATEMENTS_STILL)
     moved = LOADS_STATEMENTS_STILL - loading
     assert not moved, f"these no longer load statements: drop them from the list {sorted(moved)}"
+
+
+def test_fragments_are_included_and_checked() -> None:
+    """``-- fragment:`` blocks are substituted for ``{{name}}`` and are not statements."""
+    from awa_cli.db.statements import FRAGMENT, include
+
+    blocks = parse("-- fragment: cols\nid, kind\n-- name: a\nSELECT {{cols}} FROM t;\n", "x.sql")
+    fragments = {k.removeprefix(FRAGMENT): v for k, v in blocks.items() if k.startswith(FRAGMENT)}
+    assert include({"a": blocks["a"]}, fragments) == {"a": "SELECT id, kind FROM t"}
+    with pytest.raises(ValueError, match="no SQL fragment named 'nope'"):
+        include({"a": "SELECT {{nope}}"}, fragments)
+    with pytest.raises(ValueError, match="includes itself"):
+        include({"a": "{{loop}}"}, {"loop": "x {{loop}}"})
+    assert not [name for name in SQL if "{{" in SQL[name]]
+    assert "start_attempts" not in SQL

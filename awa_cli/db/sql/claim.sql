@@ -6,6 +6,27 @@
 -- is JOB_ROW_FIELDS in order (awa_cli/jobs.py; tests/unit/test_sql_home.py keeps them equal).
 -- Its plan is guarded by tests/integration/worker/test_runtime.py::test_claim_uses_the_claim_index.
 
+-- fragment: start_attempts
+-- The claim's transition, shared by both claims: the rows of ``next`` (locked by the caller's
+-- CTE) start their next attempt: running, attempt and lease + 1, the attempt's start and
+-- worker, a fresh heartbeat, the deadline (the job's own, else the queue's %(deadline)s).
+UPDATE awa.jobs AS j SET
+    state = 'running',
+    attempt = j.attempt + 1,
+    run_lease = j.run_lease + 1,
+    attempted_at = now(),
+    attempted_by = %(worker)s,
+    heartbeat_at = now(),
+    deadline_at = CASE WHEN coalesce(j.deadline_duration, %(deadline)s) > 0
+                       THEN now() + coalesce(j.deadline_duration, %(deadline)s) * interval '1 second' END
+FROM next
+WHERE j.id = next.id
+RETURNING j.id, j.kind, j.queue, j.args, j.state, j.priority, j.attempt, j.max_attempts,
+          j.run_at, j.run_lease, j.heartbeat_at, j.deadline_at, j.deadline_duration,
+          j.callback_id, j.callback_timeout_at, j.callback_result, j.errors, j.metadata, j.tags,
+          j.unique_key, j.unique_states, j.output, j.ordering_key, j.created_at,
+          j.attempted_at, j.finalized_at, j.progress, j.attempted_by
+
 -- name: claim_by_queue
 -- A worker's claim for one queue. A paused queue (awa.queues.paused) yields nothing: the
 -- pause check is an uncorrelated subquery, evaluated once per statement (architecture §10).
@@ -18,22 +39,7 @@ WITH next AS (
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
 )
-UPDATE awa.jobs AS j SET
-    state = 'running',
-    attempt = j.attempt + 1,
-    run_lease = j.run_lease + 1,
-    attempted_at = now(),
-    attempted_by = %(worker)s,
-    heartbeat_at = now(),
-    deadline_at = CASE WHEN coalesce(j.deadline_duration, %(deadline)s) > 0
-                       THEN now() + coalesce(j.deadline_duration, %(deadline)s) * interval '1 second' END
-FROM next
-WHERE j.id = next.id
-RETURNING j.id, j.kind, j.queue, j.args, j.state, j.priority, j.attempt, j.max_attempts,
-          j.run_at, j.run_lease, j.heartbeat_at, j.deadline_at, j.deadline_duration,
-          j.callback_id, j.callback_timeout_at, j.callback_result, j.errors, j.metadata, j.tags,
-          j.unique_key, j.unique_states, j.output, j.ordering_key, j.created_at,
-          j.attempted_at, j.finalized_at, j.progress, j.attempted_by;
+{{start_attempts}};
 
 -- name: claim_by_kind
 -- The test harness's claim: one kind in any queue (or the given one), never from a paused queue.
@@ -46,22 +52,7 @@ WITH next AS (
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
 )
-UPDATE awa.jobs AS j SET
-    state = 'running',
-    attempt = j.attempt + 1,
-    run_lease = j.run_lease + 1,
-    attempted_at = now(),
-    attempted_by = %(worker)s,
-    heartbeat_at = now(),
-    deadline_at = CASE WHEN coalesce(j.deadline_duration, %(deadline)s) > 0
-                       THEN now() + coalesce(j.deadline_duration, %(deadline)s) * interval '1 second' END
-FROM next
-WHERE j.id = next.id
-RETURNING j.id, j.kind, j.queue, j.args, j.state, j.priority, j.attempt, j.max_attempts,
-          j.run_at, j.run_lease, j.heartbeat_at, j.deadline_at, j.deadline_duration,
-          j.callback_id, j.callback_timeout_at, j.callback_result, j.errors, j.metadata, j.tags,
-          j.unique_key, j.unique_states, j.output, j.ordering_key, j.created_at,
-          j.attempted_at, j.finalized_at, j.progress, j.attempted_by;
+{{start_attempts}};
 
 -- name: next_due
 -- Seconds until the queue's next scheduled or retryable job falls due (NULL: none).
