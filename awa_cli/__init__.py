@@ -21,6 +21,7 @@ from awa_cli.jobs import CallbackToken, JobRow, JobState
 from awa_cli.jsonvalues import kind_for
 from awa_cli.periodic import PeriodicJob
 from awa_cli.plugins.marker import hookimpl
+from awa_cli.plugins import ambient as _ambient
 from awa_cli.errors import (
     AppNotFound,
     AwaError,
@@ -118,3 +119,6 @@ def __getattr__(name: str) -> object:
 
         return importlib.import_module("awa_cli.testing")
     raise AttributeError(f"module 'awa_cli' has no attribute {name!r}")
+
+
+_ambient.install()  # enqueue spans for an application tracing with OpenTelemetry

@@ -135,18 +135,29 @@ def bulk_states(operation: BulkOperation, states: Iterable[JobState | str]) -> l
 class JobFilter:
     """Which jobs a bulk retry, cancel or purge acts on. ``states`` empty: every state the
     operation accepts; ``older_than`` (seconds since the job finished) applies to purge only;
-    ``all`` allows an action with no filter at all."""
+    ``all`` allows an action with no filter at all; ``ids`` (a filter) keeps the jobs with
+    those ids, ``tag`` those carrying the tag."""
 
     states: tuple[str, ...] = ()
     queue: str | None = None
     kind: str | None = None
     older_than: float | None = None
     all: bool = False
+    tag: str | None = None  # jobs carrying this tag (the dashboard's jobs list filter)
+    ids: tuple[int, ...] | None = None  # these jobs only (the ones an operator selected)
 
     @property
     def state(self) -> str | None:
         """The states as the audit log and the refusal name them (``failed,cancelled``)."""
         return ",".join(self.states) or None
+
+    @property
+    def id_list(self) -> str | None:
+        """The ids as the audit log names them (``12,13,14``; the first 20, then ``…``)."""
+        if self.ids is None:
+            return None
+        shown = ",".join(str(i) for i in self.ids[:20])
+        return shown + ("…" if len(self.ids) > 20 else "")
 
 
 @dataclass(frozen=True)
@@ -168,7 +179,10 @@ def require_filter(operation: str, *, all_: bool, **filters: Any) -> None:
     """
     if not all_ and all(value is None for value in filters.values()):
         names = ", ".join(f"--{name.replace('_', '-')}" for name in filters)
-        raise ValidationError("all", f"{operation} needs a filter ({names}) or --all")
+        refused = ValidationError("all", f"{operation} needs a filter ({names}) or --all")
+        # One sentence, not "all: cancel needs ..." (the field stays ``all`` for callers).
+        refused.args = (f"{operation} needs a filter ({names}) or --all",)
+        raise refused
 
 
 __all__ = [

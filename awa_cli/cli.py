@@ -145,9 +145,10 @@ def cli(
 
 def _register_commands() -> None:
     from awa_cli.commands import callback, config, db, job, migrate, plugins, queue, rescue, worker
-    from awa_cli.commands import cron, dlq, doctor, serve
+    from awa_cli.commands import audit, cron, dlq, doctor, serve
 
     for module in (
+        audit,
         callback,
         config,
         cron,

@@ -49,6 +49,15 @@ def _age(value: float | timedelta | None, name: str) -> float | None:
     return None if value is None else seconds(value, name)
 
 
+def _ids(ids: Iterable[int] | None) -> tuple[int, ...] | None:
+    if ids is None:
+        return None
+    found = tuple(ids)
+    if any(isinstance(i, bool) or not isinstance(i, int) for i in found):
+        raise ValidationError("ids", "must be job ids (integers)")
+    return found
+
+
 def _limit(limit: int) -> int:
     if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
         raise ValidationError("limit", "must be a positive integer")
@@ -102,6 +111,7 @@ class OperatorMethods:
             "actor": actor,
             "action": action,
             "target": target,
+            "targets": None,
             "since": since,
             "limit": _limit(limit),
         }
@@ -119,10 +129,13 @@ class OperatorMethods:
         all: bool = False,
         dry_run: bool = False,
         progress: Progress | None = None,
+        tag: str | None = None,
+        ids: Iterable[int] | None = None,
     ) -> int:
-        """Retry every matching failed or cancelled job (as ``retry``); the number retried."""
+        """Retry every matching failed or cancelled job (as ``retry``); the number retried.
+        ``tag`` keeps jobs carrying it, ``ids`` those jobs only (each one a filter)."""
         await self.ensure_open()
-        where = JobFilter(_states(state), queue, kind, all=all)
+        where = JobFilter(_states(state), queue, kind, all=all, tag=tag, ids=_ids(ids))
         return await self.core.retry_jobs(
             where, dry_run=dry_run, actor=current_actor(self.core), progress=progress
         )
@@ -136,11 +149,14 @@ class OperatorMethods:
         all: bool = False,
         dry_run: bool = False,
         progress: Progress | None = None,
+        tag: str | None = None,
+        ids: Iterable[int] | None = None,
     ) -> int:
         """Cancel every matching available, scheduled, retryable or waiting job (as
-        ``cancel``: with an app, Cancelled fires and on_cancelled specs run, per job)."""
+        ``cancel``: with an app, Cancelled fires and on_cancelled specs run, per job).
+        ``tag`` keeps jobs carrying it, ``ids`` those jobs only (each one a filter)."""
         await self.ensure_open()
-        where = JobFilter(_states(state), queue, kind, all=all)
+        where = JobFilter(_states(state), queue, kind, all=all, tag=tag, ids=_ids(ids))
         return await self.core.cancel_jobs(
             where, dry_run=dry_run, actor=current_actor(self.core), progress=progress
         )
@@ -155,12 +171,16 @@ class OperatorMethods:
         all: bool = False,
         dry_run: bool = False,
         progress: Progress | None = None,
+        tag: str | None = None,
+        ids: Iterable[int] | None = None,
     ) -> int:
         """Delete matching finished jobs (completed, failed, cancelled), finished more than
-        ``older_than`` ago when given."""
+        ``older_than`` ago when given; ``tag`` and ``ids`` as for :meth:`cancel_jobs`."""
         age = _age(older_than, "older_than")
         await self.ensure_open()
-        where = JobFilter(_states(state), queue, kind, older_than=age, all=all)
+        where = JobFilter(
+            _states(state), queue, kind, older_than=age, all=all, tag=tag, ids=_ids(ids)
+        )
         return await self.core.purge_jobs(
             where, dry_run=dry_run, actor=current_actor(self.core), progress=progress
         )

@@ -52,6 +52,11 @@ WORKER_STALENESS = 30.0
 """Seconds after its last heartbeat that a worker's ``awa.workers`` row counts as gone: the
 dashboard stops showing it and the maintenance leader deletes it."""
 
+QUEUE_FORGET_AFTER = 86400.0
+"""Seconds a queue stays on the lists (``awa queue list``, the dashboard) after it was last
+seen, once nothing else keeps it there: not paused, not configured, no unfinished job, no
+dead letter, no live worker serving it (24 hours)."""
+
 LOOP_BACKOFF_MIN = 0.1
 """Seconds a worker loop (claim, finalise, heartbeat, listener, maintenance) first waits after
 a database error; the wait doubles on each further error."""

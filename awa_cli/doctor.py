@@ -23,17 +23,20 @@ Decisions:
 from __future__ import annotations
 
 import enum
-from collections.abc import Awaitable, Callable
+import os
+import socket
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import psycopg
 from psycopg.rows import dict_row
 
+from awa_cli import defaults
+from awa_cli.db import doctor as reads
 from awa_cli.db.dsn import redact
 from awa_cli.db.migrations import available
 from awa_cli.db.roundtrip import notify_round_trip
-from awa_cli.db.statements import SQL
 from awa_cli.maintenance import LEADER_LOCK_KEY
 
 CONNECT_TIMEOUT = 5
@@ -108,7 +111,7 @@ async def diagnose(dsn: str, options: DoctorOptions | None = None) -> list[Check
             )
         ]
     async with conn:
-        await conn.execute(SQL["doctor_statement_timeout"])
+        await reads.limit_statements(conn)
         checks = [Check("database", Status.OK, "connected")]
         schema, has_jobs = await check_schema(conn)
         checks.append(schema)
@@ -124,6 +127,9 @@ async def diagnose(dsn: str, options: DoctorOptions | None = None) -> list[Check
         ]
         if has_jobs:
             stale = options.heartbeat_staleness * 3
+            staleness = options.heartbeat_staleness
+            steps.append(("claims", lambda: check_claims(conn)))
+            steps.append(("dead_workers", lambda: check_dead_workers(conn, staleness)))
             steps.append(("stuck_rescues", lambda: check_stuck_rescues(conn, stale)))
             steps.append(("oldest_available", lambda: check_oldest_available(conn, options)))
         steps.append(("table_bloat", lambda: check_table_bloat(conn)))
@@ -153,20 +159,25 @@ def _one_line(exc: BaseException) -> str:
     return redact(text.splitlines()[0] if text else type(exc).__name__)
 
 
-async def _rows(conn: psycopg.AsyncConnection[Any], name: str, **params: Any) -> list[Any]:
-    return await (await conn.execute(SQL[name], params)).fetchall()
-
-
 async def check_schema(conn: psycopg.AsyncConnection[Any]) -> tuple[Check, bool]:
     """The applied migrations against those this awa ships; and whether awa.jobs exists."""
-    [found] = await _rows(conn, "doctor_schema_versions")
+    found = await reads.schema_presence(conn)
     shipped = [m.version for m in available()]
     latest = shipped[-1]
     if not found["has_ledger"]:
         return Check(
             "schema", Status.FAIL, "awa's schema is not installed", "run `awa migrate`"
         ), bool(found["has_jobs"])
-    applied = [r["version"] for r in await _rows(conn, "doctor_applied_migrations")]
+    if not found["can_read_ledger"]:
+        # The README's least-privilege role may not read the ledger: say so, check the rest.
+        return Check(
+            "schema",
+            Status.WARN,
+            "cannot verify: this role may not read awa.schema_migrations "
+            "(the README's least-privilege role)",
+            "run `awa doctor` (or `awa migrate --status`) as the schema's owner to check migrations",
+        ), bool(found["has_jobs"])
+    applied = await reads.applied_versions(conn)
     missing = [v for v in shipped if v not in applied]
     unknown = [v for v in applied if v not in shipped]
     current = max(applied, default=0)
@@ -192,7 +203,7 @@ async def check_schema(conn: psycopg.AsyncConnection[Any]) -> tuple[Check, bool]
 
 async def check_server(conn: psycopg.AsyncConnection[Any], options: DoctorOptions) -> list[Check]:
     """Server version, durability settings, and connections against what the workers need."""
-    [s] = await _rows(conn, "doctor_server")
+    s = await reads.server(conn)
     checks = []
     if s["version_num"] < MIN_SERVER_VERSION:
         checks.append(
@@ -276,7 +287,7 @@ def judge_round_trip(elapsed: float | None, timeout: float, on_listen_url: bool 
 
 async def check_leader(conn: psycopg.AsyncConnection[Any]) -> Check:
     """Some session holds the maintenance leader's advisory lock."""
-    rows = await _rows(conn, "doctor_leader", key=LEADER_LOCK_KEY)
+    rows = await reads.leader(conn, LEADER_LOCK_KEY, defaults.WORKER_STALENESS)
     if not rows:
         return Check(
             "leader",
@@ -286,16 +297,83 @@ async def check_leader(conn: psycopg.AsyncConnection[Any]) -> Check:
         )
     leader = rows[0]
     where = leader["client_addr"] or "local socket"
+    app_name = leader["application_name"] or "?"
+    if leader["worker_host"] is not None:  # the leader's own row names it (migration 0013)
+        who = f"{leader['worker_host']}:{leader['worker_pid']}"
+        return Check(
+            "leader", Status.OK, f"held by worker {who} ({app_name}, backend pid {leader['pid']})"
+        )
     return Check(
         "leader",
         Status.OK,
-        f"held by pid {leader['pid']} ({leader['application_name'] or '?'}, {where})",
+        f"held by backend pid {leader['pid']} ({app_name}, {where}; no live worker row names it)",
     )
+
+
+async def check_claims(conn: psycopg.AsyncConnection[Any]) -> Check:
+    """Live workers whose claims fail (each writes since when and why in awa.workers)."""
+    rows = await reads.failing_claims(conn, defaults.WORKER_STALENESS)
+    if not rows:
+        return Check("claims", Status.OK, "no live worker reports failing claims")
+    first = rows[0]
+    others = f" (and {len(rows) - 1} more worker(s))" if len(rows) > 1 else ""
+    return Check(
+        "claims",
+        Status.FAIL,
+        f"worker {first['host']}:{first['pid']} cannot claim for {_age(first['failing_for'])}: "
+        f"{first['claim_error']}{others}",
+        "fix the error shown (a missing grant: see the README's least-privilege role); "
+        "workers recover without a restart",
+    )
+
+
+async def check_dead_workers(conn: psycopg.AsyncConnection[Any], staleness: float) -> Check:
+    """Running jobs held by a worker that is gone: its process is not alive (same host), or it
+    has no live row in awa.workers and the jobs' heartbeats are older than staleness."""
+    rows = await reads.held_jobs(conn, defaults.WORKER_STALENESS)
+    dead = [r for r in rows if _held_by_dead_worker(r, staleness)]
+    if not dead:
+        return Check("dead_workers", Status.OK, "every running job is held by a live worker")
+    jobs = sum(r["jobs"] for r in dead)
+    holders = ", ".join(f"{r['attempted_by'] or 'unknown'} ({r['jobs']})" for r in dead[:5])
+    return Check(
+        "dead_workers",
+        Status.FAIL,
+        f"{jobs} running job(s) held by worker(s) no longer alive: {holders}",
+        f"the leader rescues them once their heartbeat is {staleness:g}s old; "
+        "or run `awa rescue run` now",
+    )
+
+
+def _held_by_dead_worker(row: Mapping[str, Any], staleness: float) -> bool:
+    holder = row["attempted_by"]
+    if holder and _local_process_gone(holder):
+        return True
+    return not row["live_row"] and (row["heartbeat_age"] or 0.0) > staleness
+
+
+def _local_process_gone(holder: str) -> bool:
+    """Whether ``host:pid`` names a process of this host that does not run (or is a zombie)."""
+    host, _, pid_text = holder.rpartition(":")
+    if host != socket.gethostname() or not pid_text.isdigit():
+        return False
+    pid = int(pid_text)
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:  # alive, another user's
+        return False
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as stat:
+            return stat.read().rsplit(")", 1)[-1].split()[0] == "Z"
+    except (OSError, IndexError):
+        return False
 
 
 async def check_stuck_rescues(conn: psycopg.AsyncConnection[Any], threshold: float) -> Check:
     """Jobs a working leader would have rescued: overdue by 3 × heartbeat_staleness."""
-    [r] = await _rows(conn, "doctor_stuck_rescues", threshold=threshold)
+    r = await reads.stuck_rescues(conn, threshold)
     total = r["overdue"]
     if not total:
         return Check("stuck_rescues", Status.OK, "no job overdue for rescue")
@@ -313,7 +391,7 @@ async def check_oldest_available(
     conn: psycopg.AsyncConnection[Any], options: DoctorOptions
 ) -> Check:
     """How long the longest-waiting due job has waited to be claimed."""
-    rows = await _rows(conn, "doctor_oldest_available")
+    rows = await reads.oldest_available(conn)
     if not rows:
         return Check("oldest_available", Status.OK, "no job waiting to be claimed")
     job = rows[0]
@@ -329,7 +407,7 @@ async def check_oldest_available(
 
 async def check_table_bloat(conn: psycopg.AsyncConnection[Any]) -> Check:
     """Dead tuples of awa's tables against their live ones (the worst table decides)."""
-    rows = await _rows(conn, "doctor_table_stats")
+    rows = await reads.table_stats(conn)
     if not rows:
         return Check("table_bloat", Status.OK, "no awa tables")
     worst = Status.OK
@@ -369,7 +447,7 @@ def _rank(status: Status) -> int:
 
 async def check_long_transactions(conn: psycopg.AsyncConnection[Any], threshold: float) -> Check:
     """Transactions open longer than ``threshold`` in awa's database (they stall vacuum)."""
-    rows = await _rows(conn, "doctor_long_transactions", threshold=threshold)
+    rows = await reads.long_transactions(conn, threshold)
     if not rows:
         return Check("long_transactions", Status.OK, f"none open longer than {_age(threshold)}")
     holding = [r for r in rows if r["holds_horizon"]]

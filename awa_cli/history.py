@@ -20,6 +20,7 @@ from awa_cli.events import RescueReason
 from awa_cli.jobs import JobRow, JobState
 
 TRIGGER_KEY = "awa.trigger_id"
+WAITS_KEY = "awa.waits"  # the callback waits that ended (written by the resolving statement)
 
 RESCUE_MESSAGES = {
     "heartbeat stale: worker presumed dead": RescueReason.STALE_HEARTBEAT,
@@ -68,14 +69,26 @@ class JobTimeline:
 
     @property
     def callback(self) -> dict[str, Any] | None:
-        """The callback the job waits on now (None: it waits on none)."""
-        if self.job.callback_id is None:
+        """The callback the job waits on now (None: it waits on none; a callback that was
+        resolved is one of :attr:`callback_waits`, with no timeout left)."""
+        if self.job.callback_id is None or self.job.callback_timeout_at is None:
             return None
         return {
             "id": str(self.job.callback_id),
             "timeout_at": _iso(self.job.callback_timeout_at),
             "waiting": self.job.state is JobState.WAITING_EXTERNAL,
         }
+
+    @property
+    def callback_waits(self) -> list[dict[str, Any]]:
+        """Every callback wait that ended, oldest first: ``callback_id``, the ``attempt`` and
+        the run that waited (``started_at``, ``worker``), how it ended (``resolved``:
+        completed, failed, retried, resumed, timed out) and when (``at``). Kept in metadata
+        ``awa.waits`` by the resolving statement, so a resumed job keeps its first run."""
+        waits = self.job.metadata.get(WAITS_KEY)
+        if not isinstance(waits, list):
+            return []
+        return [dict(w) for w in waits if isinstance(w, dict)]
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -84,6 +97,7 @@ class JobTimeline:
             "state": str(self.job.state),
             "attempts": [a.to_json() for a in self.attempts],
             "callback": self.callback,
+            "callback_waits": self.callback_waits,
             "output": self.job.output,
             "progress": self.job.progress,
             "follow_ups": [f.to_json() for f in self.follow_ups],
@@ -106,6 +120,14 @@ class JobTimeline:
             if a.error:
                 text += f": {a.error}"
             out.append(text)
+        for w in self.callback_waits:
+            run = f" (started {w['started_at']}" if w.get("started_at") else " ("
+            run += f" on {w['worker']})" if w.get("worker") else ")"
+            run = "" if run == " ()" else run.replace("( ", "(")
+            out.append(
+                f"callback {w.get('callback_id')}: attempt {w.get('attempt')}{run} waited, "
+                f"{w.get('resolved')} {w.get('at')}"
+            )
         callback = self.callback
         if callback is not None:
             out.append(f"callback {callback['id']} times out {callback['timeout_at']}")

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import socket
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
@@ -184,6 +186,8 @@ class Maintenance:
         # run() sets it at each connect; a sweep() called on its own judges at once.
         self._clean_since: float | None = float("-inf")
         self._in_grace_logged = False
+        self._marked = False  # this leadership is written in the worker's awa.workers row
+        self._mark_task: asyncio.Task[None] | None = None
         if timings.heartbeat_staleness < 3 * timings.heartbeat_interval:
             log.warning(
                 "heartbeat_staleness (%ss) is below 3x heartbeat_interval (%ss): live jobs may be rescued",
@@ -267,6 +271,7 @@ class Maintenance:
                 if self.is_leader:
                     await conn.execute(SQL["leader_keepalive"])
                     self._worked = True
+                    await self._mark_worker(conn)
                     await self.sweep()
                     await self._report_depth(conn)
                     # not under the grace: a live worker re-announces itself at its next beat
@@ -281,6 +286,38 @@ class Maintenance:
                 except psycopg.Error:
                     pass
             self.is_leader = False
+            self._marked = False
+            if self._mark_task is not None:
+                self._mark_task.cancel()
+                self._mark_task = None
+
+    async def _mark_worker(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        """Name this worker as the leader in its awa.workers row (``awa doctor`` shows its
+        host:pid), once per leadership, in the background: the row may not be registered
+        yet at the moment the lock is won."""
+        if self._marked:
+            return
+        self._marked = True
+        backend = conn.info.backend_pid
+        self._mark_task = asyncio.get_running_loop().create_task(
+            self._mark_soon(backend), name="awa-leader-mark"
+        )
+
+    async def _mark_soon(self, backend: int, tries: int = 40, pause: float = 0.25) -> None:
+        """Best-effort: a schema without the column (before migration 0013) or a database
+        that is away leaves the row unmarked (the doctor then names the backend pid)."""
+        params = {"host": socket.gethostname(), "pid": os.getpid(), "backend_pid": backend}
+        for _ in range(tries):
+            try:
+                async with self.pool.connection(timeout=5) as conn:
+                    cur = await conn.execute(SQL["leader_mark_worker"], params)
+                if cur.rowcount > 0:
+                    return
+            except psycopg.errors.UndefinedColumn:
+                return
+            except (psycopg.Error, OSError):
+                pass
+            await asyncio.sleep(pause)
 
     async def _periodic_until_next_sweep(
         self, conn: psycopg.AsyncConnection[Any], stopping: asyncio.Event

@@ -5,7 +5,8 @@ each validated insert (a bulk insert calls it once per kind and shares the resul
 job's kind, queue and its metadata so far, and ``trigger``: the metadata of the job whose
 outcome enqueues this one (a follow-up), or None. What it returns is merged in, without
 overriding a key the caller set. The OpenTelemetry plugin registers one to store
-``awa.traceparent``; nothing is registered by default, so enqueue pays one list check.
+``awa.traceparent``; nothing is registered by default, so enqueue pays one list check (and
+one ``sys.modules`` lookup for the ambient tracing of :mod:`awa_cli.plugins.ambient`).
 
 The outcome core and the worker mark the follow-ups they prepare with :func:`following`.
 A contributor that raises is logged and skipped: tracing never stops an enqueue.
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import contextvars
 import logging
+import sys
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
@@ -46,14 +48,32 @@ def registered() -> tuple[Contributor, ...]:
     return tuple(_CONTRIBUTORS)
 
 
+_AMBIENT: list[Callable[[], Contributor | None]] = []
+
+
+def set_ambient(loader: Callable[[], Contributor | None]) -> None:
+    """The ambient tracing contributor's loader (``awa_cli.plugins.ambient``): called only
+    once OpenTelemetry's API is imported by the application (``opentelemetry.trace`` in
+    ``sys.modules``), it returns the contributor that records ``awa.enqueue`` spans with the
+    application's own tracer provider, or None. Not one of :func:`registered`."""
+    _AMBIENT[:] = [loader]
+
+
+def _ambient() -> Contributor | None:
+    if not _AMBIENT or "opentelemetry.trace" not in sys.modules:
+        return None
+    return _AMBIENT[0]()
+
+
 def contribute(kind: str, queue: str, metadata: dict[str, Any]) -> dict[str, Any]:
     """``metadata`` with every contributor's entries added (the same object when none is
-    registered; a new dict otherwise)."""
-    if not _CONTRIBUTORS:
+    registered and the application traces with no OpenTelemetry; a new dict otherwise)."""
+    ambient = _ambient()
+    if not _CONTRIBUTORS and ambient is None:
         return metadata
     trigger = _TRIGGER.get()
     merged = dict(metadata)
-    for contributor in list(_CONTRIBUTORS):
+    for contributor in [*_CONTRIBUTORS, *([ambient] if ambient is not None else [])]:
         try:
             extra = contributor(kind, queue, merged, trigger)
         except Exception as exc:

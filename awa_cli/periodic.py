@@ -447,6 +447,22 @@ def plan_sweep(
 # --- what `awa cron list` and Client.list_periodic show --------------------------------------
 
 
+def _shown_next_fire(record: Mapping[str, Any]) -> datetime | None:
+    """The next fire time as an operator reads it. A resume stores ``next_fire_at`` =
+    ``active_since`` = now, so the leader picks the schedule up at once; until it has, the
+    real next fire time (the first after the resume) is computed here instead of showing
+    "now"."""
+    stored: datetime | None = record.get("next_fire_at")
+    since: datetime | None = record.get("active_since")
+    if stored is None or since is None or stored > since:
+        return stored
+    try:
+        schedule = Schedule.from_definition(record["name"], record["definition"])
+    except (ScheduleError, KeyError, TypeError, ValueError):
+        return stored
+    return next_fire_after(schedule, since) or stored
+
+
 @dataclass(frozen=True)
 class PeriodicJob:
     """One row of ``awa.periodic_jobs`` with the state of its last job (``periodic_list``).
@@ -485,7 +501,7 @@ class PeriodicJob:
             updated_at=record["updated_at"],
             active_since=record["active_since"],
             last_fire_at=record.get("last_fire_at"),
-            next_fire_at=None if record.get("paused") else record.get("next_fire_at"),
+            next_fire_at=None if record.get("paused") else _shown_next_fire(record),
             last_job_id=record.get("last_job_id"),
             last_job_state=None if state is None else str(state),
         )

@@ -54,6 +54,9 @@ class WorkerInfo:
     heartbeat_age_seconds: float
     running: int
     version: str
+    # Claims failing (migration 0013): since when and the last error; None while they work.
+    claim_failing_since: datetime | None = None
+    claim_error: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -67,6 +70,10 @@ class WorkerInfo:
             "heartbeat_age_seconds": round(self.heartbeat_age_seconds, 3),
             "running": self.running,
             "version": self.version,
+            "claim_failing_since": (
+                self.claim_failing_since.isoformat() if self.claim_failing_since else None
+            ),
+            "claim_error": self.claim_error,
         }
 
 
@@ -168,18 +175,26 @@ class InspectReads:
             for r in rows
         ]
 
-    async def throughput(self) -> list[dict[str, Any]]:
+    async def throughput(self, queue: str | None = None) -> list[dict[str, Any]]:
         """Completed and failed jobs per minute over the last hour, oldest minute first:
-        ``[{"minute": datetime, "completed": n, "failed": n}]`` (minutes with none omitted)."""
+        ``[{"minute": datetime, "completed": n, "failed": n}]`` (minutes with none omitted);
+        of one ``queue`` when given (its jobs dead-lettered in the hour count as failed)."""
         pool = await self.ensure_open()
         async with pool.connection() as conn:
-            rows = await dashboard.throughput(conn)
+            rows = await dashboard.throughput(conn, queue)
         minutes: dict[datetime, dict[str, Any]] = {}
         for minute, state, count in rows:
             minutes.setdefault(minute, {"minute": minute, "completed": 0, "failed": 0})[state] = (
                 count
             )
         return [minutes[m] for m in sorted(minutes)]
+
+    async def running_by_worker(self, queue: str) -> dict[str, int]:
+        """One queue's running jobs per worker process: ``{"host:pid": n}`` (as the jobs'
+        ``attempted_by`` names them)."""
+        pool = await self.ensure_open()
+        async with pool.connection() as conn:
+            return await dashboard.running_by_worker(conn, queue)
 
     async def list_jobs_page(
         self,
@@ -227,6 +242,8 @@ class InspectReads:
                 heartbeat_age_seconds=max(0.0, float(r["heartbeat_age_seconds"])),
                 running=int(r["running"]),
                 version=r["version"],
+                claim_failing_since=r.get("claim_failing_since"),
+                claim_error=r.get("claim_error"),
             )
             for r in rows
         ]
@@ -271,14 +288,19 @@ class InspectReads:
         target: str | None = None,
         since: datetime | None = None,
         limit: int = 100,
+        job_id: int | None = None,
     ) -> list[AuditEntry]:
-        """Audit entries newest first, optionally of one actor, action or target, or since."""
+        """Audit entries newest first, optionally of one actor, action or target, or since;
+        ``job_id``: the entries of one job (targets ``job:<id>``, ``<id>``, ``id=<id>``)."""
         if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 1000:
             raise ValidationError("limit", "must be an integer from 1 to 1000")
+        if job_id is not None and (isinstance(job_id, bool) or not isinstance(job_id, int)):
+            raise ValidationError("job_id", "expected an integer")
         params = {
             "actor": actor,
             "action": action,
             "target": target,
+            "targets": None if job_id is None else [f"job:{job_id}", str(job_id), f"id={job_id}"],
             "since": since,
             "limit": limit,
         }

@@ -12,7 +12,9 @@ thread, so both clients behave identically. The methods are written out (not for
 from __future__ import annotations
 
 import asyncio
+import atexit
 import threading
+import weakref
 from collections.abc import Coroutine, Iterable
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -58,6 +60,16 @@ class _LoopThread:
         self.loop.close()
 
 
+def _close_at_exit(ref: weakref.ReferenceType[Client]) -> None:
+    client = ref()
+    if client is None:
+        return
+    try:
+        client.close(hook_timeout=1.0)
+    except Exception:  # at exit, best-effort: a closed or broken pool is no error
+        pass
+
+
 class Client:
     """The synchronous client: the same operations as :class:`AsyncClient`."""
 
@@ -75,6 +87,9 @@ class Client:
         self._async = AsyncClient(
             dsn, app, plugin_hooks=plugin_hooks, max_connections=max_connections
         )
+        # A client left open closes at interpreter exit, while its loop thread still runs:
+        # otherwise the pool's tasks are destroyed pending ("Task was destroyed ...").
+        atexit.register(_close_at_exit, weakref.ref(self))
 
     # -- what the async client holds -------------------------------------------------------
     @property
@@ -116,7 +131,7 @@ class Client:
 
     def close(self, hook_timeout: float = 5.0) -> None:
         """Wait up to ``hook_timeout`` for dispatched hooks, then close the pool."""
-        if self._runner.thread.is_alive():
+        if self._runner.thread.is_alive() and not self._runner.loop.is_closed():
             self._runner.run(self._async.close(hook_timeout))
             self._runner.stop()
 
@@ -266,10 +281,16 @@ class Client:
         states; on a large table the terminal states are estimates (``estimated``)."""
         return self._runner.run(self._async.job_counts())
 
-    def throughput(self) -> list[dict[str, Any]]:
+    def throughput(self, queue: str | None = None) -> list[dict[str, Any]]:
         """Completed and failed jobs per minute over the last hour, oldest minute first:
-        ``[{"minute": datetime, "completed": n, "failed": n}]`` (minutes with none omitted)."""
-        return self._runner.run(self._async.throughput())
+        ``[{"minute": datetime, "completed": n, "failed": n}]`` (minutes with none omitted);
+        of one ``queue`` when given (its jobs dead-lettered in the hour count as failed)."""
+        return self._runner.run(self._async.throughput(queue))
+
+    def running_by_worker(self, queue: str) -> dict[str, int]:
+        """One queue's running jobs per worker process: ``{"host:pid": n}`` (as the jobs'
+        ``attempted_by`` names them)."""
+        return self._runner.run(self._async.running_by_worker(queue))
 
     def list_jobs_page(
         self,
@@ -318,11 +339,13 @@ class Client:
         target: str | None = None,
         since: datetime | None = None,
         limit: int = 100,
+        job_id: int | None = None,
     ) -> list[AuditEntry]:
-        """Audit entries newest first, optionally of one actor, action or target, or since."""
+        """Audit entries newest first, optionally of one actor, action or target, or since;
+        ``job_id``: the entries of one job (targets ``job:<id>``, ``<id>``, ``id=<id>``)."""
         return self._runner.run(
             self._async.list_audit(
-                actor=actor, action=action, target=target, since=since, limit=limit
+                actor=actor, action=action, target=target, since=since, limit=limit, job_id=job_id
             )
         )
 
@@ -369,10 +392,15 @@ class Client:
         all: bool = False,
         dry_run: bool = False,
         progress: Progress | None = None,
+        tag: str | None = None,
+        ids: Iterable[int] | None = None,
     ) -> int:
-        """Retry every matching failed or cancelled job (as ``retry``); the number retried."""
+        """Retry every matching failed or cancelled job (as ``retry``); the number retried.
+        ``tag`` keeps jobs carrying it, ``ids`` those jobs only (each one a filter)."""
         return self._runner.run(
-            self._async.retry_jobs(state, kind, queue, all=all, dry_run=dry_run, progress=progress)
+            self._async.retry_jobs(
+                state, kind, queue, all=all, dry_run=dry_run, progress=progress, tag=tag, ids=ids
+            )
         )
 
     def cancel_jobs(
@@ -384,11 +412,16 @@ class Client:
         all: bool = False,
         dry_run: bool = False,
         progress: Progress | None = None,
+        tag: str | None = None,
+        ids: Iterable[int] | None = None,
     ) -> int:
         """Cancel every matching available, scheduled, retryable or waiting job (as
-        ``cancel``: with an app, Cancelled fires and on_cancelled specs run, per job)."""
+        ``cancel``: with an app, Cancelled fires and on_cancelled specs run, per job).
+        ``tag`` keeps jobs carrying it, ``ids`` those jobs only (each one a filter)."""
         return self._runner.run(
-            self._async.cancel_jobs(state, kind, queue, all=all, dry_run=dry_run, progress=progress)
+            self._async.cancel_jobs(
+                state, kind, queue, all=all, dry_run=dry_run, progress=progress, tag=tag, ids=ids
+            )
         )
 
     def purge_jobs(
@@ -401,12 +434,22 @@ class Client:
         all: bool = False,
         dry_run: bool = False,
         progress: Progress | None = None,
+        tag: str | None = None,
+        ids: Iterable[int] | None = None,
     ) -> int:
         """Delete matching finished jobs (completed, failed, cancelled), finished more than
-        ``older_than`` ago when given."""
+        ``older_than`` ago when given; ``tag`` and ``ids`` as for :meth:`cancel_jobs`."""
         return self._runner.run(
             self._async.purge_jobs(
-                state, kind, queue, older_than, all=all, dry_run=dry_run, progress=progress
+                state,
+                kind,
+                queue,
+                older_than,
+                all=all,
+                dry_run=dry_run,
+                progress=progress,
+                tag=tag,
+                ids=ids,
             )
         )
 

@@ -57,7 +57,9 @@ thread, so both clients behave identically. The methods are written out (not for
 from __future__ import annotations
 
 import asyncio
+import atexit
 import threading
+import weakref
 from collections.abc import Coroutine, Iterable
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -91,6 +93,16 @@ class _LoopThread:
         self.loop.close()
 
 
+def _close_at_exit(ref: weakref.ReferenceType[Client]) -> None:
+    client = ref()
+    if client is None:
+        return
+    try:
+        client.close(hook_timeout=1.0)
+    except Exception:  # at exit, best-effort: a closed or broken pool is no error
+        pass
+
+
 class Client:
     """The synchronous client: the same operations as :class:`AsyncClient`."""
 
@@ -108,6 +120,9 @@ class Client:
         self._async = AsyncClient(
             dsn, app, plugin_hooks=plugin_hooks, max_connections=max_connections
         )
+        # A client left open closes at interpreter exit, while its loop thread still runs:
+        # otherwise the pool's tasks are destroyed pending ("Task was destroyed ...").
+        atexit.register(_close_at_exit, weakref.ref(self))
 
     # -- what the async client holds -------------------------------------------------------
     @property
@@ -149,7 +164,7 @@ class Client:
 
     def close(self, hook_timeout: float = 5.0) -> None:
         """Wait up to ``hook_timeout`` for dispatched hooks, then close the pool."""
-        if self._runner.thread.is_alive():
+        if self._runner.thread.is_alive() and not self._runner.loop.is_closed():
             self._runner.run(self._async.close(hook_timeout))
             self._runner.stop()
 

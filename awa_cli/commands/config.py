@@ -25,10 +25,14 @@ def command() -> None:
 @json_option
 @pass_context
 def check(ctx: CliContext, json_flag: bool) -> None:
-    """Validate the config and print it resolved, with the database URL awa will use.
+    """Validate the config and print every table resolved, with the database URL awa will
+    use.
 
-    No database is contacted. The [app] modules are imported only when [periodic.NAME]
-    tables are configured, to check that their kinds are registered.
+    No database is contacted. The [app] modules are imported, as the worker imports them: a
+    module that cannot be imported, a schedule the code declares badly (App.periodic), a
+    [periodic.NAME] table naming an unregistered kind and a [limits.NAME] table that does
+    not fit the app (its kind or queue, its key path in the args) are config errors naming
+    the key (exit 2).
     """
     config = ctx.config
     source = str(ctx.config_path[0]) if config.path else None
@@ -36,8 +40,9 @@ def check(ctx: CliContext, json_flag: bool) -> None:
         _check_import_spec(spec, f"[app] modules[{index}]", source)
     for index, spec in enumerate(config.app.plugins):
         _check_import_spec(spec, f"[app] plugins[{index}]", source)
-    if config.periodic:
-        _check_schedules(ctx, source)
+    if config.app.modules or config.periodic:
+        app = _check_app(ctx, source)
+        _check_limits(ctx, app)
     if config.telemetry.otlp_endpoint is not None and find_spec("opentelemetry") is None:
         key = "[telemetry] otlp_endpoint"
         raise ConfigError(
@@ -58,15 +63,27 @@ def check(ctx: CliContext, json_flag: bool) -> None:
     ctx.terminal.status(f"config OK ({source or 'no config file, defaults'})")
 
 
-def _check_schedules(ctx: CliContext, source: str | None) -> None:
-    """Load the app with the config's schedules on it: an unregistered kind, or an app module
-    that cannot be imported, is a config error (exit 2)."""
+def _check_app(ctx: CliContext, source: str | None) -> Any:
+    """Import the app with the config's schedules on it, as `awa worker` does: a module that
+    cannot be imported or raises (a bad ``App.periodic(...)`` in the code), or a schedule of
+    an unregistered kind, is a config error naming the key (exit 2)."""
     try:
-        ctx.app  # noqa: B018 - loading registers and checks the [periodic.NAME] schedules
+        return ctx.app  # loading registers and checks the [periodic.NAME] schedules
     except (ConfigError, ValidationError):
         raise
     except AwaError as exc:
         raise ConfigError(str(exc), key="[app] modules", source=source) from None
+
+
+def _check_limits(ctx: CliContext, app: Any) -> None:
+    """The [limits.NAME] tables against the imported app (their kind or queue exists, their
+    key path is in the args type): the check the worker runs at start, when this awa has it
+    (``awa_cli.limits.validate_limits``, raising ConfigError naming the key)."""
+    from awa_cli import limits
+
+    validate = getattr(limits, "validate_limits", None)
+    if validate is not None and ctx.config.limits:
+        validate(ctx.config.limits, app, ctx.config.queues)
 
 
 def _resolved_url(ctx: CliContext) -> tuple[str | None, str]:
@@ -106,11 +123,15 @@ def _print_toml_like(ctx: CliContext, display: dict[str, Any], url_source: str) 
         (f"queues.{q if re.fullmatch(r'[A-Za-z0-9_-]+', q) else json.dumps(q)}", values)
         for q, values in display["queues"].items()
     ]
-    tables += [(name, display[name]) for name in ("maintenance", "metrics", "serve")]
     tables += [
-        (f"periodic.{p if re.fullmatch(r'[A-Za-z0-9_-]+', p) else json.dumps(p)}", values)
-        for p, values in display["periodic"].items()
+        (name, display[name])
+        for name in ("dead_letter", "maintenance", "metrics", "serve", "telemetry")
     ]
+    for group in ("periodic", "limits"):  # every table resolved, as the JSON has them
+        tables += [
+            (f"{group}.{p if re.fullmatch(r'[A-Za-z0-9_-]+', p) else json.dumps(p)}", values)
+            for p, values in display[group].items()
+        ]
     for name, values in tables:
         out("")
         out(f"[{name}]")

@@ -223,12 +223,12 @@ def purge(
     json_flag: bool,
 ) -> None:
     """Delete dead letter ID, or those matching the filters (--older-than: dead longer than
-    this). A filter, an ID or --all is required (exit 2)."""
+    this). A filter, an ID or --all is required (exit 2); an ID that is not a dead letter
+    exits 4."""
     seconds = age(older_than)
-    run_counted(
-        ctx,
-        "purging dead letters",
-        lambda c, progress: c.purge_dlq(
+
+    async def purging(c: Any, progress: Any) -> int:
+        n: int = await c.purge_dlq(
             id=job_id,
             queue=queue,
             kind=kind,
@@ -236,7 +236,17 @@ def purge(
             all=all_,
             dry_run=dry_run,
             progress=progress,
-        ),
+        )
+        if job_id is not None and n == 0:  # as every one-id command: exit 4
+            from awa_cli.errors import JobNotFound
+
+            raise JobNotFound(f"dead letter {job_id} not found")
+        return n
+
+    run_counted(
+        ctx,
+        "purging dead letters",
+        purging,
         json_flag=json_flag,
         dry_run=dry_run,
         done_text="dead letters purged",

@@ -30,12 +30,18 @@ def command(ctx: CliContext, json_flag: bool, long_transaction: str) -> None:
     synchronous_commit (and fsync), max_connections (against what [worker] processes and the
     configured queues need), listen_notify (a NOTIFY reaches a listener within 2s, on
     [database] listen_url when set; it fails behind a transaction-mode pooler, and the fix
-    names listen_url), leader (a worker holds the maintenance lock; a warning
-    when none does), stuck_rescues (jobs overdue for rescue by 3 x heartbeat_staleness),
+    names listen_url), leader (a worker holds the maintenance lock, named by
+    its host:pid; a warning when none does), claims (fails while a live worker's claims fail,
+    e.g. a revoked grant), dead_workers (fails while running jobs are held by a worker that is
+    gone: its process ended, or it has no live row and their heartbeats are stale),
+    stuck_rescues (jobs overdue for rescue by 3 x heartbeat_staleness),
     oldest_available (warn after 5m, fail after 1h), table_bloat (dead tuples of awa's
     tables) and long_transactions (open longer than --long-transaction-threshold while
     holding back vacuum). Each is ok, warn or fail, with a one-line fix; --json prints
     {"checks": [{"name", "status", "detail", "fix"}]}.
+
+    With a least-privilege role (the README's), the schema check warns that it cannot read
+    awa.schema_migrations and the other checks go on.
 
     Exits 0 when no check fails (warnings allowed), 1 when one fails or the database cannot
     be reached.

@@ -190,13 +190,30 @@ def enqueue(
     prepare_insert(args, options)  # validate before connecting: nothing is written on bad input
     target = options["queue"] or "default"
     if target not in ctx.config.queues:
-        ctx.terminal.status(
-            f"warning: queue {target!r} is not configured ([queues] has "
-            f"{', '.join(sorted(ctx.config.queues))}): a worker must be started with "
-            f"--queue {target} to run this job"
-        )
+        ctx.terminal.status(unconfigured_queue_warning(target, ctx.config.queues))
+    tracing = ctx.config.telemetry.otlp_endpoint is not None
+    if tracing:
+        ctx.plugins  # noqa: B018 - builds the OpenTelemetry plugin: the insert stores awa.traceparent
     row = run_with_client(ctx, lambda c: c.insert(args, **options))
+    if tracing:
+        from awa_cli.plugins.otel import flush_active
+
+        flush_active(timeout=1.0)  # send the enqueue span; a collector that is down costs 1 s
     show_row(ctx, row, json_flag, verb="enqueued")
+
+
+def unconfigured_queue_warning(queue: str, configured: Any) -> str:
+    """The warning for an enqueue to a queue no [queues] table names, with the configured
+    queue it most likely meant ("emial" -> "email")."""
+    import difflib
+
+    names = sorted(configured)
+    close = difflib.get_close_matches(queue, names, n=1, cutoff=0.6)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    return (
+        f"warning: queue {queue!r} is not configured ([queues] has {', '.join(names)}{hint}): "
+        f"a worker must be started with --queue {queue} to run this job"
+    )
 
 
 @command.command(name="list")
@@ -239,12 +256,24 @@ def show(ctx: CliContext, job_id: int, json_flag: bool) -> None:
     callback it waits on, its output and progress, the follow-ups it produced and the job
     that produced it. --json prints the row with the same under "timeline"."""
 
-    async def fetch(client: Any) -> tuple[Any, dict[str, Any]]:
-        return await client.job_history(job_id), await client.limit_status(job_id)
+    async def fetch(client: Any) -> tuple[Any, dict[str, Any], list[Any]]:
+        history = await client.job_history(job_id)
+        status = await client.limit_status(job_id)
+        runnable = history.job.state in (JobState.AVAILABLE, JobState.RETRYABLE)
+        return history, status, (await client.list_workers()) if runnable else []
 
-    history, status = run_with_client(ctx, fetch)
+    history, status, workers = run_with_client(ctx, fetch)
     row = history.job
     shown = show_json(history, status)
+    failing = [
+        {
+            "worker": f"{w.host}:{w.pid}",
+            "since": w.claim_failing_since.isoformat(),
+            "error": w.claim_error,
+        }
+        for w in workers
+        if row.queue in w.queues and w.claim_failing_since is not None
+    ]
     limit = shown["limit"]
     if ctx.wants_json(json_flag):
         ctx.terminal.json(shown)
@@ -259,6 +288,11 @@ def show(ctx: CliContext, job_id: int, json_flag: bool) -> None:
         )
     if status["reason"] is not None:
         ctx.terminal.data(f"waiting: {status['reason']}")
+    for f in failing:
+        ctx.terminal.data(
+            f"waiting: claims of worker {f['worker']} on queue {row.queue} fail "
+            f"since {f['since']}: {f['error']}"
+        )
     ctx.terminal.data("timeline:")
     for line in history.lines():
         ctx.terminal.data(f"  {line}")

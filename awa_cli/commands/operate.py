@@ -57,6 +57,18 @@ def age(text: str | None) -> float | None:
     return None if text is None else parse_duration(text, "--older-than")
 
 
+EVENT_LOG_PLUGIN = "awa_cli.plugins.builtin_logging"
+
+
+def bulk_event_hooks(ctx: CliContext) -> list[Any]:
+    """The plugins' event hooks for a bulk action, without the one that logs each event: a
+    bulk cancel of 100,000 jobs prints its count, not 100,000 INFO lines (``-v`` keeps them)."""
+    hooks = ctx.plugins.event_hooks()
+    if ctx.verbose:
+        return hooks
+    return [(name, fn) for name, fn in hooks if name != EVENT_LOG_PLUGIN]
+
+
 def run_counted(
     ctx: CliContext,
     description: str,
@@ -69,13 +81,17 @@ def run_counted(
 ) -> None:
     """Run ``action(client, progress)`` (a bulk method returning a count) with a progress bar
     on a terminal, then print the count (``{"count": n}`` with --json)."""
-    plugin_hooks = ctx.plugins.event_hooks() if app is not None else ()
+    plugin_hooks = bulk_event_hooks(ctx) if app is not None else ()
     with ctx.terminal.progress(description) as progress:
         n = run_with_client(ctx, lambda c: action(c, progress), app=app, plugin_hooks=plugin_hooks)
     if ctx.wants_json(json_flag):
         ctx.terminal.json({"count": n})
         return
-    ctx.terminal.data(f"{n} {'would be ' if dry_run else ''}{done_text}")
+    if dry_run:  # "1500 jobs would be cancelled", "6 dead letters would be retried"
+        noun, verb = done_text.rsplit(" ", 1)
+        ctx.terminal.data(f"{n} {noun} would be {verb}")
+    else:
+        ctx.terminal.data(f"{n} {done_text}")
 
 
 def refuse_mixed(job_id: Any, **filters: Any) -> None:

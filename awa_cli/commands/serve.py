@@ -11,6 +11,7 @@ from __future__ import annotations
 import ipaddress
 import signal
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -221,6 +222,7 @@ def command(
     app = ctx.app if ctx.config.app.modules else None
     client = AsyncClient(ctx.dsn(), app, plugin_hooks=ctx.plugins.event_hooks())
     settings = _settings(serve, tokens, keys, read_only, callbacks_only, forwarded)
+    settings = replace(settings, configured_queues=tuple(sorted(ctx.config.queues)))
     _announce(ctx, host, port, len(tokens), keys, read_only, callbacks_only, serve)
     if app is None:
         ctx.terminal.status(

@@ -80,11 +80,24 @@ async def job_counts(
     return sorted(active + terminal, key=lambda r: (r.queue, r.state))
 
 
-async def throughput(conn: psycopg.AsyncConnection[Any]) -> list[tuple[Any, str, int]]:
-    """``(minute, state, count)`` for completed and failed jobs over the last hour."""
+async def throughput(
+    conn: psycopg.AsyncConnection[Any], queue: str | None = None
+) -> list[tuple[Any, str, int]]:
+    """``(minute, state, count)`` for completed and failed jobs over the last hour (of one
+    ``queue``: its dead letters of the hour count as failed)."""
     async with conn.cursor(row_factory=dict_row) as cur:
-        await cur.execute(SQL["inspect_throughput"])
+        if queue is None:
+            await cur.execute(SQL["inspect_throughput"])
+        else:
+            await cur.execute(SQL["inspect_queue_throughput"], {"queue": queue})
         return [(r["minute"], r["state"], int(r["count"])) for r in await cur.fetchall()]
+
+
+async def running_by_worker(conn: psycopg.AsyncConnection[Any], queue: str) -> dict[str, int]:
+    """``{host:pid: n}``: one queue's running jobs per worker process."""
+    async with conn.cursor(row_factory=dict_row) as cur:
+        await cur.execute(SQL["inspect_queue_running"], {"queue": queue})
+        return {str(r["worker"]): int(r["running"]) for r in await cur.fetchall()}
 
 
 def jobs_page_query(filters: Mapping[str, Any]) -> sql.Composed:

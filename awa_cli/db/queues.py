@@ -23,7 +23,8 @@ async def get(pool: AsyncConnectionPool, queue: str) -> QueueInfo:
 
 
 async def list_queues(pool: AsyncConnectionPool, configured: Iterable[str] = ()) -> list[QueueInfo]:
-    """Every known queue (rows of awa.queues, queues with runnable jobs, ``configured``)."""
+    """Every known queue (rows of awa.queues, queues with runnable jobs, ``configured``); a
+    row nothing keeps listed is forgotten after ``defaults.QUEUE_FORGET_AFTER`` (queue_list)."""
     async with pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
         await cur.execute(SQL["queue_list"], {"configured": sorted(set(configured))})
         return [QueueInfo.from_record(r) for r in await cur.fetchall()]

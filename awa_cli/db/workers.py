@@ -17,9 +17,24 @@ async def register(conn: psycopg.AsyncConnection[Any], params: Mapping[str, Any]
     await conn.execute(SQL["worker_register"], params)
 
 
-async def heartbeat(conn: psycopg.AsyncConnection[Any], worker_id: str, running: int) -> bool:
-    """Touch this worker's row; False when it is gone (pruned: register again)."""
-    cur = await conn.execute(SQL["worker_heartbeat"], {"id": worker_id, "running": running})
+async def heartbeat(
+    conn: psycopg.AsyncConnection[Any],
+    worker_id: str,
+    running: int,
+    failing_since: float | None = None,
+    claim_error: str | None = None,
+) -> bool:
+    """Touch this worker's row (and say whether its claims fail, since when, why); False
+    when it is gone (pruned: register again)."""
+    cur = await conn.execute(
+        SQL["worker_heartbeat"],
+        {
+            "id": worker_id,
+            "running": running,
+            "failing_since": failing_since,
+            "claim_error": claim_error,
+        },
+    )
     return cur.rowcount == 1
 
 

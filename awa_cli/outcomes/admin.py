@@ -8,6 +8,7 @@ from awa_cli.db.channels import CANCEL_CHANNEL
 from awa_cli.db.statements import SQL
 from awa_cli.events import JobEvent
 from awa_cli.jobs import JobRow
+from awa_cli.outcomes.audit import audited
 from awa_cli.outcomes.transaction import (
     CoreState,
     Cursor,
@@ -44,7 +45,7 @@ async def cancel(core: CoreState, job_id: int, reason: str) -> JobRow:
             {"id": job_id},
             missing_or_state(job_id, "cancelled"),
             event=lambda row, _: JobEvent.Cancelled(row, row.args, reason),
-            then=notify_cancel,
+            then=audited(core, "job.cancel", notify_cancel),
         ),
     )
     assert row is not None  # missing raised
@@ -60,7 +61,12 @@ async def retry(core: CoreState, job_id: int) -> JobRow:
     """Make a failed, cancelled, retryable or scheduled job available now; fires nothing."""
     row = await transition(
         core,
-        Transition("retry", {"id": job_id}, missing_or_state(job_id, "retried"), then=notify_queue),
+        Transition(
+            "retry",
+            {"id": job_id},
+            missing_or_state(job_id, "retried"),
+            then=audited(core, "job.retry", notify_queue),
+        ),
     )
     assert row is not None  # missing raised
     return row

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
@@ -14,6 +14,7 @@ from typing import Any
 import psycopg
 
 from awa_cli.db import audit as audit_table
+from awa_cli.jobs import JobRow
 from awa_cli.outcomes.transaction import CoreState
 
 _ACTOR: ContextVar[str | None] = ContextVar("awa_audit_actor", default=None)
@@ -110,6 +111,26 @@ async def record_alone(
     trail = _TRAIL.get()
     if trail is not None:
         trail.alone += 1
+
+
+def audited(
+    core: CoreState,
+    action: str,
+    then: Callable[[Any, JobRow, Any], Awaitable[None]] | None = None,
+    detail: Callable[[JobRow], dict[str, Any]] | None = None,
+) -> Callable[[Any, JobRow, Any], Awaitable[None]]:
+    """A transition's ``then`` that also writes the action's audit entry (target
+    ``job:<id>``, as ``awa serve`` names it) in the transition's own transaction, after
+    ``then``: a one-job operator action (``awa job cancel ID``, ``awa callback ...``) leaves
+    its row exactly when it commits (architecture §15.4). Nothing without an actor."""
+
+    async def then_audited(cur: Any, row: JobRow, event: Any) -> None:
+        if then is not None:
+            await then(cur, row, event)
+        found = detail(row) if detail is not None else None
+        await record(cur.connection, current_actor(core), action, f"job:{row.id}", "ok", found)
+
+    return then_audited
 
 
 def describe(**filters: Any) -> str:

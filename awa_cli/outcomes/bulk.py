@@ -47,8 +47,9 @@ async def refusing(
     """Refuse an action with no filter and no ``all`` (recorded as refused), else return."""
     try:
         require_filter(operation, all_=all_, **filters)
-    except ValidationError:
-        await audit.record_alone(core, actor, action, audit.describe(**filters), "refused")
+    except ValidationError as exc:
+        detail = {"reason": str(exc)}
+        await audit.record_alone(core, actor, action, audit.describe(**filters), "refused", detail)
         raise
 
 
@@ -129,8 +130,21 @@ def _filters(operation: BulkOperation, where: JobFilter) -> dict[str, Any]:
         "states": [str(s) for s in bulk_states(operation, where.states)],
         "queue": where.queue,
         "kind": where.kind,
+        "tag": where.tag,
+        "ids": None if where.ids is None else list(where.ids),
         "older_than": where.older_than if operation == "purge" else None,
     }
+
+
+def _named(where: JobFilter) -> dict[str, Any]:
+    """The filters as the refusal and the audit target name them (the dashboard's ``tag``
+    and ``ids`` only when set, so the CLI's messages stay as they are)."""
+    named: dict[str, Any] = {"state": where.state, "queue": where.queue, "kind": where.kind}
+    if where.tag is not None:
+        named["tag"] = where.tag
+    if where.ids is not None:
+        named["ids"] = where.id_list or "none"
+    return named
 
 
 async def retry_jobs(
@@ -143,7 +157,7 @@ async def retry_jobs(
 ) -> int:
     """Operator retry (architecture §5.9) of every matching failed or cancelled job; fires nothing."""
     params = _filters("retry", where)
-    filters = {"state": where.state, "queue": where.queue, "kind": where.kind}
+    filters = _named(where)
     await refusing(core, actor, "job.retry", "retry", where.all, **filters)
     total = await count(core, "bulk_count_jobs", params) if dry_run or progress else 0
     if dry_run:
@@ -177,7 +191,7 @@ async def cancel_jobs(
     """Operator cancel of every matching available, scheduled, retryable or waiting job:
     Cancelled fires and ``on_cancelled`` specs run, atomically per job (see the module)."""
     params = _filters("cancel", where)
-    filters = {"state": where.state, "queue": where.queue, "kind": where.kind}
+    filters = _named(where)
     await refusing(core, actor, "job.cancel", "cancel", where.all, **filters)
     total = await count(core, "bulk_count_jobs", params) if dry_run or progress else 0
     if dry_run:
@@ -261,12 +275,7 @@ async def purge_jobs(
 ) -> int:
     """Delete matching finished jobs (completed, failed, cancelled) in bounded batches."""
     params = _filters("purge", where)
-    filters = {
-        "state": where.state,
-        "queue": where.queue,
-        "kind": where.kind,
-        "older_than": where.older_than,
-    }
+    filters = _named(where) | {"older_than": where.older_than}
     await refusing(core, actor, "job.purge", "purge", where.all, **filters)
     total = await count(core, "bulk_count_jobs", params) if dry_run or progress else 0
     if dry_run:

@@ -16,6 +16,7 @@ from awa_cli.db.statements import SQL
 from awa_cli.deadletters import DeadReason
 from awa_cli.events import AnyEvent, JobEvent
 from awa_cli.jobs import JobRow, JobState, parse_callback_id, to_json
+from awa_cli.outcomes.audit import audited
 from awa_cli.outcomes.deadletters import then_move
 from awa_cli.outcomes.transaction import (
     CoreState,
@@ -78,6 +79,8 @@ async def resolve_external(
     callback id) and raises :class:`FollowUpError` to the caller.
     """
     params = callback_params(callback_id, run_lease)
+    if "\x00" in error:  # PostgreSQL text cannot hold it: refuse before any statement
+        raise ValidationError("error", "contains a NUL character")
     params.update(
         payload=to_json(payload, "payload"),
         error=error,
@@ -90,7 +93,9 @@ async def resolve_external(
             params,
             _not_waiting(params["callback_id"]),
             event=_resolution_event(action, error),
-            then=_then(core, action),
+            then=audited(
+                core, f"callback.{action}", _then(core, action), _callback_detail(params, error)
+            ),
         ),
     )
     assert row is not None  # missing raised
@@ -105,6 +110,16 @@ def _then(core: CoreState, action: ResolveAction) -> Any:
     if action == "fail":
         return then_move(core, DeadReason.CALLBACK_FAILED)
     return None
+
+
+def _callback_detail(params: dict[str, Any], error: str = "") -> Any:
+    """The audit detail of a callback action: the callback id (and a failure's error)."""
+    callback_id = str(params["callback_id"])
+
+    def detail(row: JobRow) -> dict[str, Any]:
+        return {"callback_id": callback_id, **({"error": error[:500]} if error else {})}
+
+    return detail
 
 
 async def _wake(cur: Cursor, row: JobRow, event: AnyEvent | None) -> None:
@@ -122,7 +137,13 @@ async def resume_external(core: CoreState, callback_id: Any, payload: Any = None
     params = callback_params(callback_id, None)
     params["payload"] = to_json(payload, "payload")
     row = await transition(
-        core, Transition("resume", params, _not_waiting(params["callback_id"]), then=_wake)
+        core,
+        Transition(
+            "resume",
+            params,
+            _not_waiting(params["callback_id"]),
+            then=audited(core, "callback.resume", _wake, _callback_detail(params)),
+        ),
     )
     assert row is not None  # missing raised
     return row

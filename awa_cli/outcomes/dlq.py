@@ -108,6 +108,7 @@ async def move_failed(
     queue, kind = where.queue, where.kind
     await refusing(core, actor, "dlq.move", "dlq move", where.all, queue=queue, kind=kind)
     counted = {"states": ["failed"], "queue": queue, "kind": kind, "older_than": None}
+    counted |= {"tag": None, "ids": None}
     total = await count(core, "bulk_count_jobs", counted) if dry_run or progress else 0
     if dry_run:
         return total

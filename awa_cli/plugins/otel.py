@@ -37,6 +37,7 @@ leader's snapshot (``awa_queue_depth``), in the leader's process only.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping
@@ -106,10 +107,22 @@ class OtelPlugin:
         self._waiting: OrderedDict[int, int] = OrderedDict()
         self._instruments(meter_provider.get_meter("awa_cli"))
         metadata.register(self.contribute)
+        _ACTIVE.append(self)
+
+    def flush(self, timeout: float) -> None:
+        """Export what is buffered, waiting at most ``timeout`` seconds per provider (a
+        short-lived command: `awa job enqueue` sends its enqueue span)."""
+        millis = max(1, int(timeout * 1000))
+        for provider in (self.tracer_provider, self.meter_provider):
+            flush = getattr(provider, "force_flush", None)
+            if flush is not None:
+                flush(timeout_millis=millis)
 
     def close(self) -> None:
         """Stop contributing trace context and flush what is buffered."""
         metadata.unregister(self.contribute)
+        if self in _ACTIVE:
+            _ACTIVE.remove(self)
         for provider in (self.tracer_provider, self.meter_provider):
             flush = getattr(provider, "force_flush", None)
             if flush is not None:
@@ -120,19 +133,7 @@ class OtelPlugin:
         self, kind: str, queue: str, meta: Mapping[str, Any], trigger: Mapping[str, Any] | None
     ) -> dict[str, Any] | None:
         """The metadata contributor: an enqueue span and its ``awa.traceparent``."""
-        if TRACEPARENT in meta:
-            return None
-        parent = parent_context(trigger) if trigger is not None else None
-        span = self.tracer.start_span(
-            f"awa.enqueue {kind}",
-            context=parent,  # None: the current context (the caller's span, or a new trace)
-            kind=SpanKind.PRODUCER,
-            attributes={"awa.job.kind": _clip(kind), "awa.job.queue": _clip(queue)},
-        )
-        span.end()
-        carrier: dict[str, str] = {}
-        _PROPAGATOR.inject(carrier, trace.set_span_in_context(span))
-        return {TRACEPARENT: carrier["traceparent"]} if "traceparent" in carrier else None
+        return enqueue_span(self.tracer, kind, queue, meta, trigger)
 
     # -- events ----------------------------------------------------------------------------
     @hookimpl
@@ -317,6 +318,57 @@ class OtelPlugin:
         return [Observation(n, {"queue": q}) for q, n in sorted(running.items())]
 
 
+_ACTIVE: list[OtelPlugin] = []  # the plugins of this process (the ambient spans defer to them)
+
+
+def flush_active(timeout: float) -> None:
+    """Flush every OpenTelemetry plugin of this process, each within ``timeout`` seconds."""
+    for plugin in list(_ACTIVE):
+        plugin.flush(timeout)
+
+
+def enqueue_span(
+    tracer: trace.Tracer,
+    kind: str,
+    queue: str,
+    meta: Mapping[str, Any],
+    trigger: Mapping[str, Any] | None,
+) -> dict[str, Any] | None:
+    """Record one ``awa.enqueue <kind>`` span and return its ``awa.traceparent`` entry (None:
+    the caller set one, or the span has no valid context)."""
+    if TRACEPARENT in meta:
+        return None
+    parent = parent_context(trigger) if trigger is not None else None
+    span = tracer.start_span(
+        f"awa.enqueue {kind}",
+        context=parent,  # None: the current context (the caller's span, or a new trace)
+        kind=SpanKind.PRODUCER,
+        attributes={"awa.job.kind": _clip(kind), "awa.job.queue": _clip(queue)},
+    )
+    span.end()
+    carrier: dict[str, str] = {}
+    _PROPAGATOR.inject(carrier, trace.set_span_in_context(span))
+    return {TRACEPARENT: carrier["traceparent"]} if "traceparent" in carrier else None
+
+
+def ambient_contributor() -> metadata.Contributor | None:
+    """The enqueue-span contributor for an application tracing with its own SDK provider
+    (:mod:`awa_cli.plugins.ambient`); None while awa's plugin runs here or no SDK is set."""
+    if _ACTIVE:
+        return None
+    provider = trace.get_tracer_provider()
+    if isinstance(provider, trace.ProxyTracerProvider | trace.NoOpTracerProvider):
+        return None
+    tracer = provider.get_tracer("awa_cli")
+
+    def contribute(
+        kind: str, queue: str, meta: Mapping[str, Any], trigger: Mapping[str, Any] | None
+    ) -> dict[str, Any] | None:
+        return enqueue_span(tracer, kind, queue, meta, trigger)
+
+    return contribute
+
+
 def _sdk_providers(endpoint: str | None, service_name: str) -> tuple[Any, Any]:
     """The SDK's providers exporting OTLP/HTTP (protobuf) to ``endpoint``, with span limits."""
     from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
@@ -331,11 +383,77 @@ def _sdk_providers(endpoint: str | None, service_name: str) -> tuple[Any, Any]:
     if endpoint is None:
         raise ValueError("an OTLP endpoint is needed when no providers are given")
     base = endpoint.rstrip("/")
+    fold_exporter_logs(base)
     resource = Resource.create({"service.name": service_name})
     limits = SpanLimits(max_attributes=32, max_events=16, max_attribute_length=MAX_ERROR)
-    tracer_provider = SdkTracerProvider(resource=resource, span_limits=limits)
-    tracer_provider.add_span_processor(
-        BatchSpanProcessor(OTLPSpanExporter(endpoint=f"{base}/v1/traces"))
+    # No export at interpreter exit: a command that only loads the plugins (`awa plugins`)
+    # must not wait on (or print about) a collector that is down. The worker flushes at
+    # awa_worker_stopping and `awa job enqueue` flushes its span, each with a bound.
+    tracer_provider = SdkTracerProvider(
+        resource=resource, span_limits=limits, shutdown_on_exit=False
     )
-    reader = PeriodicExportingMetricReader(OTLPMetricExporter(endpoint=f"{base}/v1/metrics"))
-    return tracer_provider, SdkMeterProvider(resource=resource, metric_readers=[reader])
+    tracer_provider.add_span_processor(
+        BatchSpanProcessor(OTLPSpanExporter(endpoint=f"{base}/v1/traces", timeout=EXPORT_TIMEOUT))
+    )
+    reader = PeriodicExportingMetricReader(
+        OTLPMetricExporter(endpoint=f"{base}/v1/metrics", timeout=EXPORT_TIMEOUT)
+    )
+    meter_provider = SdkMeterProvider(
+        resource=resource, metric_readers=[reader], shutdown_on_exit=False
+    )
+    return tracer_provider, meter_provider
+
+
+EXPORT_TIMEOUT = 5.0  # seconds an OTLP export may take, its retries included
+FOLD_SECONDS = 60.0  # one line per exporter logger per minute while the collector is down
+EXPORTER_LOGGERS = (
+    "opentelemetry.exporter.otlp.proto.http.trace_exporter",
+    "opentelemetry.exporter.otlp.proto.http.metric_exporter",
+    "opentelemetry.exporter.otlp.proto.http._log_exporter",
+    "opentelemetry.sdk.trace.export",
+    "opentelemetry.sdk.metrics._internal.export",
+    "opentelemetry.sdk._shared_internal",
+)
+
+
+class FoldedExporterLog(logging.Filter):
+    """The OpenTelemetry exporters' complaints about an unreachable collector, folded as
+    awa's own database warnings are: one short line (no traceback, no 300-character urllib3
+    text) per logger per :data:`FOLD_SECONDS`, naming the endpoint."""
+
+    def __init__(self, endpoint: str) -> None:
+        super().__init__()
+        self.endpoint = endpoint
+        self.last: dict[str, float] = {}
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno < logging.WARNING:
+            return True
+        now = time.monotonic()
+        if now - self.last.get(record.name, float("-inf")) < FOLD_SECONDS:
+            return False
+        self.last[record.name] = now
+        text = record.getMessage()
+        reason = "collector unreachable" if "Max retries" in text or "onnection" in text else text
+        record.msg = "OpenTelemetry export to %s failing: %s (repeats folded for %ds)"
+        record.args = (
+            self.endpoint,
+            _clip(reason.splitlines()[0] if reason else "?", 200),
+            int(FOLD_SECONDS),
+        )
+        record.exc_info = None
+        record.exc_text = None
+        record.stack_info = None
+        return True
+
+
+def fold_exporter_logs(endpoint: str) -> None:
+    """Install :class:`FoldedExporterLog` on the exporters' loggers (once per process; a
+    later plugin's endpoint replaces the one it names)."""
+    for name in EXPORTER_LOGGERS:
+        target = logging.getLogger(name)
+        installed = [f for f in target.filters if isinstance(f, FoldedExporterLog)]
+        if installed:
+            installed[0].endpoint = endpoint
+        else:
+            target.addFilter(FoldedExporterLog(endpoint))

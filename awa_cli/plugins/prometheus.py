@@ -173,8 +173,21 @@ class PrometheusPlugin:
         self._stopping.discard(id(worker))
         if self._server is None and self.port is not None:
             port = self.port_for_process()
-            # binds now, serves in a thread
-            started = start_http_server(port, addr=self.host, registry=self.registry)
+            try:  # binds now, serves in a thread
+                started = start_http_server(port, addr=self.host, registry=self.registry)
+            except OSError as exc:
+                self.port = None  # this process serves no metrics; it says so once
+                log.error(
+                    "cannot serve Prometheus metrics on %s port %d: %s; this worker runs "
+                    "without them (a second `awa worker` on this host needs another "
+                    "[metrics] prometheus_port, or run one `awa worker --processes N`, which "
+                    "serves port+0 .. port+N-1)",
+                    self.host,
+                    port,
+                    exc.strerror or exc,
+                    extra={"action": "metrics_port_unavailable", "host": self.host, "port": port},
+                )
+                return
             self._server = started[0] if isinstance(started, tuple) else _Unclosable()
             self.serving_port = port
             log.info(

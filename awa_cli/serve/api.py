@@ -39,7 +39,8 @@ def _optional_int(request: Request, name: str, default: int | None) -> int | Non
 async def stats(request: Request) -> Response:
     """``{"total", "totals": {state: n}, "oldest_available_age_seconds", "queues": [{"queue",
     "counts": {state: n}, "oldest_available_age_seconds"}], "estimated": [state...],
-    "throughput": [{"minute", "completed", "failed"}]}`` (estimated: states counted from a
+    "throughput": [{"minute", "completed", "failed"}], "paused_queues": [name...],
+    "dead_letters": {"total", "queues": {name: n}}}`` (estimated: states counted from a
     sample of a large table; throughput: the last hour, minutes with none left out)."""
     from starlette.responses import JSONResponse
 
@@ -47,6 +48,8 @@ async def stats(request: Request) -> Response:
     try:
         table = overview_table(await client.job_counts())
         throughput = await client.throughput()
+        paused = await client.paused_queues()
+        depth = await client.dlq_depth()
     except Exception as exc:
         return _failed(exc)
     return JSONResponse(
@@ -72,6 +75,8 @@ async def stats(request: Request) -> Response:
                 }
                 for p in throughput
             ],
+            "paused_queues": paused,
+            "dead_letters": depth.to_json(),
         }
     )
 

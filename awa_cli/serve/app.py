@@ -43,6 +43,7 @@ class ServeSettings:
     secure_cookies: bool = False  # Secure, __Host- cookies even over plain http (a TLS proxy)
     forwarded_allow_ips: str | None = None  # proxies whose X-Forwarded-Proto/-For are trusted
     max_body: int = 1024 * 1024  # the largest request body read (callbacks, forms, JSON)
+    configured_queues: Sequence[str] = ()  # [queues.NAME] of the config: known with no jobs
 
 
 async def healthz(request: Request) -> Response:
@@ -110,7 +111,7 @@ def build_app(client: AsyncClient, settings: ServeSettings) -> Starlette:
     from starlette.routing import BaseRoute, Mount, Route
     from starlette.staticfiles import StaticFiles
 
-    from awa_cli.serve import api, controls, fleet, pages
+    from awa_cli.serve import api, bulk, controls, dead_letters_bulk, fleet, pages, queues
 
     policy = Policy(
         list(settings.tokens),
@@ -130,6 +131,7 @@ def build_app(client: AsyncClient, settings: ServeSettings) -> Starlette:
     if not settings.callbacks_only:
         routes.append(Route("/metrics", metrics, methods=["GET"]))
         routes += pages.routes() + api.routes() + fleet.routes() + controls.routes()
+        routes += queues.routes() + bulk.routes() + dead_letters_bulk.routes()
         routes.append(Mount("/static", StaticFiles(directory=str(STATIC)), name="static"))
 
     @contextlib.asynccontextmanager

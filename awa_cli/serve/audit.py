@@ -42,6 +42,17 @@ async def audit(
     """Record that ``actor`` (``serve:<token name>``, ``serve:anonymous``, ``callback``) did
     ``action`` (``job.cancel``, ``job.retry``, ``callback.complete``, ``login``...) to ``target``
     (``job:42``, ``callback:<id>``) with ``result`` (``ok``, ``refused`` or ``failed``)."""
+    log_entry(actor, action, target, result)
+    try:
+        await client.record_audit(actor, action, target, result, detail)
+    except Exception as exc:
+        log.warning(
+            "audit entry not written: %s", type(exc).__name__, extra={"action": "audit_failed"}
+        )
+
+
+def log_entry(actor: str, action: str, target: str, result: str) -> None:
+    """The ``awa.audit`` log line of an entry (also for one the outcome core wrote)."""
     log.info(
         "action=audit actor=%s verb=%s target=%s result=%s",
         actor,
@@ -50,12 +61,6 @@ async def audit(
         result,
         extra={"action": "audit", "actor": actor, "verb": action, "target": target},
     )
-    try:
-        await client.record_audit(actor, action, target, result, detail)
-    except Exception as exc:
-        log.warning(
-            "audit entry not written: %s", type(exc).__name__, extra={"action": "audit_failed"}
-        )
 
 
 def auditor(client: AsyncClient) -> Audit:

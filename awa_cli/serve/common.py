@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from awa_cli.serve.audit import audit, result_of
+from awa_cli.serve.audit import audit, log_entry, result_of
 from awa_cli.serve.auth import CSRF_KEY, PRINCIPAL_KEY, Principal, form_fields
 
 if TYPE_CHECKING:
@@ -63,6 +63,19 @@ def principal_of(request: Request) -> Principal:
 async def form_of(request: Request) -> dict[str, str]:
     """A form post's fields (the guard has already checked its CSRF token)."""
     return form_fields(await request.body())
+
+
+async def form_lists(request: Request) -> dict[str, list[str]]:
+    """A form post's fields with every value of a repeated name (checkboxes)."""
+    from urllib.parse import parse_qs
+
+    body = (await request.body()).decode("utf-8", "replace")
+    return parse_qs(body, keep_blank_values=True)
+
+
+def configured_queues(request: Request) -> tuple[str, ...]:
+    """The queues the loaded config names (``[queues.NAME]``): known even with no jobs."""
+    return tuple(request.app.state.settings.configured_queues)
 
 
 def status_for(exc: BaseException) -> int:
@@ -138,6 +151,8 @@ async def act(request: Request, action: str, target: str, call: Callable[[], Awa
             raise
     if not trail.recorded(succeeded=True):
         await audit(client, actor, action, target, "ok")
+    else:  # the core wrote the row in the action's transaction; the log line is ours
+        log_entry(actor, action, target, "ok")
     return result
 
 
@@ -160,6 +175,9 @@ def template_env() -> jinja2.Environment:
     env.filters["pretty"] = lambda value: json.dumps(value, indent=2, sort_keys=True, default=str)
     env.filters["when"] = format_when
     env.filters["age"] = format_age
+    env.filters["clip"] = clip
+    env.filters["detail"] = format_detail
+    env.filters["percent"] = format_percent
     return env
 
 
@@ -200,20 +218,57 @@ def visible_controls(value: object) -> object:
 
 
 def format_when(value: datetime | str | None) -> str:
-    """A timestamp to the second; an ISO string (as a job's error and progress entries hold
-    them) is parsed first, and shown as it is if it does not parse."""
-    from datetime import datetime
+    """A timestamp to the second, in UTC and labelled so (``2026-12-02 14:05:09 UTC``); an
+    ISO string (as a job's error and progress entries hold them) is parsed first, and shown
+    as it is if it does not parse. A time without a zone is taken as UTC (awa writes UTC)."""
+    from datetime import UTC, datetime
 
     if value is None or value == "":
         return "-"
     if isinstance(value, str):
         try:
-            return datetime.fromisoformat(value).strftime("%Y-%m-%d %H:%M:%S")
+            value = datetime.fromisoformat(value)
         except ValueError:
-            return value
+            return str(value)
     if not isinstance(value, datetime):
         return str(value)
-    return value.strftime("%Y-%m-%d %H:%M:%S")
+    moment = value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+    return moment.strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+CLIP_CHARS = 80  # a list cell's one-line preview of args or an error
+FULL_CHARS = 4096  # what a list cell expands to at most (the job page has the rest)
+
+
+def clip(value: object) -> dict[str, str]:
+    """A list cell's preview of a value (args, an error): ``short`` on one line (at most
+    ``CLIP_CHARS``), ``full`` to expand (at most ``FULL_CHARS``, so a page of big args stays
+    bounded), ``more`` when even ``full`` was cut. Text is escaped when rendered."""
+    text = value if isinstance(value, str) else json.dumps(value, sort_keys=True, default=str)
+    one_line = " ".join(text.split())
+    short = one_line if len(one_line) <= CLIP_CHARS else one_line[: CLIP_CHARS - 1] + "…"
+    full = text if len(text) <= FULL_CHARS else text[:FULL_CHARS] + "…"
+    more = "" if len(text) <= FULL_CHARS else f"{len(text) - FULL_CHARS} more characters"
+    return {"short": short, "full": full if full != short else "", "more": more}
+
+
+def format_detail(detail: dict[str, Any] | None) -> str:
+    """An audit entry's detail on one line: ``count=1500``, ``status=404 error=job 9 not
+    found``; nested values as compact JSON (an empty detail: ``-``)."""
+    if not detail:
+        return "-"
+    parts = []
+    for key, value in detail.items():
+        shown = value if isinstance(value, str) else json.dumps(value, default=str)
+        parts.append(f"{key}={shown}")
+    return " ".join(parts)
+
+
+def format_percent(value: float | None) -> str:
+    """A progress percent rounded to one decimal (``16.7%``, ``60%``)."""
+    if value is None:
+        return "-"
+    return f"{round(float(value), 1):g}%"
 
 
 def format_age(seconds: float | None) -> str:

@@ -1,10 +1,12 @@
-"""The operator pages: queues (pause, resume), the dead-letter queue (retry, purge) and
-periodic schedules (pause, resume, trigger), with their API twins under ``/api/``.
+"""The operator pages: the dead-letter queue (retry, purge), periodic schedules (pause,
+resume, trigger) and the queue actions (pause, resume), with their API twins under ``/api/``.
 
 Each action is one :class:`Action`: the client call it makes, the audit name and target
 the outcome core records it under, and what the form and the API answer. Both twins run it
 through :func:`~awa_cli.serve.common.act`, so each is audited once; auth, CSRF and read-only
-are the guard's. Unknown queue, dead letter or schedule: 404 with a one-line error.
+are the guard's. Unknown queue, dead letter or schedule: 404 with a one-line error. A
+destructive action (purge) answers its form with a confirmation page first, stating what it
+deletes; the page's button posts again with ``confirm=yes``.
 """
 
 from __future__ import annotations
@@ -19,14 +21,17 @@ from awa_cli.errors import QueueNotFound, ValidationError
 from awa_cli.serve.common import (
     act,
     client_of,
+    configured_queues,
     error_line,
     error_page,
+    form_of,
+    format_when,
     json_error,
     principal_of,
     render,
     status_for,
 )
-from awa_cli.serve.pages import STATES, overview_table
+from awa_cli.serve.queues import queue_rows
 
 if TYPE_CHECKING:
     from starlette.requests import Request
@@ -40,22 +45,6 @@ MAX_LIMIT = 1000
 
 
 # -- reads -------------------------------------------------------------------------------
-async def queue_rows(client: AsyncClient) -> list[dict[str, Any]]:
-    """Every known queue: its pause state (``list_queues``) and its counts per state and
-    oldest available job's age (``job_counts``), by name."""
-    infos = {q.queue: q for q in await client.list_queues()}
-    counted = {q["queue"]: q for q in overview_table(await client.job_counts())["queues"]}
-    rows = []
-    for name in sorted(set(infos) | set(counted)):
-        info = infos.get(name, QueueInfo(name))
-        entry = counted.get(name, {"counts": dict.fromkeys(STATES, 0), "oldest": None})
-        rows.append(
-            info.to_json()
-            | {"counts": entry["counts"], "oldest_available_age_seconds": entry["oldest"]}
-        )
-    return rows
-
-
 def _text_param(request: Request, name: str) -> str | None:
     return (request.query_params.get(name) or "").strip() or None
 
@@ -79,14 +68,6 @@ async def _dlq(request: Request, default_limit: int) -> dict[str, Any]:
 # -- pages -------------------------------------------------------------------------------
 def _done(request: Request) -> str | None:
     return request.query_params.get("done") or None
-
-
-async def queues_page(request: Request) -> Response:
-    try:
-        rows = await queue_rows(client_of(request))
-    except Exception as exc:
-        return error_page(request, exc)
-    return render(request, "queues.html", queues=rows, states=STATES, done=_done(request))
 
 
 async def dlq_page(request: Request) -> Response:
@@ -116,18 +97,6 @@ async def periodic_page(request: Request) -> Response:
 # -- API reads ---------------------------------------------------------------------------
 def _failed(exc: Exception) -> Response:
     return json_error(status_for(exc), error_line(exc))
-
-
-async def api_queues(request: Request) -> Response:
-    """``{"queues": [{"queue", "paused", "paused_at", "paused_by", "dead_letter",
-    "updated_at", "counts": {state: n}, "oldest_available_age_seconds"}]}``."""
-    from starlette.responses import JSONResponse
-
-    try:
-        rows = await queue_rows(client_of(request))
-    except Exception as exc:
-        return _failed(exc)
-    return JSONResponse({"queues": rows})
 
 
 async def api_dlq(request: Request) -> Response:
@@ -166,7 +135,18 @@ async def api_periodic(request: Request) -> Response:
 
 
 # -- actions -----------------------------------------------------------------------------
-Call = Callable[["AsyncClient", str, str], Awaitable[Any]]  # (client, actor, path value)
+@dataclass(frozen=True)
+class Target:
+    """What an action is called with: the client, the caller's audit actor, the path value
+    (queue name, dead letter id, schedule name) and the config's queues."""
+
+    client: AsyncClient
+    actor: str
+    value: str
+    configured: tuple[str, ...] = ()
+
+
+Call = Callable[[Target], Awaitable[Any]]
 
 
 @dataclass(frozen=True)
@@ -179,42 +159,64 @@ class Action:
     target: Callable[[str], str]  # the audit target, as the core records it
     call: Call
     done: Callable[[str, Any], str]  # where the form redirects after it
+    # A destructive action's form asks first: what the confirmation page says (the API
+    # twin, called by a program, does not ask).
+    confirm: Callable[[Target], Awaitable[dict[str, Any]]] | None = None
 
 
-async def _known_queue(client: AsyncClient, queue: str) -> None:
-    if queue not in {q.queue for q in await client.list_queues()}:
-        raise QueueNotFound(f"queue {queue!r} not found")
+async def _known_queue(t: Target) -> None:
+    """A queue the config names, or one known to awa.queues or by its jobs (as ``awa queue
+    pause`` takes it); anything else is 404 (a typo pauses nothing)."""
+    if t.value in t.configured:
+        return
+    if t.value not in {q["queue"] for q in await queue_rows(t.client, t.configured)}:
+        raise QueueNotFound(f"queue {t.value!r} not found")
 
 
-async def _pause_queue(client: AsyncClient, actor: str, queue: str) -> QueueInfo:
-    await _known_queue(client, queue)
-    return await client.pause_queue(queue)
+async def _pause_queue(t: Target) -> QueueInfo:
+    await _known_queue(t)
+    return await t.client.pause_queue(t.value)
 
 
-async def _resume_queue(client: AsyncClient, actor: str, queue: str) -> QueueInfo:
-    await _known_queue(client, queue)
-    return await client.resume_queue(queue)
+async def _resume_queue(t: Target) -> QueueInfo:
+    await _known_queue(t)
+    return await t.client.resume_queue(t.value)
 
 
-async def _retry_dead(client: AsyncClient, actor: str, job_id: str) -> Any:
-    return await client.retry_from_dlq(int(job_id))
+async def _retry_dead(t: Target) -> Any:
+    return await t.client.retry_from_dlq(int(t.value))
 
 
-async def _purge_dead(client: AsyncClient, actor: str, job_id: str) -> dict[str, int]:
-    await client.get_dlq_job(int(job_id))  # JobNotFound: 404, nothing purged
-    return {"purged": await client.purge_dlq(id=int(job_id))}
+async def _purge_dead(t: Target) -> dict[str, int]:
+    await t.client.get_dlq_job(int(t.value))  # JobNotFound: 404, nothing purged
+    return {"purged": await t.client.purge_dlq(id=int(t.value))}
 
 
-async def _pause_periodic(client: AsyncClient, actor: str, name: str) -> Any:
-    return await client.pause_periodic(name, actor=actor)
+async def _confirm_purge(t: Target) -> dict[str, Any]:
+    """What the confirmation of a dead letter's purge says (JobNotFound: 404)."""
+    dead = await t.client.get_dlq_job(int(t.value))
+    return {
+        "title": f"Purge dead letter {dead.id}?",
+        "lines": [
+            f"This deletes 1 dead letter for good: job {dead.id}, kind {dead.kind}, queue "
+            f"{dead.queue}, dead since {format_when(dead.dead_at)} ({dead.dead_reason.value}).",
+            "Its args, errors and history go with it; Retry puts it back into the queue instead.",
+        ],
+        "button": "Purge 1 dead letter",
+        "back": f"/dlq/{dead.id}",
+    }
 
 
-async def _resume_periodic(client: AsyncClient, actor: str, name: str) -> Any:
-    return await client.resume_periodic(name, actor=actor)
+async def _pause_periodic(t: Target) -> Any:
+    return await t.client.pause_periodic(t.value, actor=t.actor)
 
 
-async def _trigger_periodic(client: AsyncClient, actor: str, name: str) -> Any:
-    return await client.trigger_periodic(name, actor=actor)
+async def _resume_periodic(t: Target) -> Any:
+    return await t.client.resume_periodic(t.value, actor=t.actor)
+
+
+async def _trigger_periodic(t: Target) -> Any:
+    return await t.client.trigger_periodic(t.value, actor=t.actor)
 
 
 def _to(page: str, done: str) -> str:
@@ -257,6 +259,7 @@ ACTIONS = [
         lambda i: f"id={i}",
         _purge_dead,
         lambda i, _: _to("/dlq", f"purged dead letter {i}"),
+        confirm=_confirm_purge,
     ),
     Action(
         "/periodic/{name}/pause",
@@ -289,13 +292,18 @@ def _json_of(result: Any) -> Any:
     return result.to_json() if hasattr(result, "to_json") else result
 
 
-async def _run(request: Request, action: Action) -> tuple[str, Any]:
+def _target(request: Request, action: Action) -> Target:
     value = str(request.path_params[action.param])
-    client, actor = client_of(request), principal_of(request).actor
+    actor = principal_of(request).actor
+    return Target(client_of(request), actor, value, configured_queues(request))
+
+
+async def _run(request: Request, action: Action) -> tuple[str, Any]:
+    target = _target(request, action)
     result = await act(
-        request, action.audit, action.target(value), lambda: action.call(client, actor, value)
+        request, action.audit, action.target(target.value), lambda: action.call(target)
     )
-    return value, result
+    return target.value, result
 
 
 def form_handler(action: Action) -> Callable[[Request], Awaitable[Response]]:
@@ -303,6 +311,9 @@ def form_handler(action: Action) -> Callable[[Request], Awaitable[Response]]:
         from starlette.responses import RedirectResponse
 
         try:
+            if action.confirm is not None and (await form_of(request)).get("confirm") != "yes":
+                asked = await action.confirm(_target(request, action))
+                return render(request, "confirm.html", action=request.url.path, fields=[], **asked)
             value, result = await _run(request, action)
         except Exception as exc:
             return error_page(request, exc)
@@ -328,11 +339,9 @@ def routes() -> list[BaseRoute]:
     from starlette.routing import Route
 
     found: list[BaseRoute] = [
-        Route("/queues", queues_page, methods=["GET"]),
         Route("/dlq", dlq_page, methods=["GET"]),
         Route("/dlq/{job_id:int}", dead_letter_page, methods=["GET"]),
         Route("/periodic", periodic_page, methods=["GET"]),
-        Route("/api/queues", api_queues, methods=["GET"]),
         Route("/api/dlq", api_dlq, methods=["GET"]),
         Route("/api/dlq/{job_id:int}", api_dead_letter, methods=["GET"]),
         Route("/api/periodic", api_periodic, methods=["GET"]),

@@ -58,15 +58,30 @@ def overview_table(counts: list[JobCount]) -> dict[str, Any]:
 
 
 async def overview(request: Request) -> Response:
+    """Totals, the DLQ's depth, the paused queues, the last hour's chart, and every known
+    queue (paused ones flagged; configured and paused queues listed even with no jobs)."""
     from awa_cli.serve.chart import throughput_chart
+    from awa_cli.serve.common import configured_queues
+    from awa_cli.serve.queues import queue_table
 
     client = client_of(request)
     try:
-        stats = overview_table(await client.job_counts())
+        stats, queues = await queue_table(client, configured_queues(request))
         chart = throughput_chart(await client.throughput())
+        depth = await client.dlq_depth()
     except Exception as exc:
         return error_page(request, exc)
-    return render(request, "overview.html", stats=stats, states=STATES, chart=chart)
+    paused = [q["queue"] for q in queues if q["paused"]]
+    return render(
+        request,
+        "overview.html",
+        stats=stats,
+        queues=queues,
+        paused=paused,
+        depth=depth,
+        states=STATES,
+        chart=chart,
+    )
 
 
 def _filters(request: Request) -> dict[str, str | None]:
@@ -102,8 +117,17 @@ async def jobs(request: Request) -> Response:
     if more:
         query = {k: v for k, v in filters.items() if v} | {"before": str(rows[-1].id)}
         next_url = "/jobs?" + urlencode(query)
+    from awa_cli.history import percent_of
+
     return render(
-        request, "jobs.html", jobs=rows, filters=filters, states=STATES, next_url=next_url
+        request,
+        "jobs.html",
+        jobs=rows,
+        filters=filters,
+        states=STATES,
+        next_url=next_url,
+        percent_of=percent_of,
+        done=request.query_params.get("done") or None,
     )
 
 

@@ -2,7 +2,8 @@
 
 Registered when the worker starts (host, pid, queues, the app's kinds with the first line of
 each handler's docstring, awa's version), touched every ``heartbeat_interval`` with one
-``UPDATE`` by primary key (and the number of running jobs), deleted when the worker stops.
+``UPDATE`` by primary key (and the number of running jobs, and since when and why its claims
+fail, if they do: migration 0013), deleted when the worker stops.
 A worker that dies leaves a row that readers ignore after ``defaults.WORKER_STALENESS``
 seconds and the maintenance leader deletes. A failed write is logged and retried next beat:
 presence never stops a worker from working.
@@ -61,8 +62,11 @@ class Presence:
         queues: Mapping[str, int],
         running: Callable[[], int],
         interval: float,
+        *,
+        claims: Callable[[], tuple[float, str] | None] = lambda: None,
     ) -> None:
         self.pool = pool
+        self.claims = claims  # (failing since, error) while claims fail (migration 0013)
         self.host = socket.gethostname()
         self.pid = os.getpid()
         self.id = f"{self.host}:{self.pid}:{int(time.time())}"
@@ -72,8 +76,15 @@ class Presence:
         self.interval = interval
         self.registered = False
 
+    def _claims(self) -> dict[str, Any]:
+        failure = self.claims()
+        if failure is None:
+            return {"failing_since": None, "claim_error": None}
+        return {"failing_since": failure[0], "claim_error": failure[1]}
+
     def _params(self) -> dict[str, Any]:
         return {
+            **self._claims(),
             "id": self.id,
             "host": self.host,
             "pid": self.pid,
@@ -86,7 +97,10 @@ class Presence:
     async def beat(self) -> None:
         """Register (the first time, or after the row was pruned) or touch the row."""
         async with self.pool.connection() as conn:
-            if self.registered and await workers_table.heartbeat(conn, self.id, self.running()):
+            claims = self._claims()
+            if self.registered and await workers_table.heartbeat(
+                conn, self.id, self.running(), claims["failing_since"], claims["claim_error"]
+            ):
                 return
             await workers_table.register(conn, self._params())
             self.registered = True

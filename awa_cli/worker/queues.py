@@ -63,6 +63,10 @@ class QueueRunner:
         # ... because the database could not be reached (a restart, a failover): the worker
         # stays healthy for the watchdog then, since a restart would only kill live handlers
         self.unreachable = False
+        # While failing: since when (unix time) and the last error's first line, for the
+        # worker's row in awa.workers (awa doctor's `claims` check).
+        self.failing_since: float | None = None
+        self.claim_error: str | None = None
         self._stop = asyncio.Event()
         # claimed ahead, not started yet: (row, monotonic time of its claim), in claim order
         self.ahead: deque[tuple[JobRow, float]] = deque()
@@ -155,6 +159,7 @@ class QueueRunner:
             )
         self.failing = False
         self.unreachable = False
+        self.failing_since = self.claim_error = None
         self.ready.set()
 
     async def _claim_failed(self, exc: BaseException, backoff: float) -> None:
@@ -164,6 +169,9 @@ class QueueRunner:
         self.unreachable = isinstance(
             exc, (psycopg.OperationalError, psycopg.InterfaceError, OSError)
         )
+        if self.failing_since is None:
+            self.failing_since = time.time()
+        self.claim_error = first_line(exc)[:500]
         log.error(
             "claim on queue %s failed, retrying in %.1fs: %s",
             self.spec.name,

@@ -189,8 +189,17 @@ class Worker:
             {name: spec.concurrency for name, spec in self.queues.items()},
             lambda: len(self.running),
             self.timings.heartbeat_interval,
+            claims=self.claim_failure,
         )
         self.progress = ProgressFlush(self.core.heartbeat, self.running)
+
+    def claim_failure(self) -> tuple[float, str] | None:
+        """Since when claims fail and why (the longest-failing queue), None while they work."""
+        failing = [r for r in self.runners.values() if r.failing_since is not None]
+        if not failing:
+            return None
+        first = min(failing, key=lambda r: r.failing_since or 0.0)
+        return first.failing_since or 0.0, f"queue {first.spec.name}: {first.claim_error}"
 
     @property
     def stopping(self) -> bool:

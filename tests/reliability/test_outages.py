@@ -190,9 +190,7 @@ def test_the_watchdog_keeps_being_pinged_through_an_outage(
         pinged = [t for t in pings if t > down_since]
         own_server.server.start()
         assert len(pinged) >= 3, (len(pings), fleet.log()[-3000:])
-        wait_for(
-            lambda: all(r[1] == "completed" for r in final_rows(dsn)), 60, "completed", fleet
-        )
+        wait_for(lambda: all(r[1] == "completed" for r in final_rows(dsn)), 60, "completed", fleet)
         assert [(r[1], r[2]) for r in final_rows(dsn)] == [("completed", 1)] * 2
         assert "claim_failed" in fleet.log()  # the claims did fail meanwhile
     finally:

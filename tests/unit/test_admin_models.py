@@ -156,4 +156,4 @@ def test_require_filter() -> None:
     require_filter("dlq purge", all_=True, queue="q", kind=None)  # the filter still applies
     with pytest.raises(awa.ValidationError) as info:
         require_filter("dlq purge", all_=False, queue=None, older_than=None)
-    assert str(info.value) == "all: dlq purge needs a filter (--queue, --older-than) or --all"
+    assert str(info.value) == "dlq purge needs a filter (--queue, --older-than) or --all"

@@ -643,13 +643,23 @@ def test_check_missing_explicit_file_exits_2(tmp_path: Path) -> None:
 
 
 def test_check_accepts_module_specs(tmp_path: Path) -> None:
-    path = write(tmp_path, '[app]\nmodules = ["myapp.jobs", "myapp.jobs:registry", "single"]')
+    # `config check` imports them (as the worker does): they must exist
+    package = tmp_path / "cfgspec_app"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    app_code = "import awa_cli as awa\napp = awa.App()\nregistry = awa.App()\n"
+    (package / "jobs.py").write_text(app_code)
+    (tmp_path / "cfgspec_single.py").write_text(app_code)
+    path = write(
+        tmp_path,
+        '[app]\nmodules = ["cfgspec_app.jobs", "cfgspec_app.jobs:registry", "cfgspec_single"]',
+    )
     result = invoke("--config", str(path), "config", "check", "--json")
     assert result.exit_code == 0, result.stderr
     assert json.loads(result.stdout)["app"]["modules"] == [
-        "myapp.jobs",
-        "myapp.jobs:registry",
-        "single",
+        "cfgspec_app.jobs",
+        "cfgspec_app.jobs:registry",
+        "cfgspec_single",
     ]
 
 

@@ -145,7 +145,6 @@ def test_the_loader_refuses_a_duplicate_or_an_empty_block() -> None:
 # move its statements behind a db/ gateway (docs/architecture.md, "The layers"). The list
 # only shrinks: a new module that loads the statements fails the test below.
 LOADS_STATEMENTS_STILL = {
-    "doctor.py",
     "limit_status.py",
     "maintenance.py",
 }

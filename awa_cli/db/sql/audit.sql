@@ -21,11 +21,13 @@ DELETE FROM awa.audit_log WHERE id IN (
     FOR UPDATE SKIP LOCKED)
 
 -- name: audit_list
--- The newest entries first, optionally for one actor, action or target, or since a time.
+-- The newest entries first, optionally for one actor, action or target (or any of the
+-- targets that name one job: `job:42`, `42`, `id=42`), or since a time.
 SELECT id, at, actor, action, target, result, detail FROM awa.audit_log
 WHERE (%(actor)s::text IS NULL OR actor = %(actor)s::text)
   AND (%(action)s::text IS NULL OR action = %(action)s::text)
   AND (%(target)s::text IS NULL OR target = %(target)s::text)
+  AND (%(targets)s::text[] IS NULL OR target = ANY (%(targets)s::text[]))
   AND (%(since)s::timestamptz IS NULL OR at >= %(since)s::timestamptz)
 ORDER BY at DESC, id DESC
 LIMIT %(limit)s

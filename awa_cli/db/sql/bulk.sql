@@ -10,13 +10,16 @@
 -- never hold one long lock. Purge is one statement per batch (no events, no specs).
 
 -- name: bulk_select_jobs
--- Lock one batch of job ids in %(states)s (one filter of the bulk commands: %(queue)s,
--- %(kind)s; NULL: any), after id %(after)s, in id order.
+-- Lock one batch of job ids in %(states)s (the filters of the bulk commands and of the
+-- dashboard's jobs list: %(queue)s, %(kind)s, %(tag)s, %(ids)s — the ids an operator
+-- selected; NULL: any), after id %(after)s, in id order.
 SELECT id FROM awa.jobs
 WHERE state = ANY (%(states)s::awa.job_state[])
   AND id > %(after)s::bigint
   AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
   AND (%(kind)s::text IS NULL OR kind = %(kind)s::text)
+  AND (%(tag)s::text IS NULL OR %(tag)s::text = ANY (tags))
+  AND (%(ids)s::bigint[] IS NULL OR id = ANY (%(ids)s::bigint[]))
 ORDER BY id
 LIMIT %(batch)s
 FOR UPDATE SKIP LOCKED
@@ -28,6 +31,8 @@ SELECT count(*) FROM awa.jobs
 WHERE state = ANY (%(states)s::awa.job_state[])
   AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
   AND (%(kind)s::text IS NULL OR kind = %(kind)s::text)
+  AND (%(tag)s::text IS NULL OR %(tag)s::text = ANY (tags))
+  AND (%(ids)s::bigint[] IS NULL OR id = ANY (%(ids)s::bigint[]))
   AND (%(older_than)s::float8 IS NULL
        OR finalized_at < now() - %(older_than)s::float8 * interval '1 second')
 
@@ -77,6 +82,8 @@ DELETE FROM awa.jobs WHERE id IN (
       AND rescue_pending IS NULL
       AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
       AND (%(kind)s::text IS NULL OR kind = %(kind)s::text)
+      AND (%(tag)s::text IS NULL OR %(tag)s::text = ANY (tags))
+      AND (%(ids)s::bigint[] IS NULL OR id = ANY (%(ids)s::bigint[]))
       AND (%(older_than)s::float8 IS NULL
            OR finalized_at < now() - %(older_than)s::float8 * interval '1 second')
     LIMIT %(batch)s

@@ -6,6 +6,11 @@
 --   callback_id = %(callback_id)s AND state IN ('waiting_external', 'running')
 --   AND (%(lease)s::bigint IS NULL OR run_lease = %(lease)s::bigint)
 -- written out in full in each statement that uses it.
+--
+-- Each resolution (and a timeout's rescue) appends the wait it ends to the job's metadata
+-- `awa.waits`: the callback id, the attempt and the run that waited (its start and worker),
+-- how it was resolved and when, so the timeline keeps every wait, and the run before a
+-- resume, after the row moved on (architecture §11).
 
 -- name: register_callback
 -- A fresh callback id for the running attempt (guarded by its lease).
@@ -40,7 +45,12 @@ SELECT * FROM awa.jobs WHERE
     AND (%(lease)s::bigint IS NULL OR run_lease = %(lease)s::bigint);
 
 -- name: resolve_complete
-UPDATE awa.jobs SET state = 'completed', finalized_at = now(), callback_timeout_at = NULL,
+UPDATE awa.jobs SET
+    metadata = jsonb_set(metadata, '{awa.waits}', coalesce(metadata -> 'awa.waits', '[]'::jsonb)
+        || jsonb_build_array(jsonb_strip_nulls(jsonb_build_object(
+            'callback_id', callback_id, 'attempt', attempt, 'started_at', attempted_at,
+            'worker', attempted_by, 'resolved', 'completed', 'at', now())))),
+    state = 'completed', finalized_at = now(), callback_timeout_at = NULL,
     callback_in_handler = false, callback_result = %(payload)s::jsonb,
     heartbeat_at = NULL, deadline_at = NULL
 WHERE
@@ -49,7 +59,12 @@ WHERE
 RETURNING *, attempt AS parked_attempt;
 
 -- name: resolve_fail
-UPDATE awa.jobs SET state = 'failed', finalized_at = now(), callback_timeout_at = NULL,
+UPDATE awa.jobs SET
+    metadata = jsonb_set(metadata, '{awa.waits}', coalesce(metadata -> 'awa.waits', '[]'::jsonb)
+        || jsonb_build_array(jsonb_strip_nulls(jsonb_build_object(
+            'callback_id', callback_id, 'attempt', attempt, 'started_at', attempted_at,
+            'worker', attempted_by, 'resolved', 'failed', 'at', now())))),
+    state = 'failed', finalized_at = now(), callback_timeout_at = NULL,
     callback_in_handler = false, heartbeat_at = NULL, deadline_at = NULL,
     errors = errors || jsonb_build_array(
         jsonb_set(jsonb_set(%(entry)s::jsonb, '{attempt}', to_jsonb(attempt)),
@@ -60,7 +75,12 @@ WHERE
 RETURNING *, attempt AS parked_attempt;
 
 -- name: resolve_retry
-UPDATE awa.jobs AS j SET state = 'available', attempt = 0, run_at = now(),
+UPDATE awa.jobs AS j SET
+    metadata = jsonb_set(j.metadata, '{awa.waits}', coalesce(j.metadata -> 'awa.waits', '[]'::jsonb)
+        || jsonb_build_array(jsonb_strip_nulls(jsonb_build_object(
+            'callback_id', j.callback_id, 'attempt', j.attempt, 'started_at', j.attempted_at,
+            'worker', j.attempted_by, 'resolved', 'retried', 'at', now())))),
+    state = 'available', attempt = 0, run_at = now(),
     callback_id = NULL, callback_timeout_at = NULL, callback_in_handler = false,
     heartbeat_at = NULL, deadline_at = NULL
 FROM (SELECT id, attempt FROM awa.jobs WHERE
@@ -76,6 +96,10 @@ RETURNING j.*, before.attempt AS parked_attempt;
 -- continues the same attempt); a handler that registered but has not parked yet finds the
 -- payload when it parks or waits.
 UPDATE awa.jobs SET
+    metadata = jsonb_set(metadata, '{awa.waits}', coalesce(metadata -> 'awa.waits', '[]'::jsonb)
+        || jsonb_build_array(jsonb_strip_nulls(jsonb_build_object(
+            'callback_id', callback_id, 'attempt', attempt, 'started_at', attempted_at,
+            'worker', attempted_by, 'resolved', 'resumed', 'at', now())))),
     callback_result = %(payload)s::jsonb,
     state = CASE WHEN state = 'waiting_external' AND NOT callback_in_handler
                  THEN 'available'::awa.job_state ELSE 'running'::awa.job_state END,

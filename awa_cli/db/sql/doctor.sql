@@ -17,8 +17,12 @@ SELECT current_setting('server_version') AS version,
 -- name: doctor_schema_versions
 -- The applied migration versions; NULL rows when the ledger table does not exist yet
 -- (to_regclass keeps the statement valid on an empty database).
+-- can_read_ledger: the README's least-privilege role may not read it (the check then says so
+-- and the others go on).
 SELECT to_regclass('awa.schema_migrations') IS NOT NULL AS has_ledger,
-       to_regclass('awa.jobs') IS NOT NULL AS has_jobs
+       to_regclass('awa.jobs') IS NOT NULL AS has_jobs,
+       CASE WHEN to_regclass('awa.schema_migrations') IS NOT NULL
+            THEN has_table_privilege('awa.schema_migrations', 'SELECT') END AS can_read_ledger
 
 -- name: doctor_applied_migrations
 SELECT version FROM awa.schema_migrations ORDER BY version
@@ -26,10 +30,18 @@ SELECT version FROM awa.schema_migrations ORDER BY version
 -- name: doctor_leader
 -- Sessions holding the maintenance leader's advisory lock in this database. A bigint key
 -- shows in pg_locks as classid (high 32 bits) and objid (low 32 bits) with objsubid 1.
+-- The live worker whose row names that session (migration 0013: the leader writes its lock
+-- session's backend pid there) gives the leader's host:pid.
 SELECT l.pid, a.application_name, a.client_addr::text AS client_addr,
-       extract(epoch FROM now() - a.backend_start)::float8 AS held_for
+       extract(epoch FROM now() - a.backend_start)::float8 AS held_for,
+       w.host AS worker_host, w.pid AS worker_pid
 FROM pg_locks AS l
 LEFT JOIN pg_stat_activity AS a ON a.pid = l.pid
+LEFT JOIN LATERAL (
+    SELECT host, pid FROM awa.workers
+    WHERE leader_backend_pid = l.pid
+      AND heartbeat_at >= now() - %(stale)s * interval '1 second'
+    ORDER BY heartbeat_at DESC LIMIT 1) AS w ON true
 WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
   AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
   AND ((l.classid::bigint << 32) | l.objid::bigint) = %(key)s::bigint
@@ -87,6 +99,39 @@ WHERE datname = current_database()
   AND pid <> pg_backend_pid()
   AND xact_start < now() - %(threshold)s * interval '1 second'
 ORDER BY xact_start
+
+-- name: doctor_leader_unnamed
+-- doctor_leader for a schema without awa.workers' leader column (before migration 0013).
+SELECT l.pid, a.application_name, a.client_addr::text AS client_addr,
+       extract(epoch FROM now() - a.backend_start)::float8 AS held_for,
+       NULL::text AS worker_host, NULL::int AS worker_pid
+FROM pg_locks AS l
+LEFT JOIN pg_stat_activity AS a ON a.pid = l.pid
+WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
+  AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+  AND ((l.classid::bigint << 32) | l.objid::bigint) = %(key)s::bigint
+
+-- name: doctor_failing_claims
+-- Live workers whose claims fail (migration 0013: each writes since when and why in its row).
+SELECT host, pid, claim_error,
+       extract(epoch FROM now() - claim_failing_since)::float8 AS failing_for
+FROM awa.workers
+WHERE heartbeat_at >= now() - %(stale)s * interval '1 second'
+  AND claim_failing_since IS NOT NULL
+ORDER BY claim_failing_since
+
+-- name: doctor_held_jobs
+-- Running jobs per worker that holds them (attempted_by = host:pid), with the freshest job
+-- heartbeat and whether a live row of awa.workers stands for that worker.
+SELECT j.attempted_by, count(*)::int AS jobs, min(j.id) AS first_id,
+       extract(epoch FROM now() - max(j.heartbeat_at))::float8 AS heartbeat_age,
+       EXISTS (SELECT 1 FROM awa.workers AS w
+               WHERE w.host || ':' || w.pid = j.attempted_by
+                 AND w.heartbeat_at >= now() - %(stale)s * interval '1 second') AS live_row
+FROM awa.jobs AS j
+WHERE j.state = 'running'
+GROUP BY j.attempted_by
+ORDER BY count(*) DESC
 
 -- name: listen_channel
 -- LISTEN on one channel; {channel} is an identifier composed with psycopg.sql by the caller.

@@ -46,6 +46,34 @@ WHERE state IN ('completed', 'failed') AND finalized_at >= now() - interval '1 h
 GROUP BY 1, 2
 ORDER BY 1, 2
 
+-- name: inspect_queue_throughput
+-- One queue's jobs finished per minute over the last hour (the queue page's chart):
+-- completed and failed in awa.jobs (retention index, filtered by queue), plus the jobs that
+-- died into the dead-letter queue in that hour, counted as failed (dead_letters_queue_idx).
+SELECT minute, state, sum(n)::bigint AS count FROM (
+    SELECT date_trunc('minute', finalized_at) AS minute, state::text AS state, count(*) AS n
+    FROM awa.jobs
+    WHERE state IN ('completed', 'failed') AND finalized_at >= now() - interval '1 hour'
+      AND queue = %(queue)s::text
+    GROUP BY 1, 2
+    UNION ALL
+    SELECT date_trunc('minute', dead_at), 'failed', count(*)
+    FROM awa.dead_letters
+    WHERE queue = %(queue)s::text AND dead_at >= now() - interval '1 hour'
+    GROUP BY 1
+) AS finished
+GROUP BY 1, 2
+ORDER BY 1, 2
+
+-- name: inspect_queue_running
+-- One queue's running jobs per worker process (attempted_by, host:pid), for the queue page
+-- (jobs_active_idx finds the queue's running rows; at most its total concurrency).
+SELECT coalesce(attempted_by, '') AS worker, count(*) AS running
+FROM awa.jobs
+WHERE queue = %(queue)s::text AND state = 'running'
+GROUP BY 1
+ORDER BY 1
+
 -- name: inspect_jobs_page
 -- One page of jobs, newest first, keyset-paginated by id: the next page starts below the
 -- last id shown (before_id), so a deep page costs what the first one does. A psycopg.sql

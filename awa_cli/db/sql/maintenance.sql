@@ -19,3 +19,10 @@ DELETE FROM awa.jobs WHERE id IN (
         (state = 'completed' AND finalized_at < now() - %(completed)s * interval '1 second')
         OR (state IN ('failed', 'cancelled') AND finalized_at < now() - %(failed)s * interval '1 second'))
     LIMIT %(limit)s FOR UPDATE SKIP LOCKED);
+
+-- name: leader_mark_worker
+-- The new leader's own row(s) of awa.workers (migration 0013): the backend pid of the session
+-- that holds the leader lock, so `awa doctor` can name the leader's host:pid. No row yet (the
+-- worker registers at the same moment): the leader tries again shortly.
+UPDATE awa.workers SET leader_backend_pid = %(backend_pid)s
+WHERE host = %(host)s AND pid = %(pid)s

@@ -57,6 +57,13 @@ SELECT name FROM awa.queues WHERE dead_letter ORDER BY name
 -- with a skip scan over jobs_claim_idx (one index probe per distinct queue), never by
 -- scanning awa.jobs. Queues whose jobs are all running or finished show only once a worker
 -- has registered them (queue_register) or the config names them.
+--
+-- A row of awa.queues is forgotten (left out; the row stays, and a worker that serves the
+-- queue again brings it back) once nothing keeps it: it is not paused, holds no unfinished
+-- job (jobs_active_idx) and no dead letter, no live worker (heartbeat within 30 s,
+-- defaults.WORKER_STALENESS) serves it, and it was last seen (updated_at: announced with a
+-- changed flag, paused or resumed, or left by its last worker) more than 24 hours ago
+-- (defaults.QUEUE_FORGET_AFTER). Literals, not parameters, so every caller gets one rule.
 WITH RECURSIVE runnable(queue) AS (
     (SELECT queue FROM awa.jobs
      WHERE state IN ('available', 'scheduled', 'retryable')
@@ -68,7 +75,15 @@ WITH RECURSIVE runnable(queue) AS (
     FROM runnable AS r
     WHERE r.queue IS NOT NULL
 ), names AS (
-    SELECT name FROM awa.queues
+    SELECT k.name FROM awa.queues AS k
+    WHERE k.paused
+       OR k.updated_at >= now() - interval '24 hours'
+       OR EXISTS (SELECT 1 FROM awa.jobs AS j
+                  WHERE j.queue = k.name AND j.state NOT IN ('completed', 'failed', 'cancelled'))
+       OR EXISTS (SELECT 1 FROM awa.dead_letters AS d WHERE d.queue = k.name)
+       OR EXISTS (SELECT 1 FROM awa.workers AS w
+                  WHERE w.queues ->> k.name IS NOT NULL
+                    AND w.heartbeat_at >= now() - interval '30 seconds')
     UNION SELECT queue FROM runnable WHERE queue IS NOT NULL
     UNION SELECT unnest(coalesce(%(configured)s::text[], '{}'))
 )

@@ -5,7 +5,9 @@
 -- follow-ups run in a second transaction (rescue_pending_*).
 -- Each rescue_<reason> is the one UPDATE around its rescue_candidates_<reason> select (the
 -- dry run's statement), written out in full. The backoff is the attempt model's
--- (awa_cli/attempts.py: 2**n s plus 0-25 % jitter, capped), its constants passed in.
+-- (awa_cli/attempts.py: 2**n s plus 0-25 % jitter, capped), its constants passed in. The
+-- error entry keeps the rescued attempt's start and worker (attempted_at, attempted_by), as
+-- a worker's own failure entry does, so the timeline says which worker died.
 
 -- name: rescue_stale
 WITH candidates AS (
@@ -20,6 +22,7 @@ UPDATE awa.jobs AS j SET
                                * interval '1 second' END,
     errors = j.errors || jsonb_build_array(jsonb_strip_nulls(jsonb_build_object(
         'error', %(message)s::text, 'attempt', j.attempt, 'at', now(),
+        'started_at', j.attempted_at, 'worker', j.attempted_by,
         'terminal', CASE WHEN j.attempt >= j.max_attempts THEN true END))),
     finalized_at = CASE WHEN j.attempt >= j.max_attempts THEN now() END,
     heartbeat_at = NULL, deadline_at = NULL, callback_id = NULL, callback_timeout_at = NULL,
@@ -40,6 +43,7 @@ UPDATE awa.jobs AS j SET
                                * interval '1 second' END,
     errors = j.errors || jsonb_build_array(jsonb_strip_nulls(jsonb_build_object(
         'error', %(message)s::text, 'attempt', j.attempt, 'at', now(),
+        'started_at', j.attempted_at, 'worker', j.attempted_by,
         'terminal', CASE WHEN j.attempt >= j.max_attempts THEN true END))),
     finalized_at = CASE WHEN j.attempt >= j.max_attempts THEN now() END,
     heartbeat_at = NULL, deadline_at = NULL, callback_id = NULL, callback_timeout_at = NULL,
@@ -60,10 +64,15 @@ UPDATE awa.jobs AS j SET
                                * interval '1 second' END,
     errors = j.errors || jsonb_build_array(jsonb_strip_nulls(jsonb_build_object(
         'error', %(message)s::text, 'attempt', j.attempt, 'at', now(),
+        'started_at', j.attempted_at, 'worker', j.attempted_by,
         'terminal', CASE WHEN j.attempt >= j.max_attempts THEN true END))),
     finalized_at = CASE WHEN j.attempt >= j.max_attempts THEN now() END,
     heartbeat_at = NULL, deadline_at = NULL, callback_id = NULL, callback_timeout_at = NULL,
     callback_in_handler = false,
+    metadata = jsonb_set(j.metadata, '{awa.waits}', coalesce(j.metadata -> 'awa.waits', '[]'::jsonb)
+        || jsonb_build_array(jsonb_strip_nulls(jsonb_build_object(
+            'callback_id', j.callback_id, 'attempt', j.attempt, 'started_at', j.attempted_at,
+            'worker', j.attempted_by, 'resolved', 'timed out', 'at', now())))),
     rescue_pending = CASE WHEN j.kind = ANY (%(spec_kinds)s::text[]) THEN %(reason)s END
 FROM candidates WHERE j.id = candidates.id
 RETURNING j.*;

@@ -14,7 +14,7 @@ from tests.helpers import AwaRunner
 
 import awa_cli as awa
 from awa_cli.admin import cli_actor
-from awa_cli.periodic import Schedule
+from awa_cli.periodic import Schedule, next_fire_after
 
 pytestmark = pytest.mark.integration
 
@@ -174,3 +174,21 @@ def test_the_client_raises_periodic_not_found(dsn: str) -> None:
             with pytest.raises(awa.PeriodicNotFound) as caught:
                 call("nope")
             assert isinstance(caught.value, LookupError)
+
+
+def test_resume_shows_the_real_next_fire_time_not_now(dsn: str) -> None:
+    """D16: `awa cron resume` printed next_fire_at = the moment of the resume (the marker
+    that makes the leader pick the schedule up), not the schedule's next fire time."""
+    store(dsn)
+    assert cron(dsn, "pause", "nightly").exit_code == 0
+    resumed = cron(dsn, "resume", "nightly", "--json")
+    assert resumed.exit_code == 0, resumed.output
+    shown = datetime.fromisoformat(
+        json.loads(resumed.stdout)["next_fire_at"].replace("Z", "+00:00")
+    )
+    row = schedule_row(dsn, "nightly")
+    assert row is not None and row[4] == row[2]  # stored: due at once, for the leader
+    assert shown == next_fire_after(NIGHTLY, row[2]) and shown > row[2]
+    assert shown.astimezone(NIGHTLY.zone).hour == 3  # 03:00 Europe/Berlin
+    listed = {j["name"]: j for j in json.loads(cron(dsn, "list", "--json").stdout)}
+    assert listed["nightly"]["next_fire_at"] == json.loads(resumed.stdout)["next_fire_at"]

@@ -31,6 +31,8 @@ NAMES = [
     "max_connections",
     "listen_notify",
     "leader",
+    "claims",
+    "dead_workers",
     "stuck_rescues",
     "oldest_available",
     "table_bloat",
@@ -116,6 +118,7 @@ def test_unmigrated_database_fails(fresh_dsn: str, config_file: Path) -> None:
     assert checks["schema"]["status"] == "fail"
     assert checks["schema"]["fix"] == "run `awa migrate`"
     assert "stuck_rescues" not in checks  # nothing to look at without awa.jobs
+    assert checks["leader"]["status"] == "warn"  # no awa.workers to name it: still no error
 
 
 def test_a_pending_migration_fails(dsn: str, config_file: Path) -> None:

@@ -126,4 +126,8 @@ def test_a_queue_no_config_table_names_is_enqueued_with_a_warning(
     assert done.returncode == 0, done.stderr
     warnings = [line for line in done.stderr.splitlines() if line.startswith("warning:")]
     assert len(warnings) == 1 and "'emial' is not configured" in warnings[0], done.stderr
+    assert "did you mean 'email'?" in warnings[0]  # D24
     assert jobs(db) == [("send_email", "emial")]
+    far = awa("send_email", "--args", '{"to": "x"}', "--queue", "zzz")
+    [line] = [line for line in far.stderr.splitlines() if line.startswith("warning:")]
+    assert "did you mean" not in line

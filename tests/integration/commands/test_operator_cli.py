@@ -102,8 +102,10 @@ def test_job_bulk_commands_count_json_dry_run_and_refusal(awa: Any, dsn: str) ->
     assert purge.exit_code == 0 and json.loads(purge.stdout) == {"count": 6}
     assert sql(dsn, "SELECT count(*) FROM awa.jobs") == [(0,)]
     audit = sql(dsn, "SELECT action, target, result, detail FROM awa.audit_log ORDER BY id")
+    refusal = {"reason": "retry needs a filter (--state, --queue, --kind) or --all"}
     assert audit == [
-        ("job.retry", "all", "refused", {}),
+        ("job.retry", "all", "refused", refusal),  # the reason is in detail (D10)
+        ("job.retry", f"job:{ids[0]}", "ok", {}),  # the one-job retry
         ("job.retry", "state=failed queue=default", "ok", {"count": 3}),
         ("job.cancel", "queue=default", "ok", {"count": 4}),
         ("job.purge", "older_than=86400.0", "ok", {"count": 0}),

@@ -16,7 +16,7 @@ from tests.integration.db.rows import add_jobs, fail, ids_in, job_record, rowcou
 
 pytestmark = pytest.mark.integration
 
-NO_FILTER: dict[str, Any] = {"queue": None, "kind": None}
+NO_FILTER: dict[str, Any] = {"queue": None, "kind": None, "tag": None, "ids": None}
 
 
 def queue(db: psycopg.Connection, name: str) -> QueueInfo | None:
@@ -147,7 +147,11 @@ def test_bulk_retry_in_bounded_batches(db: psycopg.Connection) -> None:
     running = add_jobs(db, 2, queue="q", state="running")
     db.commit()
     count = run(
-        db, "bulk_count_jobs", states=["failed", "cancelled"], queue="q", kind=None, older_than=None
+        db,
+        "bulk_count_jobs",
+        **{**NO_FILTER, "queue": "q"},
+        states=["failed", "cancelled"],
+        older_than=None,
     )
     assert count == [{"count": 15}]
     done = batches(db, "bulk_retry_jobs", ["failed", "cancelled"], 5, queue="q")
@@ -259,7 +263,7 @@ def test_audit_insert_and_list(db: psycopg.Connection) -> None:
     assert first.detail == {} and first.at is not None
     add("cli:bob", "dlq.purge", None, "3", Jsonb({"queue": "mail", "count": 3}))
     add("cli:alice", "queue.resume", "mail", "ok")
-    everything = {"actor": None, "action": None, "target": None, "since": None, "limit": 10}
+    everything = {"actor": None, "action": None, "target": None, "targets": None, "since": None, "limit": 10}
     listed = [AuditEntry.from_record(r) for r in run(db, "audit_list", **everything)]
     assert [e.action for e in listed] == ["queue.resume", "dlq.purge", "queue.pause"]
     assert listed[1].detail == {"queue": "mail", "count": 3} and listed[1].target is None
@@ -268,3 +272,18 @@ def test_audit_insert_and_list(db: psycopg.Connection) -> None:
     assert [r["action"] for r in run(db, "audit_list", **by)] == ["queue.resume", "queue.pause"]
     assert len(run(db, "audit_list", **{**everything, "limit": 1})) == 1
     assert run(db, "audit_list", **{**everything, "action": "nothing"}) == []
+
+
+def test_audit_list_of_one_job_matches_every_way_its_target_is_written(
+    db: psycopg.Connection,
+) -> None:
+    """``targets``: the rows of one job, whichever surface wrote them (``job:42``, ``42``,
+    ``id=42``), and no other job's."""
+    for target in ("job:42", "42", "id=42", "job:420"):
+        db.execute(
+            "INSERT INTO awa.audit_log (actor, action, target, result) VALUES ('cli:a', 'x', %s, 'ok')",
+            (target,),
+        )
+    where = {"actor": None, "action": None, "target": None, "since": None, "limit": 10}
+    rows = run(db, "audit_list", **where, targets=["job:42", "42", "id=42"])
+    assert sorted(r["target"] for r in rows) == ["42", "id=42", "job:42"]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import os
 import re
 import signal
@@ -547,3 +548,29 @@ def test_with_processes_each_worker_serves_on_port_plus_its_slot(dsn: str, tmp_p
     finally:
         code = stop_worker(proc)
     assert code == 0, log_path.read_text()
+
+
+@pytest.mark.asyncio
+async def test_a_port_already_taken_is_one_clear_line_not_a_traceback(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """D12: a second `awa worker` on one host with the same prometheus_port logs one ERROR
+    line with the way out, and runs on without metrics."""
+    port = free_ports()
+    first, second = PrometheusPlugin(port, env={}), PrometheusPlugin(port, env={})
+    one, two = fake_worker(), fake_worker()
+    await first.awa_worker_started(one)
+    try:
+        with caplog.at_level(logging.INFO, logger="awa.metrics"):
+            await second.awa_worker_started(two)  # must not raise
+        assert second.serving_port is None and first.serving_port == port
+        [record] = [r for r in caplog.records if r.levelno >= logging.ERROR]
+        assert (
+            record.exc_info is None and getattr(record, "action", "") == "metrics_port_unavailable"
+        )
+        message = record.getMessage()
+        assert f"port {port}" in message and "--processes" in message
+        assert len(message.splitlines()) == 1
+        await second.awa_worker_stopping(two)
+    finally:
+        await first.awa_worker_stopping(one)

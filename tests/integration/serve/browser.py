@@ -83,11 +83,12 @@ class Served:
 
 
 @contextlib.contextmanager
-def awa_serve(dsn: str, tmp: Path) -> Iterator[Served]:
+def awa_serve(dsn: str, tmp: Path, extra_config: str = "") -> Iterator[Served]:
     """``awa serve`` as a subprocess on a free loopback port, with a viewer and an operator
-    token; stopped with SIGTERM (it must exit 0)."""
+    token (and ``extra_config`` appended to its awa.toml); stopped with SIGTERM (it must
+    exit 0)."""
     port = free_port()
-    (tmp / "awa.toml").write_text(CONFIG)
+    (tmp / "awa.toml").write_text(CONFIG + extra_config)
     env = {
         **{k: v for k, v in os.environ.items() if not k.startswith("AWA_")},
         "AWA_DATABASE_URL": dsn,

@@ -36,6 +36,10 @@ KNOWN_ACTIONS = {
     "/jobs/{job_id:int}/callback",
     "/api/jobs/{job_id:int}/cancel",
     "/api/jobs/{job_id:int}/retry",
+    "/jobs/bulk",
+    "/api/jobs/bulk/{verb}",
+    "/dlq/bulk",
+    "/api/dlq/bulk/{verb}",
     *(
         prefix + path
         for prefix in ("", "/api")

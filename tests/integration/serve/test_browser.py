@@ -31,7 +31,17 @@ from tests.integration.serve.browser import (
 
 pytestmark = [pytest.mark.integration]
 
-PAGES = ["/", "/jobs", "/queues", "/dlq", "/periodic", "/workers", "/kinds", "/audit"]
+PAGES = [
+    "/",
+    "/jobs",
+    "/queues",
+    "/queues/email",
+    "/dlq",
+    "/periodic",
+    "/workers",
+    "/kinds",
+    "/audit",
+]
 
 
 def ids_where(dsn: str, condition: str) -> list[int]:
