@@ -13,7 +13,9 @@ The public API; everything else is internal::
 from __future__ import annotations
 
 from awa_cli.app import App
+from awa_cli.batches import Batch, BatchCounts, BatchRow
 from awa_cli.client import AsyncClient, ResolveResult, insert, insert_async
+from awa_cli.client_batches import insert_batch, insert_batch_async
 from awa_cli.deadletters import DeadLetter
 from awa_cli.events import JobEvent, RescueReason
 from awa_cli.enqueue import DEFAULT_UNIQUE_STATES, EnqueueRequest, InsertOpts, UniqueOpts
@@ -25,6 +27,8 @@ from awa_cli.plugins import ambient as _ambient
 from awa_cli.errors import (
     AppNotFound,
     AwaError,
+    BatchNotFound,
+    BatchSealed,
     CallbackNotFound,
     CallbackWaitAborted,
     ConfigError,
@@ -62,6 +66,11 @@ __all__ = [
     "AppNotFound",
     "AsyncClient",
     "AwaError",
+    "Batch",
+    "BatchCounts",
+    "BatchNotFound",
+    "BatchRow",
+    "BatchSealed",
     "CallbackNotFound",
     "CallbackToken",
     "CallbackWaitAborted",
@@ -108,6 +117,8 @@ __all__ = [
     "hookimpl",
     "insert",
     "insert_async",
+    "insert_batch",
+    "insert_batch_async",
     "kind_for",
 ]
 

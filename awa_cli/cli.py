@@ -19,12 +19,12 @@ EXIT_NOT_FOUND = 4
 
 
 def exit_code_for(exc: BaseException) -> int:
-    from awa_cli.errors import AppNotFound, PeriodicNotFound
+    from awa_cli.errors import AppNotFound, BatchNotFound, PeriodicNotFound
     from awa_cli.config import ConfigError
 
     if isinstance(exc, (ValidationError, ConfigError, AppNotFound)):
         return EXIT_USAGE
-    if isinstance(exc, (JobNotFound, CallbackNotFound, PeriodicNotFound)):
+    if isinstance(exc, (JobNotFound, CallbackNotFound, PeriodicNotFound, BatchNotFound)):
         return EXIT_NOT_FOUND
     return EXIT_FAILED
 
@@ -145,10 +145,11 @@ def cli(
 
 def _register_commands() -> None:
     from awa_cli.commands import callback, config, db, job, migrate, plugins, queue, rescue, worker
-    from awa_cli.commands import audit, cron, dlq, doctor, serve
+    from awa_cli.commands import audit, batch, cron, dlq, doctor, serve
 
     for module in (
         audit,
+        batch,
         callback,
         config,
         cron,

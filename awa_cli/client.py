@@ -19,6 +19,7 @@ import psycopg
 from psycopg_pool import AsyncConnectionPool
 
 from awa_cli.app import prepare_job
+from awa_cli.client_batches import BatchMethods
 from awa_cli.client_ops import OperatorMethods
 from awa_cli.db.copy import copy_encoder
 from awa_cli.db.history import read_timeline
@@ -119,7 +120,7 @@ async def _copy_jobs(
     return count
 
 
-class AsyncClient(InspectReads, OperatorMethods):
+class AsyncClient(InspectReads, OperatorMethods, BatchMethods):
     """Enqueue, inspect and operate on jobs. With ``app=`` it runs that app's follow-up specs
     in each transition's transaction and dispatches its hooks after commit."""
 

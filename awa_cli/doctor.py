@@ -124,6 +124,7 @@ async def diagnose(dsn: str, options: DoctorOptions | None = None) -> list[Check
                 ),
             ),
             ("leader", lambda: check_leader(conn)),
+            ("limits", lambda: check_limits_agree(conn)),
         ]
         if has_jobs:
             stale = options.heartbeat_staleness * 3
@@ -308,6 +309,50 @@ async def check_leader(conn: psycopg.AsyncConnection[Any]) -> Check:
         Status.OK,
         f"held by backend pid {leader['pid']} ({app_name}, {where}; no live worker row names it)",
     )
+
+
+async def check_limits_agree(conn: psycopg.AsyncConnection[Any]) -> Check:
+    """The live workers enforce one set of [limits] (the digest each records), and it is
+    the announced one (architecture §13)."""
+    from awa_cli.db import limits as limits_table
+    from awa_cli.limits import limits_digest
+
+    try:
+        live = await limits_table.live_digests(conn, defaults.WORKER_STALENESS)
+    except psycopg.errors.UndefinedColumn:
+        return Check(
+            "limits", Status.WARN, "not checked: needs migration 0009", "run `awa migrate`"
+        )
+    by_digest: dict[str, list[str]] = {}
+    for w in live:
+        if w["limits_digest"] is not None:
+            by_digest.setdefault(w["limits_digest"], []).append(f"{w['host']}:{w['pid']}")
+    if len(by_digest) > 1:
+        groups = "; ".join(f"{', '.join(ws)} enforce {d}" for d, ws in sorted(by_digest.items()))
+        return Check(
+            "limits",
+            Status.FAIL,
+            f"live workers enforce different [limits]: {groups}",
+            "restart every worker with the same [limits] tables (awa worker logs the "
+            "difference at ERROR)",
+        )
+    if not by_digest:
+        return Check("limits", Status.OK, "no live worker")
+    ((digest, workers),) = by_digest.items()
+    try:
+        async with conn.transaction():
+            announced = limits_digest(await limits_table.announced(conn))
+    except psycopg.errors.InsufficientPrivilege:
+        return Check("limits", Status.OK, f"{len(workers)} live workers agree ({digest})")
+    if announced != digest and digest != limits_digest([]):
+        return Check(
+            "limits",
+            Status.FAIL,
+            f"the announced limits ({announced}) are not those the live workers enforce "
+            f"({digest}): awa job show and the gauge report the wrong ones",
+            "restart a worker with the fleet's [limits] (it announces them again)",
+        )
+    return Check("limits", Status.OK, f"{len(workers)} live workers agree ({digest})")
 
 
 async def check_claims(conn: psycopg.AsyncConnection[Any]) -> Check:

@@ -67,6 +67,14 @@ class PeriodicNotFound(AwaError, LookupError):
     """No periodic schedule of that name (``awa cron``: exit 4)."""
 
 
+class BatchNotFound(AwaError, LookupError):
+    """No batch has this id (``get_batch``, ``awa batch show``: exit 4)."""
+
+
+class BatchSealed(AwaError):
+    """A member was added to a batch that is already sealed (architecture §16)."""
+
+
 class QueueNotFound(AwaError, LookupError):
     """No queue of that name is known (no row in ``awa.queues``, no runnable job): ``awa
     serve`` answers 404 rather than creating one by pausing it."""
@@ -176,6 +184,8 @@ class EmbeddedError(AwaError):
 __all__ = [
     "AppNotFound",
     "AwaError",
+    "BatchNotFound",
+    "BatchSealed",
     "CallbackNotFound",
     "CallbackWaitAborted",
     "ConfigError",

@@ -17,27 +17,15 @@ from typing import Any
 
 import psycopg
 
-from awa_cli.db.statements import SQL
+from awa_cli.db import limits as limits_table
 from awa_cli.limits import Limit
 
 RUNNABLE = ("available", "scheduled", "retryable")
 
 
 async def publish(conn: psycopg.AsyncConnection[Any], limits: Iterable[Limit]) -> None:
-    """Replace ``awa.limits`` with ``limits`` (the last worker to start wins)."""
-    chosen = list(limits)
-    await conn.execute(
-        SQL["limit_publish"],
-        {
-            "names": [lim.name for lim in chosen],
-            "kinds": [lim.kind for lim in chosen],
-            "queues": [lim.queue for lim in chosen],
-            "keys": [lim.key for lim in chosen],
-            "max": [lim.max_running for lim in chosen],
-            "rate_n": [lim.rate_count for lim in chosen],
-            "rate_w": [lim.rate_window for lim in chosen],
-        },
-    )
+    """Replace ``awa.limits`` with ``limits`` (a worker joining the fleet, architecture §13)."""
+    await limits_table.publish(conn, limits)
 
 
 def _stamp(at: datetime) -> str:
@@ -70,14 +58,9 @@ def reason(record: dict[str, Any], now: datetime) -> str | None:
 
 async def explain(conn: psycopg.AsyncConnection[Any], job_id: int) -> dict[str, Any] | None:
     """The ``limit_explain`` row of ``job_id`` plus its ``reason`` (None: no such job)."""
-    from psycopg.rows import dict_row
-
-    async with conn.cursor(row_factory=dict_row) as cur:
-        await cur.execute(SQL["limit_explain"], {"id": job_id})
-        record = await cur.fetchone()
-    if record is None:
+    out = await limits_table.explain(conn, job_id)
+    if out is None:
         return None
-    out = dict(record)
     out["reason"] = reason(out, out.pop("now"))
     return out
 
@@ -103,5 +86,4 @@ class LimitGauges:
 
 async def waiting(conn: psycopg.AsyncConnection[Any]) -> dict[str, int]:
     """Per announced limit, the due available jobs whose key is at its limit."""
-    rows = await (await conn.execute(SQL["limit_waiting"])).fetchall()
-    return {name: int(count) for name, count in rows}
+    return await limits_table.waiting(conn)

@@ -23,7 +23,7 @@ from pathlib import Path
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from benchmarks import history, measures, peers, periodic, references, sustained
+from benchmarks import batches, history, limited, measures, peers, periodic, references, sustained
 from benchmarks.server import BenchServer
 
 MEASURES = {
@@ -35,11 +35,15 @@ MEASURES = {
     "drain_follow_up": measures.drain_follow_up,
     "drain_processes_2": measures.drain_processes_2,
     "drain_limited": measures.drain_limited,
+    "limited_one_key": limited.limited_one_key,
+    "limited_rate": limited.limited_rate,
     "periodic_sweep_idle": periodic.periodic_sweep_idle,
     "periodic_sweep_100_due": periodic.periodic_sweep_100_due,
     "drain_with_history": history.drain_with_history,
     "drain_deep": history.drain_deep,
     "sustained_load": sustained.sustained_load,
+    "batch_100k": batches.batch_100k,
+    "batch_100k_one_shard": batches.batch_100k_one_shard,
     # references: what bounds the measures above on this machine (README, "What bounds the rest")
     "drain_concurrency_100": measures.drain_concurrency_100,
     "drain_without_claim_ahead": measures.drain_without_claim_ahead,
@@ -52,10 +56,11 @@ MEASURES = {
     "insert_one_no_conflict_sql": references.insert_one_no_conflict_sql,
     "insert_one_bare_sql": references.insert_one_bare_sql,
     "drain_deep_vacuumed": history.drain_deep_vacuumed,
+    "drain_without_batch_triggers": batches.drain_without_batch_triggers,
 }
 
 # Run only when named in --only: long, and only of interest next to the measure they vary.
-OPT_IN = {"drain_deep_vacuumed"}
+OPT_IN = {"drain_deep_vacuumed", "batch_100k_one_shard", "drain_without_batch_triggers"}
 
 # Measured again on uvloop (``uvloop.<name>``) with ``--loop both``: those that run an awa
 # worker, or awa's client in this process.
@@ -71,6 +76,9 @@ RATIOS = [  # (numerator, denominator) printed when both ran
     ("drain_limited", "drain"),
     ("drain_with_history", "drain"),
     ("drain_deep", "drain"),
+    ("batch_100k", "drain"),
+    ("batch_100k_one_shard", "batch_100k"),
+    ("drain", "drain_without_batch_triggers"),
     ("drain_deep_vacuumed", "drain_deep"),
     ("drain", "claim_complete_sql"),
     ("drain", "claim_complete_overlap_sql"),
@@ -173,6 +181,14 @@ def details(res: dict[str, Any]) -> list[str]:
             f"first 10% {fmt(res['first_10pct_jobs_per_s'], ' jobs/s')}  last 10% "
             f"{fmt(res['last_10pct_jobs_per_s'], ' jobs/s')}  last/first "
             f"{res['last_over_first']['median']:.2f}x"
+        )
+    if "starts_per_s" in res:
+        lines.append(f"starts {fmt(res['starts_per_s'], '/s')} of one key (target ≥ 30/s)")
+    if "max_starts_per_window" in res:
+        lines.append(
+            f"starts per full 1 s window: max {fmt(res['max_starts_per_window'], '', 0)}, min "
+            f"{fmt(res['min_starts_per_window'], '', 0)}; most in any 1 s span "
+            f"{fmt(res['max_starts_any_1s'], '', 0)} (target 100 ± 5, never above 100)"
         )
     if "claim_probe_ms_start" in res:
         lines.append(

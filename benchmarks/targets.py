@@ -133,6 +133,7 @@ TARGETS: tuple[Target, ...] = (
         "`drain_with_history` / `drain`", 0.9, "drain_with_history", "drain", "drain_with_history"
     ),
     _ratio_row("`drain_deep` / `drain`", 0.8, "drain_deep", "drain", "drain_deep"),
+    _ratio_row("`batch_100k` / `drain`", 0.8, "batch_100k", "drain", "batch_100k"),
     Target(
         "`drain_deep`: last 10% / first 10% of the backlog",
         "≥ 0.95×",

@@ -34,6 +34,12 @@ class NotifyReportReady:
     report_id: int
 
 
+@dataclass
+class SyncAccount:
+    tenant_id: str
+    account: int = 0
+
+
 @app.task(SendEmail, queue="email")
 async def send_email(job: awa.Job) -> None:
     """An async handler: it runs on the worker's event loop."""
@@ -62,6 +68,12 @@ def generate_report(job: awa.Job) -> None:
 @app.task(NotifyReportReady)
 async def notify_report_ready(job: awa.Job) -> None:
     log.info("report %s is ready", job.args.report_id)
+
+
+@app.task(SyncAccount)
+async def sync_account(job: awa.Job) -> None:
+    """Sync one account of a tenant: awa.toml.example's [limits.per_tenant] bounds these."""
+    await asyncio.sleep(0.05)  # pretend to call the tenant's API
 
 
 # A durable follow-up: inserted in the same transaction as the report's completion.

@@ -77,13 +77,11 @@ def _check_app(ctx: CliContext, source: str | None) -> Any:
 
 def _check_limits(ctx: CliContext, app: Any) -> None:
     """The [limits.NAME] tables against the imported app (their kind or queue exists, their
-    key path is in the args type): the check the worker runs at start, when this awa has it
-    (``awa_cli.limits.validate_limits``, raising ConfigError naming the key)."""
-    from awa_cli import limits
+    key path is in the args type): the check the worker runs at start
+    (``awa_cli.limits.validate_limits``; exit 2, one line naming each key)."""
+    from awa_cli.commands.worker import check_limits_against_app
 
-    validate = getattr(limits, "validate_limits", None)
-    if validate is not None and ctx.config.limits:
-        validate(ctx.config.limits, app, ctx.config.queues)
+    check_limits_against_app(ctx, app)
 
 
 def _resolved_url(ctx: CliContext) -> tuple[str | None, str]:

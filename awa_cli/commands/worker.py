@@ -6,7 +6,7 @@ import asyncio
 import logging
 import signal
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import click
@@ -71,7 +71,24 @@ def require_handlers(ctx: CliContext, app: Any) -> None:
         )
 
 
-def build_worker(ctx: CliContext, queue_options: tuple[str, ...]) -> Any:
+def check_limits_against_app(ctx: CliContext, app: Any, queues: Iterable[str] = ()) -> None:
+    """The ``[limits.NAME]`` tables checked against the loaded app (``validate_limits``): any
+    error is a config error (exit 2), one line per problem, each naming its key."""
+    from awa_cli.limits import validate_limits
+
+    config = ctx.config
+    if not config.limits:
+        return
+    errors = validate_limits(config.limits.values(), app, [*config.queues, *queues])
+    if errors:
+        source = str(config.path) if config.path else None
+        message = "; ".join(e.message for e in errors)  # one line, every problem
+        raise ConfigError(message, key=errors[0].key, source=source)
+
+
+def build_worker(
+    ctx: CliContext, queue_options: tuple[str, ...], accept_limits_change: bool = False
+) -> Any:
     from awa_cli.config import QueueConfig, dead_letter_enabled
     from awa_cli.worker.queues import QueueSpec
     from awa_cli.worker.runtime import Worker
@@ -80,6 +97,7 @@ def build_worker(ctx: CliContext, queue_options: tuple[str, ...]) -> Any:
     require_app_modules(ctx)
     app = ctx.app
     require_handlers(ctx, app)
+    check_limits_against_app(ctx, app, parse_queue_options(queue_options))
 
     def spec(name: str, concurrency: int, q: QueueConfig) -> QueueSpec:
         return QueueSpec(
@@ -107,6 +125,7 @@ def build_worker(ctx: CliContext, queue_options: tuple[str, ...]) -> Any:
         plugins=ctx.plugins,
         callback_base_url=config.serve.callback_base_url,
         limits=tuple(config.limits.values()),
+        accept_limits_change=accept_limits_change,
         heartbeat_interval=m.heartbeat_interval,
         heartbeat_staleness=m.heartbeat_staleness,
         rescue_interval=m.rescue_interval,
@@ -171,8 +190,16 @@ async def run_until_signalled(worker: Any, env: Mapping[str, str] | None = None)
     default=None,
     help="Worker processes to supervise (default: [worker] processes).",
 )
+@click.option(
+    "--accept-limits-change",
+    is_flag=True,
+    help="Start even though live workers enforce other [limits]: this worker's replace the "
+    "fleet's announced limits (restart the others with the same config).",
+)
 @pass_context
-def command(ctx: CliContext, queues: tuple[str, ...], processes: int | None) -> None:
+def command(
+    ctx: CliContext, queues: tuple[str, ...], processes: int | None, accept_limits_change: bool
+) -> None:
     """Run the worker daemon in the foreground until SIGTERM/SIGINT.
 
     The first SIGTERM or SIGINT drains: stop claiming, turn every running job's
@@ -190,6 +217,12 @@ def command(ctx: CliContext, queues: tuple[str, ...], processes: int | None) -> 
 
     Under systemd (NOTIFY_SOCKET set) it reports READY once it can claim, STATUS, STOPPING,
     and WATCHDOG while its claims work.
+
+    [limits.NAME] tables are checked against the app at start (exit 2 naming the key). The
+    fleet shares one set of limits: when a live worker enforces other [limits] than this
+    one's config, the worker logs the difference at ERROR and exits 2, unless
+    --accept-limits-change (then its limits replace the announced ones; awa doctor fails
+    until every worker runs with them).
     """
     processes = processes or ctx.config.worker.processes
     if queues:
@@ -212,17 +245,19 @@ def command(ctx: CliContext, queues: tuple[str, ...], processes: int | None) -> 
             *(["-q"] if ctx.terminal.quiet else []),
             "worker",
             *(f"--queue={q}" for q in queues),
+            *(["--accept-limits-change"] if accept_limits_change else []),
             "--processes",
             "1",
         ]
         # The URL goes by environment, not argv (ps shows argv); resolved once, so the
         # children share one embedded server rather than race to start it.
         require_app_modules(ctx)  # config errors (exit 2) before the database (exit 1)
+        check_limits_against_app(ctx, ctx.app, sizes)
         dsn = ctx.dsn()
         check_database(dsn)  # one clear line and exit 1, not N children failing in a loop
         env = {**ctx.env, "AWA_DATABASE_URL": dsn}
         plan = SupervisorPlan(argv, env, processes, sizes, config.worker.shutdown_timeout)
         raise SystemExit(supervise(plan, ctx.env))
-    worker = build_worker(ctx, queues)
+    worker = build_worker(ctx, queues, accept_limits_change)
     check_database(ctx.dsn())  # before "started": unreachable, refused or unmigrated is fatal
     asyncio.run(run_until_signalled(worker, ctx.env))

@@ -111,7 +111,7 @@ def build_app(client: AsyncClient, settings: ServeSettings) -> Starlette:
     from starlette.routing import BaseRoute, Mount, Route
     from starlette.staticfiles import StaticFiles
 
-    from awa_cli.serve import api, bulk, controls, dead_letters_bulk, fleet, pages, queues
+    from awa_cli.serve import api, batches, bulk, controls, dead_letters_bulk, fleet, pages, queues
 
     policy = Policy(
         list(settings.tokens),
@@ -132,6 +132,7 @@ def build_app(client: AsyncClient, settings: ServeSettings) -> Starlette:
         routes.append(Route("/metrics", metrics, methods=["GET"]))
         routes += pages.routes() + api.routes() + fleet.routes() + controls.routes()
         routes += queues.routes() + bulk.routes() + dead_letters_bulk.routes()
+        routes += batches.routes()
         routes.append(Mount("/static", StaticFiles(directory=str(STATIC)), name="static"))
 
     @contextlib.asynccontextmanager

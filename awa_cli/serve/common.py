@@ -44,6 +44,7 @@ NAV = [
     NavItem("/queues", "Queues"),
     NavItem("/dlq", "DLQ"),
     NavItem("/periodic", "Periodic"),
+    NavItem("/batches", "Batches"),
     NavItem("/workers", "Workers"),
     NavItem("/kinds", "Kinds"),
     NavItem("/audit", "Audit"),
@@ -96,10 +97,13 @@ def status_for(exc: BaseException) -> int:
         PeriodicNotFound,
         QueueNotFound,
         UniqueConflict,
+        BatchNotFound,
         ValidationError,
     )
 
-    if isinstance(exc, (JobNotFound, CallbackNotFound, PeriodicNotFound, QueueNotFound)):
+    if isinstance(
+        exc, (JobNotFound, CallbackNotFound, PeriodicNotFound, QueueNotFound, BatchNotFound)
+    ):
         return 404
     if isinstance(exc, (InvalidJobState, UnknownKindRefused, UniqueConflict)):
         return 409

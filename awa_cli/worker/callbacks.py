@@ -16,7 +16,8 @@ from awa_cli.db import jobs
 from awa_cli.errors import AwaError, CallbackWaitAborted
 
 if TYPE_CHECKING:
-    from awa_cli.jobs import CallbackToken, JobRow
+    from awa_cli.batches import BatchRow
+    from awa_cli.jobs import CallbackToken, JobRow, PreparedJob
     from awa_cli.outcomes import OutcomeCore
     from awa_cli.worker.services import RunningJobs, WaitingAttempt
 
@@ -43,6 +44,22 @@ class CallbackServices:
         if not await self.core.register_callback(row.id, row.run_lease, callback_id, timeout):
             raise CallbackWaitAborted(f"job {row.id} is no longer running this attempt")
         return callback_id
+
+    async def insert_into_batch(self, batch_id: int, jobs: list[PreparedJob]) -> list[JobRow]:
+        """A handler's ``job.batch.insert``: members into its own open batch, now."""
+        from awa_cli.db import batches
+
+        rows = []
+        async with self.core.pool.connection() as conn:
+            for prepared in jobs:
+                rows.append(await batches.insert_member(conn, batch_id, prepared))
+        return rows
+
+    async def get_batch(self, batch_id: int) -> BatchRow:
+        from awa_cli.db import batches
+
+        async with self.core.pool.connection() as conn:
+            return await batches.get(conn, batch_id)
 
     async def wait_for_callback(self, job: WaitingAttempt, token: CallbackToken) -> Any:
         if token.id != job.callback_id:

@@ -8,6 +8,7 @@ import uuid
 from datetime import timedelta
 from typing import Any
 
+from awa_cli.batches import BatchCounts, BatchRow, JobBatchInfo, prepare_members
 from awa_cli.metadata import following
 from awa_cli.app import prepare_job
 from awa_cli.attempts import AttemptRecord
@@ -25,11 +26,50 @@ from awa_cli.worker.staging import (
     StagedFollowUps,
 )
 
+
+class JobBatch:
+    """``job.batch``: the batch this job belongs to, or whose callback it is.
+
+    ``id``; ``callback`` (``on_success``, ``on_complete``, ``on_death``, or None for a
+    member); ``counts`` (for a callback: the batch's counts when its condition came true; for
+    a member: None, ask :meth:`get`). A member adds members to its own batch while the batch
+    is open with :meth:`insert` (``BatchSealed`` once it is sealed).
+    """
+
+    def __init__(
+        self, info: JobBatchInfo, services: AttemptServices | None, prepare: Prepare
+    ) -> None:
+        self.id = info.id
+        self.callback = info.callback
+        self.counts: BatchCounts | None = info.counts
+        self._services = services
+        self._prepare = prepare
+
+    def __repr__(self) -> str:
+        return f"<awa.JobBatch {self.id}>"
+
+    def _worker(self) -> AttemptServices:
+        if self._services is None:
+            raise ValidationError("batch", "needs a worker (use AwaTestClient in tests)")
+        return self._services
+
+    async def insert(self, args: Any, **insert_options: Any) -> JobRow:
+        """Add a member to this (open) batch now; returns its row."""
+        [prepared] = prepare_members(None, [args], insert_options, self._prepare)
+        [row] = await self._worker().insert_into_batch(self.id, [prepared])
+        return row
+
+    async def get(self) -> BatchRow:
+        """The batch as it is now (its counts, its state)."""
+        return await self._worker().get_batch(self.id)
+
+
 __all__ = [
     "MAX_STAGED_BYTES",
     "MAX_STAGED_FOLLOW_UPS",
     "FollowUps",
     "Job",
+    "JobBatch",
     "Prepare",
     "StagedFollowUps",
 ]
@@ -73,6 +113,7 @@ class Job:
         self.control = control if control is not None else JobControl()
         self.control.progress.value = row.progress
         self._services = services
+        self._prepare: Prepare = prepare or functools.partial(prepare_job, None)
         self._output: Any = None
         self._has_output = False
         if staging is None:
@@ -84,6 +125,13 @@ class Job:
 
     def __repr__(self) -> str:
         return f"<awa.Job {self.id} {self.kind} attempt {self.attempt}/{self.max_attempts}>"
+
+    # -- batches -------------------------------------------------------------------------
+    @property
+    def batch(self) -> JobBatch | None:
+        """The batch this job is a member of, or whose callback it is (None: neither)."""
+        info = JobBatchInfo.from_metadata(self.metadata)
+        return None if info is None else JobBatch(info, self._services, self._prepare)
 
     # -- cancellation --------------------------------------------------------------------
     def is_cancelled(self) -> bool:

@@ -15,7 +15,13 @@ from typing import TYPE_CHECKING, Any
 
 import psycopg
 
-from awa_cli.db.channels import CALLBACK_CHANNEL, CANCEL_CHANNEL, listen, queue_channels
+from awa_cli.db.channels import (
+    CALLBACK_CHANNEL,
+    CANCEL_CHANNEL,
+    LIMIT_CHANNEL,
+    listen,
+    queue_channels,
+)
 from awa_cli.db.retry import Backoff, first_line
 from awa_cli.db.roundtrip import notifications_work
 
@@ -34,7 +40,9 @@ class Listener:
         services: CallbackServices,
         poll_interval: float = 1.0,
         on_cancel: Callable[[int], object] | None = None,
+        on_limit: Callable[[str], object] | None = None,
     ) -> None:
+        self.on_limit = on_limit  # slots of this limit freed on another worker (LIMIT_CHANNEL)
         self.on_cancel = on_cancel  # an operator cancelled this job id (CANCEL_CHANNEL)
         self.dsn = dsn
         self.services = services
@@ -58,7 +66,8 @@ class Listener:
                     for runner in self.runners:
                         channel = channels[runner.spec.name]
                         self.by_channel.setdefault(channel, []).append(runner)
-                    await listen(conn, [*self.by_channel, CALLBACK_CHANNEL, CANCEL_CHANNEL])
+                    extra = [LIMIT_CHANNEL] if self.on_limit is not None else []
+                    await listen(conn, [*self.by_channel, CALLBACK_CHANNEL, CANCEL_CHANNEL, *extra])
                     if not self.checked_notify:
                         # Behind a transaction-mode pooler LISTEN/NOTIFY does not work: say
                         # so once (awa doctor says it too); pickups then wait for the poll.
@@ -97,6 +106,10 @@ class Listener:
             self.services.wake_waiter(notify.payload)  # a waiting handler sees it at once
             if self.on_cancel is not None and notify.payload.isdigit():
                 self.on_cancel(int(notify.payload))
+            return
+        if notify.channel == LIMIT_CHANNEL:
+            if self.on_limit is not None:
+                self.on_limit(notify.payload)
             return
         if notify.channel == CALLBACK_CHANNEL:
             self.services.wake_waiter(notify.payload)

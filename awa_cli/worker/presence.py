@@ -62,10 +62,12 @@ class Presence:
         queues: Mapping[str, int],
         running: Callable[[], int],
         interval: float,
+        limits_digest: str | None = None,
         *,
         claims: Callable[[], tuple[float, str] | None] = lambda: None,
     ) -> None:
         self.pool = pool
+        self.limits_digest = limits_digest  # the [limits] it enforces (worker/fleet.py)
         self.claims = claims  # (failing since, error) while claims fail (migration 0013)
         self.host = socket.gethostname()
         self.pid = os.getpid()
@@ -92,6 +94,7 @@ class Presence:
             "kinds": json.dumps(self.kinds),
             "running": self.running(),
             "version": _version(),
+            "limits_digest": self.limits_digest,
         }
 
     async def beat(self) -> None:
@@ -104,6 +107,11 @@ class Presence:
                 return
             await workers_table.register(conn, self._params())
             self.registered = True
+
+    async def register_on(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        """Register on ``conn`` (in the caller's transaction: joining the fleet)."""
+        await workers_table.register(conn, self._params())
+        self.registered = True
 
     async def run(self, stopping: asyncio.Event) -> None:
         failing = False  # warn once per outage, not every beat (e.g. migration 0005 missing)

@@ -56,6 +56,7 @@ class QueueRunner:
         self._wake = asyncio.Event()
         self._has_work = True  # the last claim filled every free slot
         self._notified = False  # woken for new work since the last claim began
+        self.short = False  # the last claim returned fewer jobs than it asked for
         self.claimed = 0
         self.claims = 0
         self.ready = asyncio.Event()  # set after the first successful claim round
@@ -138,7 +139,8 @@ class QueueRunner:
                 claimed_at = time.monotonic()
                 self.ahead.extend((row, claimed_at) for row in rows)
                 self._start_ahead()
-                self._has_work = len(rows) >= requested or self._notified
+                self.short = len(rows) < requested
+                self._has_work = not self.short or self._notified
                 if self._has_work:
                     continue
                 timeout = await self._until_next_due(poll)

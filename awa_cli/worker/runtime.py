@@ -28,13 +28,14 @@ import psycopg
 from awa_cli import defaults
 from awa_cli.db import jobs
 from awa_cli.app import prepare_job
+from awa_cli.db.channels import limit_payload, notify_limits
 from awa_cli.db.dsn import redact, with_options
 from awa_cli.db.pools import POOL_WAIT_SECONDS, claim_pool, recheck, worker_pool
 from awa_cli.db.retry import first_line
 from awa_cli.dispatch import Dispatcher, EventHook
 from awa_cli.errors import AwaError
 from awa_cli.events import RescueReason
-from awa_cli.limits import ClaimPlan, Limit, check_limits
+from awa_cli.limits import ClaimPlan, Limit, check_limits, limits_digest
 from awa_cli.outcomes import AttemptResult, Finalized, OutcomeCore
 from awa_cli.worker.callbacks import CallbackServices
 from awa_cli.worker.executor import execute
@@ -44,6 +45,7 @@ from awa_cli.worker.progress import ProgressFlush
 from awa_cli.worker.listener import Listener
 from awa_cli.worker.presence import Presence
 from awa_cli.worker.queues import QueueRunner, QueueSpec
+from awa_cli.worker.refill import KeyPaths, Refill
 from awa_cli.worker.services import RunnerContext, RunningJobs, WorkerStats
 from awa_cli.worker.threads import DaemonThreads
 
@@ -86,6 +88,7 @@ class Worker:
         callback_base_url: str | None = None,
         limits: Sequence[Limit] = (),
         listen_dsn: str | None = None,
+        accept_limits_change: bool = False,
         **timings: Any,
     ) -> None:
         self.app = app
@@ -136,6 +139,7 @@ class Worker:
         # [limits.NAME] (architecture §13): a queue they can select, or with priority aging,
         # claims with the limit-aware statements; the others keep the plain claim.
         self.limits = tuple(limits)
+        self.accept_limits_change = accept_limits_change  # replace the fleet's (worker/fleet.py)
         check_limits(self.limits)
         for name, spec in self.queues.items():
             self.core.plan_claims(name, ClaimPlan.for_queue(name, self.limits, spec.priority_aging))
@@ -150,8 +154,8 @@ class Worker:
         prepare = functools.partial(prepare_job, self.app)
         context = RunnerContext(
             claim=self.core.claim,
-            seconds_until_due=functools.partial(jobs.seconds_until_due, self.core.pool),
-            started=self.core.started,
+            seconds_until_due=self._seconds_until_due,
+            started=self._started,
             execute=lambda row, waited: execute(
                 self.app,
                 row,
@@ -170,12 +174,15 @@ class Worker:
             poll_interval=self.timings.poll_interval,
         )
         self.runners = {name: QueueRunner(spec, context) for name, spec in self.queues.items()}
+        self.refill = Refill(self.runners, self.limits, self._notify_limits)
+        self.key_paths = KeyPaths(self.limits)
         self.listener = Listener(
             self.session_dsn,
             self.runners,
             self.services,
             self.timings.poll_interval,
             on_cancel=self.cancel_job,
+            on_limit=self._limit_freed if self.limits else None,
         )
         self.heartbeat = Heartbeat(
             self.core.heartbeat,
@@ -189,6 +196,7 @@ class Worker:
             {name: spec.concurrency for name, spec in self.queues.items()},
             lambda: len(self.running),
             self.timings.heartbeat_interval,
+            limits_digest(self.limits),
             claims=self.claim_failure,
         )
         self.progress = ProgressFlush(self.core.heartbeat, self.running)
@@ -329,8 +337,7 @@ class Worker:
             )
         await self.pool.open(wait=False)
         await self.claim_pool.open(wait=False)
-        if self.limits:
-            await self._publish_limits()
+        await self._join_fleet()
         self.finalizer.start()
         loop = asyncio.get_running_loop()
         self._runner_tasks = [
@@ -446,16 +453,24 @@ class Worker:
             except TimeoutError:
                 delay = min(delay * 2, 30.0)
 
-    async def _publish_limits(self) -> None:
-        """Announce the limits in ``awa.limits`` for ``awa job show`` and the leader's gauge
-        (best effort: the claim does not depend on it)."""
-        from awa_cli.limit_status import publish
+    async def _join_fleet(self) -> None:
+        """Check the limits against the live fleet's, announce them and register presence
+        (``worker/fleet.py``); refused (``ConfigError``): close and raise. A database error
+        here is logged: presence registers later, the limits unchecked."""
+        from awa_cli.worker.fleet import join_fleet
 
         try:
-            async with self.pool.connection() as conn:
-                await publish(conn, self.limits)
+            await join_fleet(self.pool, self.presence, self.limits, self.accept_limits_change)
+        except AwaError:
+            await self.pool.close()
+            await self.claim_pool.close()
+            raise
         except psycopg.Error as exc:
-            log.warning("announcing the limits failed: %s", exc, extra={"action": "limits_failed"})
+            log.warning(
+                "checking and announcing the limits failed: %s",
+                first_line(exc),
+                extra={"action": "limits_failed"},
+            )
 
     async def shutdown(self, timeout: float | None = None) -> None:
         """Stop claiming, let in-flight handlers finish up to ``timeout``, flush, close."""
@@ -482,6 +497,7 @@ class Worker:
         for task in [*self._tasks, *self._one_shots]:
             task.cancel()
         await asyncio.gather(*self._tasks, *self._one_shots, return_exceptions=True)
+        await self.refill.close()
         await self.presence.leave()
         await self.pool.close()
         await self.claim_pool.close()
@@ -519,8 +535,29 @@ class Worker:
     def submit(self, result: AttemptResult) -> None:
         self.finalizer.submit(result)
 
+    async def _seconds_until_due(self, queue: str) -> float | None:
+        """The next scheduled job's due time, or a rate-limited key's window freeing."""
+        plan = self.core.claim_plans.get(queue)
+        rated = plan.params if plan is not None and plan.rated else None
+        return await jobs.seconds_until_due(self.core.pool, queue, rated)
+
+    def _started(self, row: JobRow) -> None:
+        self.key_paths.check(row.kind, row.queue, row.args, row.id)
+        self.core.started(row)
+
+    def _limit_freed(self, payload: str) -> None:
+        sender, name = limit_payload(payload)
+        if sender != self.id:  # our own runners were woken when our results committed
+            self.refill.freed_elsewhere(name)
+
+    async def _notify_limits(self, names: list[str]) -> None:
+        async with self.pool.connection() as conn:
+            await notify_limits(conn, self.id, names)
+
     def _finalized(self, result: AttemptResult, done: Finalized) -> None:
         self.running.discard(result.job.id)
+        # a limited key's slot is free: claim again
+        self.refill.finalized(result.job.kind, result.job.queue)
         if done.stale:
             log.info(
                 "stale finalisation of job %s (run_lease %s) ignored",

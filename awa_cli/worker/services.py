@@ -24,7 +24,8 @@ from awa_cli.progress import ProgressTracker
 
 if TYPE_CHECKING:
     from awa_cli.attempts import AttemptResult
-    from awa_cli.jobs import CallbackToken, JobRow
+    from awa_cli.batches import BatchRow
+    from awa_cli.jobs import CallbackToken, JobRow, PreparedJob
 
 
 CANCEL_REASONS = ("shutdown", "deadline", "cancelled", "rescued")
@@ -197,6 +198,10 @@ class AttemptServices(Protocol):
     async def register_callback(self, row: JobRow, timeout: float) -> UUID: ...
 
     async def wait_for_callback(self, job: WaitingAttempt, token: CallbackToken) -> Any: ...
+
+    async def insert_into_batch(self, batch_id: int, jobs: list[PreparedJob]) -> list[JobRow]: ...
+
+    async def get_batch(self, batch_id: int) -> BatchRow: ...
 
 
 @dataclass(frozen=True)

@@ -187,6 +187,22 @@ def test_loop_both_runs_the_worker_on_uvloop(pg_server, tmp_path: Path) -> None:
     assert "ratio uvloop.pickup_latency / pickup_latency" in stdout
 
 
+def test_batch_measures(pg_server, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    # 200 --jobs: a 1,000-member batch (and the plain drain of 200 beside it); the measure
+    # itself checks that on_success and on_complete were each enqueued exactly once
+    results, stdout = run_benchmarks(
+        pg_server, tmp_path, "--jobs", "200", "--only", "drain,batch_100k,batch_100k_one_shard"
+    )
+    for name, shards in (("batch_100k", 16), ("batch_100k_one_shard", 1)):
+        run = results[name]["runs"][0]
+        assert (run["members"], run["shards"]) == (1000, shards)
+        assert results[name]["jobs_per_s"]["median"] > 0
+        assert results[name]["wal_bytes_per_job"]["median"] > 0
+        assert "cpu_postgres_us_per_job" in results[name]
+    assert "ratio batch_100k / drain:" in stdout
+    assert "ratio batch_100k_one_shard / batch_100k:" in stdout
+
+
 def test_compare_runs_each_peer_as_its_authors_do(pg_server, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     """``--compare``: pgqueuer on asyncpg and uvloop in two rows (awa's in-flight budget and
     ``pgq run``'s defaults), procrastinate with a pool for every sub-worker; the runs of awa

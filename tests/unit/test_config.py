@@ -473,6 +473,10 @@ def test_example_documents_every_key(tmp_path: Path) -> None:
     app = load_apps(full.app.modules, EXAMPLE.parent)
     register_schedules(app, full)
     assert app.schedules["nightly_report"].args == {"report_id": 7}
+    # ... and so do its limits (what `awa config check` and the worker's start check)
+    from awa_cli.limits import validate_limits
+
+    assert validate_limits(full.limits.values(), app, full.queues) == []
 
 
 @pytest.mark.parametrize(

@@ -109,11 +109,23 @@ def test_a_claim_plan_keeps_the_limits_that_can_select_the_queue() -> None:
 
 
 def test_candidates_run_out_grow_old_and_take_back_the_unused() -> None:
-    cache = Candidates(max_age=1.0)
+    cache = Candidates(max_age=1.0, full_max_age=5.0)
     assert not cache.usable(0.0)
-    cache.refill([(1, "l", "a"), (2, "l", "b"), (3, None, None)], now=10.0)
-    assert cache.usable(10.5) and not cache.usable(11.5)
-    assert cache.take(2) == [(1, "l", "a"), (2, "l", "b")]
-    cache.put_back([(2, "l", "b")])
-    assert cache.take(5) == [(2, "l", "b"), (3, None, None)]
+    cache.refill([(1, "l", "a", 1), (2, "l", "b", 1), (3, None, None, 1)], now=10.0)
+    assert cache.usable(14.5) and not cache.usable(15.5)
+    assert not cache.stale_arrivals(10.5) and cache.stale_arrivals(11.5)
+    assert cache.take(2) == [(1, "l", "a", 1), (2, "l", "b", 1)]
+    cache.put_back([(2, "l", "b", 1)])
+    assert cache.take(5) == [(2, "l", "b", 1), (3, None, None, 1)]
     assert not cache.usable(10.5)
+
+
+def test_arrivals_go_after_their_keys_cached_candidates() -> None:
+    cache = Candidates()
+    cache.refill([(1, "l", "a", 1), (2, "l", "b", 1), (3, "l", "a", 2), (4, "l", "a", 3)], 0.0, 4)
+    assert cache.take(1) == [(1, "l", "a", 1)]
+    # a new key's first job goes ahead of "a"'s backlog; a new job of "a" after all of it;
+    # a job already cached is not added twice
+    cache.merge([(5, "l", "a", 1), (6, "l", "c", 1), (7, "l", "c", 2), (3, "l", "a", 1)], 1.0, 7)
+    assert [c[0] for c in cache.take(10)] == [2, 6, 3, 7, 4, 5]
+    assert cache.watermark == 7

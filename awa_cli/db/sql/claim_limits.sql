@@ -15,9 +15,10 @@
 -- 3. claim_limited_take: a NEW snapshot, taken after the locks: it sees every claim of
 --    these keys committed by anyone who held a lock before us, and nobody can claim them
 --    until we commit. It counts the running jobs and the starts in the rate window of each
---    locked key again, locks the candidates still runnable (SKIP LOCKED), keeps for each key
---    only as many as max_running and the rate budget leave, claims them, and logs their
---    starts (clock_timestamp(), so starts are ordered as the lock orders the claims).
+--    locked key again, keeps for each key only as many candidates as max_running and the
+--    rate budget leave, locks those still runnable (SKIP LOCKED) in order until it has
+--    enough, claims them, and logs their starts (clock_timestamp(), so starts are ordered
+--    as the lock orders the claims).
 --
 -- So a key can never run more than max_running jobs, nor start more than N in a window,
 -- whatever the number of claimers, processes and hosts: the count and the claim of one key
@@ -85,13 +86,14 @@ WITH lim AS (
     GROUP BY 1, 2
 ), ranked AS (
     SELECT w.*, CASE WHEN w.limit_name IS NULL THEN 1
-                     -- bytewise ("C") sorting of the keys: the ranking sorts the backlog
-                     ELSE row_number() OVER (PARTITION BY w.limit_name COLLATE "C",
-                                                          w.key COLLATE "C"
+                     -- partitioned by a hash of (limit, key): the ranking sorts the backlog,
+                     -- and integers sort far faster than text. Two keys sharing a hash rank
+                     -- as one (each gets fewer candidates, never more: the take counts by key)
+                     ELSE row_number() OVER (PARTITION BY hashtext(w.limit_name || chr(31) || w.key)
                                              ORDER BY w.eff, w.run_at, w.id) END AS rank
     FROM waiting w
 )
-SELECT r.id, r.limit_name, r.key
+SELECT r.id, r.limit_name, r.key, r.rank
 FROM ranked r
 LEFT JOIN held h ON h.limit_name = r.limit_name AND h.key = r.key
 LEFT JOIN started s ON s.limit_name = r.limit_name AND s.key = r.key
@@ -100,6 +102,85 @@ WHERE r.limit_name IS NULL
        AND (r.rate_n IS NULL OR r.rank <= r.rate_n - coalesce(s.starts, 0)))
 ORDER BY r.rank, r.eff, r.run_at, r.id
 LIMIT %(fetch)s;
+
+-- name: claim_limited_arrivals
+-- Step 1 between full scans: the jobs that arrived since the last look (ids above %(after)s
+-- up to %(upto)s, claim_limited_watermark's: a primary-key range, the rows inserted since,
+-- not the whole backlog), ranked among themselves within their key as
+-- claim_limited_candidates ranks the backlog; the claimer merges them after the keys'
+-- cached candidates (awa_cli/limits.py Candidates.merge), so a new key's first job goes to
+-- the front at once.
+WITH lim AS (
+    SELECT l.name, l.kind, l.queue, l.source, l.path::text[] AS path, l.max_running, l.rate_n,
+           l.rate_w
+    FROM unnest(%(l_names)s::text[], %(l_kinds)s::text[], %(l_queues)s::text[],
+                %(l_sources)s::text[], %(l_paths)s::text[], %(l_max)s::int[],
+                %(l_rate_n)s::int[], %(l_rate_w)s::float8[])
+        AS l(name, kind, queue, source, path, max_running, rate_n, rate_w)
+), waiting AS MATERIALIZED (  -- narrow rows for the ranking's sort
+    -- the limit that selects a job: its kind's (lk), else its queue's (lq); at most one each
+    SELECT j.id, j.run_at, coalesce(lk.name, lq.name) AS limit_name,
+           coalesce(lk.max_running, lq.max_running) AS max_running,
+           coalesce(lk.rate_n, lq.rate_n) AS rate_n,
+           CASE WHEN coalesce(lk.name, lq.name) IS NOT NULL THEN
+               coalesce(j.concurrency_key,
+                        CASE coalesce(lk.source, lq.source) WHEN 'kind' THEN j.kind
+                             WHEN 'queue' THEN j.queue
+                             ELSE j.args #>> coalesce(lk.path, lq.path) END, '') END AS key,
+           GREATEST(1, j.priority - CASE WHEN %(aging)s::float8 > 0
+                THEN floor(extract(epoch FROM now() - j.run_at) / %(aging)s::float8)::int
+                ELSE 0 END) AS eff
+    FROM (SELECT * FROM awa.jobs WHERE id > %(after)s AND id <= %(upto)s) j
+    LEFT JOIN lim lk ON lk.kind = j.kind
+    LEFT JOIN lim lq ON lk.name IS NULL AND lq.kind IS NULL AND lq.queue = j.queue
+    WHERE j.queue = %(queue)s AND j.state IN ('available', 'scheduled', 'retryable')
+      AND j.run_at <= now()
+      -- a paused queue yields nothing, as in claim_by_queue
+      AND NOT EXISTS (SELECT 1 FROM awa.queues AS q WHERE q.name = %(queue)s AND q.paused)
+), held AS (
+    -- the slots in use: running jobs, and those waiting inside their handler (two partial
+    -- indexes, so the scan costs the running jobs, not the table)
+    SELECT coalesce(lk.name, lq.name) AS limit_name,
+           coalesce(j.concurrency_key,
+                    CASE coalesce(lk.source, lq.source) WHEN 'kind' THEN j.kind
+                         WHEN 'queue' THEN j.queue
+                         ELSE j.args #>> coalesce(lk.path, lq.path) END, '') AS key,
+           count(*) AS running
+    FROM (SELECT kind, queue, args, concurrency_key FROM awa.jobs WHERE state = 'running'
+          UNION ALL
+          SELECT kind, queue, args, concurrency_key FROM awa.jobs
+          WHERE state = 'waiting_external' AND callback_in_handler) j
+    LEFT JOIN lim lk ON lk.kind = j.kind
+    LEFT JOIN lim lq ON lk.name IS NULL AND lq.kind IS NULL AND lq.queue = j.queue
+    WHERE coalesce(lk.name, lq.name) IS NOT NULL
+    GROUP BY 1, 2
+), started AS (
+    SELECT s.limit_name, s.key, count(*) AS starts
+    FROM awa.limit_starts s JOIN lim l ON l.name = s.limit_name
+    WHERE l.rate_n IS NOT NULL AND s.started_at > clock_timestamp() - l.rate_w * interval '1 second'
+    GROUP BY 1, 2
+), ranked AS (
+    SELECT w.*, CASE WHEN w.limit_name IS NULL THEN 1
+                     -- partitioned by a hash of (limit, key): the ranking sorts the backlog,
+                     -- and integers sort far faster than text. Two keys sharing a hash rank
+                     -- as one (each gets fewer candidates, never more: the take counts by key)
+                     ELSE row_number() OVER (PARTITION BY hashtext(w.limit_name || chr(31) || w.key)
+                                             ORDER BY w.eff, w.run_at, w.id) END AS rank
+    FROM waiting w
+)
+SELECT r.id, r.limit_name, r.key, r.rank
+FROM ranked r
+LEFT JOIN held h ON h.limit_name = r.limit_name AND h.key = r.key
+LEFT JOIN started s ON s.limit_name = r.limit_name AND s.key = r.key
+WHERE r.limit_name IS NULL
+   OR (r.rank <= r.max_running - coalesce(h.running, 0)
+       AND (r.rate_n IS NULL OR r.rank <= r.rate_n - coalesce(s.starts, 0)))
+ORDER BY r.rank, r.eff, r.run_at, r.id
+LIMIT %(fetch)s;
+
+-- name: claim_limited_watermark
+-- The highest job id, read before a scan: claim_limited_arrivals looks above it next time.
+SELECT coalesce(max(id), 0) FROM awa.jobs;
 
 -- name: claim_limited_lock
 -- Step 2: the advisory transaction lock of each (limit, key), in sorted order.
@@ -151,29 +232,30 @@ WITH lim AS (
     WHERE l.rate_n IS NOT NULL
       AND s.started_at > (SELECT at FROM clock) - l.rate_w * interval '1 second'
     GROUP BY 1, 2
-), locked AS (
-    -- one primary-key probe per candidate, whatever the statistics say
-    SELECT l.id FROM cand c CROSS JOIN LATERAL (
-        SELECT j.id FROM awa.jobs j
-        WHERE j.id = c.id AND j.queue = %(queue)s
-          AND j.state IN ('available', 'scheduled', 'retryable') AND j.run_at <= now()
-          AND NOT EXISTS (SELECT 1 FROM awa.queues AS q WHERE q.name = %(queue)s AND q.paused)
-        FOR UPDATE SKIP LOCKED
-    ) l
-), pick AS (
-    SELECT c.id, c.limit_name, c.key, c.ord,
-           row_number() OVER (PARTITION BY c.limit_name, c.key ORDER BY c.ord) AS rn
-    FROM cand c JOIN locked ON locked.id = c.id
-), chosen AS (
-    SELECT p.id, p.limit_name, p.key, l.rate_n
-    FROM pick p
+), allowed AS (
+    -- each key's candidates, in candidate order, as many as its free slots and rate budget
+    -- leave (counted before locking: a candidate another claimer holds uses up its key's
+    -- share of this claim, so the claim may come back short, never over the limit)
+    SELECT p.id, p.limit_name, p.key, p.ord, l.rate_n
+    FROM (SELECT c.*, row_number() OVER (PARTITION BY c.limit_name, c.key ORDER BY c.ord) AS rn
+          FROM cand c) p
     LEFT JOIN lim l ON l.name = p.limit_name
     LEFT JOIN held h ON h.limit_name = p.limit_name AND h.key = p.key
     LEFT JOIN started s ON s.limit_name = p.limit_name AND s.key = p.key
     WHERE p.limit_name IS NULL
        OR (p.rn <= l.max_running - coalesce(h.running, 0)
            AND (l.rate_n IS NULL OR p.rn <= l.rate_n - coalesce(s.starts, 0)))
-    ORDER BY p.ord
+), chosen AS (
+    -- one primary-key probe and row lock per allowed candidate, in order, until `limit`
+    -- are locked: the rows not needed are never locked
+    SELECT a.id, a.limit_name, a.key, a.rate_n
+    FROM (SELECT * FROM allowed ORDER BY ord) a CROSS JOIN LATERAL (
+        SELECT j.id FROM awa.jobs j
+        WHERE j.id = a.id AND j.queue = %(queue)s
+          AND j.state IN ('available', 'scheduled', 'retryable') AND j.run_at <= now()
+          AND NOT EXISTS (SELECT 1 FROM awa.queues AS q WHERE q.name = %(queue)s AND q.paused)
+        FOR UPDATE SKIP LOCKED
+    ) l
     LIMIT %(limit)s
 ), logged AS (
     INSERT INTO awa.limit_starts (limit_name, key, started_at)
@@ -188,7 +270,8 @@ UPDATE awa.jobs AS j SET
     state = 'running',
     attempt = j.attempt + 1,
     run_lease = j.run_lease + 1,
-    attempted_at = now(),
+    -- the start as the rate window logged it (ordered as the key lock orders the claims)
+    attempted_at = (SELECT at FROM clock),
     attempted_by = %(worker)s,
     heartbeat_at = now(),
     deadline_at = CASE WHEN coalesce(j.deadline_duration, %(deadline)s) > 0
@@ -201,9 +284,31 @@ RETURNING j.id, j.kind, j.queue, j.args, j.state, j.priority, j.attempt, j.max_a
           j.unique_key, j.unique_states, j.output, j.ordering_key, j.created_at,
           j.attempted_at, j.finalized_at, j.progress, j.attempted_by;
 
+-- name: limit_rate_free_in
+-- Seconds until the first rate-limited key of these limits gets budget again (NULL: none is
+-- out of budget): a key whose window holds rate_n starts frees one when its oldest start in
+-- the window leaves it. A runner whose claim came back short sleeps that long at most, so the
+-- window is honoured to the millisecond, not in poll-sized steps.
+WITH lim AS (
+    SELECT l.name, l.rate_n, l.rate_w
+    FROM unnest(%(l_names)s::text[], %(l_rate_n)s::int[], %(l_rate_w)s::float8[])
+        AS l(name, rate_n, rate_w)
+    WHERE l.rate_n IS NOT NULL
+), clock AS (
+    SELECT clock_timestamp() AS at
+), spent AS (
+    SELECT min(s.started_at) + l.rate_w * interval '1 second' AS free_at
+    FROM awa.limit_starts s JOIN lim l ON l.name = s.limit_name
+    WHERE s.started_at > (SELECT at FROM clock) - l.rate_w * interval '1 second'
+    GROUP BY s.limit_name, s.key, l.rate_n, l.rate_w
+    HAVING count(*) >= l.rate_n
+)
+SELECT extract(epoch FROM min(free_at) - (SELECT at FROM clock)) FROM spent;
+
 -- name: limit_publish
--- A worker announces its [limits.NAME] tables (the last worker to start wins): for
--- awa job show, the Client and the leader's gauge, never for the claim.
+-- A worker joining the fleet announces its [limits.NAME] tables, once it found no live worker
+-- enforcing others (or was started with --accept-limits-change, worker/fleet.py): for awa
+-- job show, the Client and the leader's gauge, never for the claim.
 WITH given AS (
     SELECT * FROM unnest(%(names)s::text[], %(kinds)s::text[], %(queues)s::text[],
                          %(keys)s::text[], %(max)s::int[], %(rate_n)s::int[], %(rate_w)s::float8[])
@@ -303,3 +408,20 @@ GROUP BY l.name ORDER BY l.name;
 -- name: limit_starts_prune
 -- The leader's sweep: starts older than the longest window a limit may have (a day).
 DELETE FROM awa.limit_starts WHERE started_at < now() - interval '1 day';
+
+-- name: limits_announced
+-- The announced limits (awa.limits), by name: what a joining worker compares its own with.
+SELECT name, kind, queue, key, max_running, rate_count, rate_window
+FROM awa.limits ORDER BY name;
+
+-- name: limits_fleet_lock
+-- A worker joining the fleet: the limits check, the announcement and its presence row are
+-- one transaction under this lock, so two workers starting at once cannot both pass.
+SELECT pg_advisory_xact_lock(%(lock_class)s::int, 0);
+
+-- name: limits_live_digests
+-- The live workers and the digest of the limits each enforces (NULL: before migration 0009).
+SELECT id, host, pid, limits_digest
+FROM awa.workers
+WHERE heartbeat_at >= now() - %(stale)s * interval '1 second'
+ORDER BY started_at, id;

@@ -168,7 +168,10 @@ WITH picked AS (
             'callback_in_handler', false,
             'callback_result', NULL::jsonb,
             'rescue_pending', NULL::text,
-            'finalized_at', NULL::timestamptz)) AS r
+            'finalized_at', NULL::timestamptz,
+            -- its batch counted it as failed when it was dead-lettered: it comes back alone
+            'batch_id', NULL::bigint,
+            'metadata', p.metadata - 'awa.batch_id')) AS r
     ON CONFLICT DO NOTHING
     RETURNING *
 ), removed AS (

@@ -25,3 +25,9 @@ LISTEN {};
 -- Sent from an operator cancel's transaction (payload: the job id): a worker running the job
 -- flips its job.is_cancelled() and cancels an async handler after a grace (architecture §15.6).
 SELECT pg_notify(%(channel)s, %(id)s);
+
+-- name: notify_limits
+-- Slots of these limits freed (payload: the sender's worker id, a space, a limit's name; one
+-- NOTIFY each): sent after the results commit, coalesced per finalised batch, by a worker
+-- whose claim was short.
+SELECT pg_notify(%(channel)s, %(sender)s || ' ' || n) FROM unnest(%(names)s::text[]) AS n;

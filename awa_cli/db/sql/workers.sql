@@ -3,13 +3,16 @@
 
 -- name: worker_register
 -- At start (and again if the row was pruned while the database was away).
+-- limits_digest: the [limits.NAME] tables it enforces (migration 0009, worker/fleet.py).
 INSERT INTO awa.workers (id, host, pid, queues, kinds, started_at, heartbeat_at, running, version,
-                         claim_failing_since, claim_error)
+                         claim_failing_since, claim_error, limits_digest)
 VALUES (%(id)s, %(host)s, %(pid)s, %(queues)s::jsonb, %(kinds)s::jsonb, now(), now(),
-        %(running)s, %(version)s, to_timestamp(%(failing_since)s::float8), %(claim_error)s::text)
+        %(running)s, %(version)s, to_timestamp(%(failing_since)s::float8), %(claim_error)s::text,
+        %(limits_digest)s)
 ON CONFLICT (id) DO UPDATE SET heartbeat_at = now(), running = excluded.running,
     queues = excluded.queues, kinds = excluded.kinds,
-    claim_failing_since = excluded.claim_failing_since, claim_error = excluded.claim_error
+    claim_failing_since = excluded.claim_failing_since, claim_error = excluded.claim_error,
+    limits_digest = excluded.limits_digest
 
 -- name: worker_heartbeat
 -- Every heartbeat_interval: one row by primary key. No row touched means it was pruned

@@ -31,6 +31,7 @@ NAMES = [
     "max_connections",
     "listen_notify",
     "leader",
+    "limits",
     "claims",
     "dead_workers",
     "stuck_rescues",

@@ -263,7 +263,14 @@ def test_audit_insert_and_list(db: psycopg.Connection) -> None:
     assert first.detail == {} and first.at is not None
     add("cli:bob", "dlq.purge", None, "3", Jsonb({"queue": "mail", "count": 3}))
     add("cli:alice", "queue.resume", "mail", "ok")
-    everything = {"actor": None, "action": None, "target": None, "targets": None, "since": None, "limit": 10}
+    everything = {
+        "actor": None,
+        "action": None,
+        "target": None,
+        "targets": None,
+        "since": None,
+        "limit": 10,
+    }
     listed = [AuditEntry.from_record(r) for r in run(db, "audit_list", **everything)]
     assert [e.action for e in listed] == ["queue.resume", "dlq.purge", "queue.pause"]
     assert listed[1].detail == {"queue": "mail", "count": 3} and listed[1].target is None

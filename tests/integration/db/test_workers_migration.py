@@ -32,6 +32,10 @@ def test_workers_table(db: psycopg.Connection) -> None:
         "heartbeat_at": "timestamp with time zone",
         "running": "integer",
         "version": "text",
+        "limits_digest": "text",  # migration 0009
+        "claim_failing_since": "timestamp with time zone",  # migration 0013
+        "claim_error": "text",
+        "leader_backend_pid": "integer",
     }
     db.execute("INSERT INTO awa.workers (id, host, pid) VALUES ('h:1:1', 'h', 1)")
     with pytest.raises(psycopg.errors.UniqueViolation):

@@ -101,6 +101,23 @@ async def test_keys_are_served_round_robin(dsn: str) -> None:
 
 
 @pytest.mark.asyncio
+async def test_a_key_inserted_after_the_scan_joins_the_cached_ranking(dsn: str) -> None:
+    """Between full scans the claim ranks only the jobs inserted since its last look and
+    merges them in: a new key's first job goes ahead of the cached backlog, and a new job
+    of a cached key goes after that key's cached jobs."""
+    generous = Limit("per_tenant", key="args.tenant", max_running=1000, kind="tenant_work")
+    _insert(dsn, ["big"] * 300)
+    async with Core(dsn, ClaimPlan((generous,))) as core:
+        first = await core.claim("default", 4)  # the full scan: every candidate is big's
+        assert _tenants(first) == {"big": 4}
+        _insert(dsn, ["small", "small", "big"])
+        await asyncio.sleep(0.6)  # past CANDIDATES_MAX_AGE: the next claim looks for arrivals
+        rows = await core.claim("default", 4)
+        assert _tenants(rows) == {"big": 2, "small": 2}, _tenants(rows)
+        assert all(r.args["n"] != 2 or r.args["tenant"] != "big" for r in rows)
+
+
+@pytest.mark.asyncio
 async def test_a_kind_limit_wins_over_the_queue_limit(dsn: str) -> None:
     by_queue = Limit("whole_queue", key="queue", max_running=1, queue="default")
     _insert(dsn, ["a"] * 3)

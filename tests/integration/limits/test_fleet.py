@@ -40,15 +40,16 @@ def _limit(max_running: int, rate: str | None = None) -> str:
 
 @contextlib.contextmanager
 def workers(
-    dsn: str, tmp_path: Path, config: str, count: int
+    dsn: str, tmp_path: Path, config: str, count: int, *options: str
 ) -> Iterator[list[subprocess.Popen[str]]]:
-    """``count`` real ``awa worker`` processes on ``config``; SIGTERM (and exit 0) at the end."""
+    """``count`` real ``awa worker [OPTIONS]`` processes on ``config``; SIGTERM (and exit 0)
+    at the end."""
     path = tmp_path / f"awa-{time.monotonic_ns()}.toml"
     path.write_text(APP + config)
     env = {**os.environ, "AWA_DATABASE_URL": dsn, "PYTHONPATH": str(ROOT)}
     procs = [
         subprocess.Popen(
-            [AWA, "--config", str(path), "-q", "worker"],
+            [AWA, "--config", str(path), "-q", "worker", *options],
             env=env,
             cwd=ROOT,
             stderr=subprocess.PIPE,

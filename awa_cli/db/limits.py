@@ -1,0 +1,78 @@
+"""The gateway of ``awa.limits``, ``awa.limit_starts`` as read from outside the claim, and the
+limits digest of ``awa.workers`` (statements in ``sql/claim_limits.sql``): the announcement
+(write and read), why one job waits, the leader's waiting counts, and the fleet's digests
+(architecture §13). The claim's own statements run in ``outcomes/claims.py``."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import psycopg
+from psycopg.rows import DictRow, dict_row, tuple_row
+
+from awa_cli.db.statements import SQL
+from awa_cli.limits import FLEET_LOCK_CLASS, Limit
+
+
+async def publish(conn: psycopg.AsyncConnection[Any], limits: Iterable[Limit]) -> None:
+    """Replace ``awa.limits`` with ``limits``."""
+    chosen = list(limits)
+    await conn.execute(
+        SQL["limit_publish"],
+        {
+            "names": [lim.name for lim in chosen],
+            "kinds": [lim.kind for lim in chosen],
+            "queues": [lim.queue for lim in chosen],
+            "keys": [lim.key for lim in chosen],
+            "max": [lim.max_running for lim in chosen],
+            "rate_n": [lim.rate_count for lim in chosen],
+            "rate_w": [lim.rate_window for lim in chosen],
+        },
+    )
+
+
+async def announced(conn: psycopg.AsyncConnection[Any]) -> list[Limit]:
+    """The limits in ``awa.limits``, by name."""
+    async with conn.cursor(row_factory=tuple_row) as cur:
+        await cur.execute(SQL["limits_announced"])
+        rows = await cur.fetchall()
+    return [
+        Limit(
+            name=name,
+            key=key,
+            max_running=int(max_running),
+            kind=kind,
+            queue=queue,
+            rate_count=rate_count,
+            rate_window=rate_window,
+        )
+        for name, kind, queue, key, max_running, rate_count, rate_window in rows
+    ]
+
+
+async def lock_fleet(conn: psycopg.AsyncConnection[Any]) -> None:
+    """Serialise workers joining the fleet (held until the transaction ends)."""
+    await conn.execute(SQL["limits_fleet_lock"], {"lock_class": FLEET_LOCK_CLASS})
+
+
+async def live_digests(conn: psycopg.AsyncConnection[Any], stale: float) -> list[DictRow]:
+    """Every live worker's id, host, pid and limits digest (NULL: a worker from before
+    migration 0009), oldest first."""
+    async with conn.cursor(row_factory=dict_row) as cur:
+        await cur.execute(SQL["limits_live_digests"], {"stale": stale})
+        return await cur.fetchall()
+
+
+async def explain(conn: psycopg.AsyncConnection[Any], job_id: int) -> dict[str, Any] | None:
+    """The ``limit_explain`` row of ``job_id`` (None: no such job)."""
+    async with conn.cursor(row_factory=dict_row) as cur:
+        await cur.execute(SQL["limit_explain"], {"id": job_id})
+        record = await cur.fetchone()
+    return None if record is None else dict(record)
+
+
+async def waiting(conn: psycopg.AsyncConnection[Any]) -> dict[str, int]:
+    """Per announced limit, the due available jobs whose key is at its limit."""
+    rows = await (await conn.execute(SQL["limit_waiting"])).fetchall()
+    return {name: int(count) for name, count in rows}
