@@ -27,12 +27,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 import psycopg
-from psycopg import sql
 
 from awa_cli import defaults
 from awa_cli.db.channels import PERIODIC_CHANNEL
 from awa_cli.db.retry import Backoff, first_line
-from awa_cli.db.statements import SQL
+from awa_cli.db import channels, leader
 from awa_cli.depth import QueueDepth, queue_depth
 from awa_cli.limit_status import waiting as limit_waiting
 from awa_cli.events import RescueReason
@@ -260,16 +259,13 @@ class Maintenance:
         try:
             while not stopping.is_set():
                 if not self.is_leader:
-                    cur = await conn.execute(SQL["leader_try_lock"], {"key": LEADER_LOCK_KEY})
-                    row = await cur.fetchone()
-                    self.is_leader = bool(row and row[0])
+                    self.is_leader = await leader.try_lock(conn, LEADER_LOCK_KEY)
                     self._worked = True
                     if self.is_leader:
                         log.info("became maintenance leader", extra={"action": "leader_elected"})
-                        listen = sql.SQL(SQL["listen"]).format(sql.Identifier(PERIODIC_CHANNEL))
-                        await conn.execute(listen)
+                        await channels.listen(conn, [PERIODIC_CHANNEL])
                 if self.is_leader:
-                    await conn.execute(SQL["leader_keepalive"])
+                    await leader.keepalive(conn)
                     self._worked = True
                     await self._mark_worker(conn)
                     await self.sweep()
@@ -282,7 +278,7 @@ class Maintenance:
         finally:
             if self.is_leader and not conn.closed:
                 try:
-                    await conn.execute(SQL["leader_unlock"], {"key": LEADER_LOCK_KEY})
+                    await leader.unlock(conn, LEADER_LOCK_KEY)
                 except psycopg.Error:
                     pass
             self.is_leader = False
@@ -310,8 +306,8 @@ class Maintenance:
         for _ in range(tries):
             try:
                 async with self.pool.connection(timeout=5) as conn:
-                    cur = await conn.execute(SQL["leader_mark_worker"], params)
-                if cur.rowcount > 0:
+                    marked = await leader.mark_worker(conn, params)
+                if marked > 0:
                     return
             except psycopg.errors.UndefinedColumn:
                 return
@@ -365,7 +361,7 @@ class Maintenance:
         plugins (computed here by the leader, not per scrape)."""
         try:
             if self.on_limits is not None:
-                await conn.execute(SQL["limit_starts_prune"])
+                await leader.prune_limit_starts(conn)
                 await self.on_limits(await limit_waiting(conn))
             if self.on_depth is None:
                 return
@@ -378,7 +374,7 @@ class Maintenance:
     async def _prune_workers(self, conn: psycopg.AsyncConnection[Any]) -> None:
         """Delete the ``awa.workers`` rows of processes that stopped heartbeating."""
         try:
-            await conn.execute(SQL["worker_prune"], {"stale": defaults.WORKER_STALENESS})
+            await leader.prune_workers(conn, defaults.WORKER_STALENESS)
         except (psycopg.OperationalError, psycopg.InterfaceError, OSError):
             raise  # the connection is gone: run() reconnects
         except psycopg.Error as exc:  # e.g. migration 0005 not applied yet
