@@ -177,6 +177,12 @@ class Client(SyncClientBase):
         database cannot be reached."""
         return self._runner.run(self._async.pending_migrations())
 
+    def check_ready(self, timeout: float = 3.0) -> list[str]:
+        """Whether this client can work now: one round trip on a pooled connection (waiting
+        at most ``timeout`` seconds for one; raises ``psycopg.OperationalError`` when the
+        database cannot be reached), then the pending migrations (``pending_migrations``)."""
+        return self._runner.run(self._async.check_ready(timeout))
+
     def job_counts(self) -> list[JobCount]:
         """Jobs per (queue, state), ordered by queue then state: exact for the unfinished
         states; on a large table the terminal states are estimates (``estimated``)."""
