@@ -61,6 +61,7 @@ JOB_STATES = [
     "completed",
     "failed",
     "cancelled",
+    "blocked",  # 0008: waiting for parents (architecture §16), appended to the enum
 ]
 
 
