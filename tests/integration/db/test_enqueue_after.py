@@ -266,3 +266,33 @@ def test_a_producer_role_with_the_documented_grants_enqueues_children(
         db.execute(f"DROP OWNED BY {role}")
         db.execute(f"DROP ROLE {role}")
         db.commit()
+
+
+def test_a_prepared_call_and_a_trigger_survive_the_signature_change(
+    db: psycopg.Connection, dsn: str
+) -> None:
+    """0014 drops and recreates awa.enqueue: a session that prepared a call (or a trigger
+    function whose plan cached it) before the migration goes on working after it."""
+    from importlib import resources
+
+    db.execute("CREATE TABLE orders (id bigint GENERATED ALWAYS AS IDENTITY, email text)")
+    db.execute(
+        "CREATE FUNCTION orders_job() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+        "PERFORM awa.enqueue(kind => 'receipt', args => jsonb_build_object('id', NEW.id)); "
+        "RETURN NULL; END $$"
+    )
+    db.execute(
+        "CREATE TRIGGER orders_job AFTER INSERT ON orders FOR EACH ROW EXECUTE FUNCTION orders_job()"
+    )
+    db.commit()
+    text = (resources.files("awa_cli.sql") / "0014_enqueue_after.sql").read_text("utf-8")
+    with psycopg.connect(dsn, autocommit=True) as producer:
+        call = "SELECT awa.enqueue(kind => %s)"
+        producer.execute(call, ["before"], prepare=True)
+        producer.execute("INSERT INTO orders (email) VALUES ('a@b')")
+        db.execute(text)  # type: ignore[call-overload]
+        db.commit()
+        assert isinstance(scalar(producer, call, ["after"]), int)
+        producer.execute("INSERT INTO orders (email) VALUES ('c@d')")
+    kinds = db.execute("SELECT kind FROM awa.jobs ORDER BY id").fetchall()
+    assert kinds == [("before",), ("receipt",), ("after",), ("receipt",)]
