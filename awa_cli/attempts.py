@@ -17,6 +17,7 @@ from datetime import datetime, UTC
 from typing import TYPE_CHECKING, Any, Literal
 from uuid import UUID
 
+from awa_cli.errors import Interrupted
 from awa_cli.events import JobEvent, Outcome
 from awa_cli.jobs import JobRow, JobState, PreparedJob
 from awa_cli.results import (
@@ -35,7 +36,7 @@ MAX_BACKOFF_SECONDS = 24 * 3600.0
 BACKOFF_JITTER = 0.25  # up to 25 % on top
 MAX_BACKOFF_EXPONENT = 62  # 2**62 s is far past the cap; keeps the float finite
 
-Action = Literal["complete", "retry", "fail", "cancel", "snooze", "park"]
+Action = Literal["complete", "retry", "fail", "cancel", "snooze", "park", "interrupt"]
 
 STATE_OF_ACTION: dict[Action, JobState] = {
     "complete": JobState.COMPLETED,
@@ -44,6 +45,7 @@ STATE_OF_ACTION: dict[Action, JobState] = {
     "cancel": JobState.CANCELLED,
     "snooze": JobState.SCHEDULED,
     "park": JobState.WAITING_EXTERNAL,
+    "interrupt": JobState.AVAILABLE,  # handed back at shutdown, the attempt refunded
 }
 """The state each action moves a job to (the one action → state map)."""
 
@@ -54,6 +56,7 @@ OUTCOME_OF_ACTION: dict[Action, Outcome | None] = {
     "cancel": Outcome.CANCELLED,
     "snooze": None,
     "park": Outcome.WAITING_FOR_CALLBACK,
+    "interrupt": None,
 }
 
 
@@ -215,6 +218,26 @@ def _returned(
             return _terminal(job, message)
 
 
+def _interrupted(job: JobRow, reason: str) -> dict[str, Any]:
+    """The fields of an attempt handed back (``awa.Interrupted`` after a cancellation): the
+    job is available again with its attempt refunded; the error entry says why."""
+    message = f"interrupted: {reason}"
+    return {
+        "action": "interrupt",
+        "error": message,
+        "error_entry": _failure(job, message, terminal=False),
+    }
+
+
+def hands_back(exc: BaseException | None, cancel_reason: str | None) -> bool:
+    """Whether the attempt is handed back rather than failed: the handler raised
+    ``Interrupted`` once cancelled (a deadline excepted: that attempt ran out of time). A
+    handler the drain had to stop at ``shutdown_timeout`` is a failed attempt (retryable)."""
+    if cancel_reason is None or cancel_reason == "deadline":
+        return False
+    return isinstance(exc, Interrupted)
+
+
 def _terminal(job: JobRow, message: str) -> dict[str, Any]:
     return {
         "action": "fail",
@@ -232,16 +255,20 @@ def decide(
     exc: BaseException | None,
     duration: float,
     record: AttemptRecord = NOTHING_RECORDED,
+    cancel_reason: str | None = None,
 ) -> AttemptResult:
     """Map a handler's return value or exception to an attempt result (architecture §2 table).
 
     ``record`` is what the handler's job recorded (``Job.finish()``). Any failed stage fails
-    the attempt terminally, even if the handler swallowed the error.
+    the attempt terminally, even if the handler swallowed the error. ``cancel_reason`` is the
+    job's ``cancel_reason`` when the handler ended (``Interrupted`` hands the job back then).
     """
     last_attempt = job.attempt >= job.max_attempts
     if record.staging_failure is not None and not isinstance(exc, TerminalError):
         exc = record.staging_failure
-    if exc is not None:
+    if hands_back(exc, cancel_reason):
+        fields = _interrupted(job, cancel_reason or "")
+    elif exc is not None:
         fields = _raised(job, exc, last_attempt)
     else:
         fields = _returned(job, result, record, last_attempt)
@@ -368,5 +395,5 @@ def event_for(result: AttemptResult, row: JobRow) -> AnyEvent | None:
             if row.state != JobState.WAITING_EXTERNAL:
                 return None  # resumed before it parked: it re-enters execution instead
             return JobEvent.WaitingForCallback(row, args)
-        case "snooze":
+        case "snooze" | "interrupt":
             return None

@@ -26,6 +26,7 @@ from awa_cli.db.copy import copy_encoder
 from awa_cli.db.history import read_timeline
 from awa_cli.db import dead_letters, jobs
 from awa_cli.db import periodic as periodic_rows
+from awa_cli.db.pools import client_pool
 from awa_cli.db.migrations import Migration, migrate_dsn
 from awa_cli.db.waiting import JobWaiters
 from awa_cli.dispatch import Dispatcher, EventHook
@@ -144,9 +145,7 @@ class AsyncClient(InspectReads, OperatorMethods, WorkflowMethods, BatchMethods):
     ) -> None:
         self.dsn = dsn
         self.app = app
-        self._pool = AsyncConnectionPool(
-            dsn, min_size=1, max_size=max_connections, open=False, kwargs={"autocommit": True}
-        )
+        self._pool = client_pool(dsn, max_connections)
         self._opened = False
         self._open_lock = asyncio.Lock()  # concurrent first uses open the pool once
         self.dispatcher = Dispatcher(app, list(plugin_hooks)) if (app or plugin_hooks) else None
@@ -274,7 +273,9 @@ class AsyncClient(InspectReads, OperatorMethods, WorkflowMethods, BatchMethods):
     async def why_not_running(self, job_id: int) -> str | None:
         """Why a runnable job is not running: "scheduled for T", "queue paused", "key 'k' of
         limit L at max_running (2/2 running)", "key 'k' of limit L rate-limited until T";
-        None when nothing holds it back (or it is not runnable). ``JobNotFound`` if none."""
+        for a blocked job "blocked on parents 12 (running), 13 (available)" (the parents not
+        yet completed); None when nothing holds it back (or it is not runnable).
+        ``JobNotFound`` if none."""
         reason: str | None = (await self.limit_status(job_id))["reason"]
         return reason
 

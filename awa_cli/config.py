@@ -37,6 +37,9 @@ EMBEDDED_DIR_NAME = ".awa"
 class DatabaseConfig:
     url: str | None = None
     embedded_dir: Path = field(default_factory=lambda: Path.cwd() / EMBEDDED_DIR_NAME)
+    # A direct (or session-mode pooler) URL of the same database for the connections that
+    # need a session of their own: the worker's LISTEN and the maintenance leader's lock.
+    listen_url: str | None = None
 
 
 @dataclass(frozen=True)
@@ -184,6 +187,8 @@ class Config:
         database = section(self.database, "database")
         if self.database.url is not None:
             database["url"] = redact(self.database.url)
+        if self.database.listen_url is not None:
+            database["listen_url"] = redact(self.database.listen_url)
         return {
             "path": None if self.path is None else str(self.path),
             "base_dir": str(self.base_dir),
@@ -246,7 +251,11 @@ _DURATIONS = (_ANY_DURATION, _INTERVAL)
 
 # table -> key -> parser; the dataclass defaults are the defaults. "queues.*" is each [queues.NAME].
 _SCHEMA: dict[str, dict[str, Parser]] = {
-    "database": {"url": values.nonempty_text, "embedded_dir": values.nonempty_text},
+    "database": {
+        "url": values.nonempty_text,
+        "embedded_dir": values.nonempty_text,
+        "listen_url": values.nonempty_text,
+    },
     "app": {"modules": values.texts, "plugins": values.texts},
     "worker": {"processes": values.integer(1, 1024), "shutdown_timeout": _ANY_DURATION},
     "queues.*": {

@@ -81,6 +81,7 @@ class DoctorOptions:
     oldest_available_warn: float = 300.0
     oldest_available_fail: float = 3600.0
     notify_timeout: float = 2.0
+    listen_url: str | None = None  # [database] listen_url: where workers LISTEN
 
 
 def connections_per_worker(queues: int) -> int:
@@ -116,7 +117,12 @@ async def diagnose(dsn: str, options: DoctorOptions | None = None) -> list[Check
         checks.append(schema)
         checks.extend(await check_server(conn, options))
         steps: list[tuple[str, Callable[[], Awaitable[Check]]]] = [
-            ("listen_notify", lambda: check_listen_notify(conn, dsn, options.notify_timeout)),
+            (
+                "listen_notify",
+                lambda: check_listen_notify(
+                    conn, dsn, options.notify_timeout, listen_url=options.listen_url
+                ),
+            ),
             ("leader", lambda: check_leader(conn)),
             ("limits", lambda: check_limits_agree(conn)),
         ]
@@ -245,27 +251,39 @@ def _connections_check(s: dict[str, Any], options: DoctorOptions) -> Check:
 
 
 async def check_listen_notify(
-    conn: psycopg.AsyncConnection[Any], dsn: str, timeout: float
+    conn: psycopg.AsyncConnection[Any], dsn: str, timeout: float, listen_url: str | None = None
 ) -> Check:
-    """A notification sent from a second connection must reach this one within ``timeout``."""
+    """A notification sent from a second connection (on ``dsn``, as the jobs' inserts are)
+    must reach a listener within ``timeout``: on ``listen_url`` when given (where workers
+    LISTEN), else on ``conn``."""
     async with await psycopg.AsyncConnection.connect(
-        dsn, autocommit=True, connect_timeout=CONNECT_TIMEOUT
+        dsn, autocommit=True, connect_timeout=CONNECT_TIMEOUT, prepare_threshold=None
     ) as sender:
-        elapsed = await notify_round_trip(conn, sender=sender, timeout=timeout)
-    return judge_round_trip(elapsed, timeout)
+        if listen_url is None:
+            elapsed = await notify_round_trip(conn, sender=sender, timeout=timeout)
+            return judge_round_trip(elapsed, timeout)
+        async with await psycopg.AsyncConnection.connect(
+            listen_url, autocommit=True, connect_timeout=CONNECT_TIMEOUT, prepare_threshold=None
+        ) as listener:
+            elapsed = await notify_round_trip(listener, sender=sender, timeout=timeout)
+    return judge_round_trip(elapsed, timeout, listen_url is not None)
 
 
-def judge_round_trip(elapsed: float | None, timeout: float) -> Check:
+def judge_round_trip(elapsed: float | None, timeout: float, on_listen_url: bool = False) -> Check:
     """The ``listen_notify`` verdict for a round trip that took ``elapsed`` s (None: lost)."""
     if elapsed is None:
+        where = "[database] listen_url" if on_listen_url else "this URL"
         return Check(
             "listen_notify",
             Status.FAIL,
-            f"a NOTIFY did not reach its listener within {timeout:g}s "
-            "(a transaction-mode pooler drops them); workers fall back to polling",
-            "point awa at PostgreSQL directly or at a session-mode pooler",
+            f"a NOTIFY did not reach its listener on {where} within {timeout:g}s: NOTIFY does "
+            "not cross a transaction-mode pooler; workers poll, and their leader election "
+            "needs a session too",
+            "set [database] listen_url to a direct (or session-mode pooler) URL of the same "
+            "database, used only for LISTEN and the leader's lock; or use a session-mode pooler",
         )
-    return Check("listen_notify", Status.OK, f"round trip in {elapsed * 1000:.1f} ms")
+    via = " (on [database] listen_url)" if on_listen_url else ""
+    return Check("listen_notify", Status.OK, f"round trip in {elapsed * 1000:.1f} ms{via}")
 
 
 async def check_leader(conn: psycopg.AsyncConnection[Any]) -> Check:

@@ -128,11 +128,35 @@ class ShutdownInterrupted(AwaError):
     """The worker shut down before the handler finished (recorded as the attempt's error)."""
 
 
+class Interrupted(AwaError):
+    """Raise from a handler (or let ``job.raise_if_cancelled()`` raise it) to hand the job
+    back. At shutdown the job becomes ``available`` again at once: the attempt is not counted,
+    its progress and checkpoint are kept, and an error entry ``interrupted: shutdown`` is
+    written. After a deadline, a rescue or an operator cancel the attempt is no longer this
+    worker's and the job's state is what that decided. Raised with no cancellation at all it
+    is an ordinary failure (retried, the attempt counted). ``reason`` is ``job.cancel_reason``
+    when raised by ``raise_if_cancelled()``."""
+
+    def __init__(self, reason: str | None = None) -> None:
+        super().__init__(f"interrupted: {reason}" if reason else "interrupted")
+        self.reason = reason
+
+
 # -- the embedded server ----------------------------------------------------------------------
 
 
 class DatabaseUnusable(AwaError):
     """The database cannot be used: unreachable, refusing, missing or not migrated."""
+
+
+class EmbeddedNotRunning(DatabaseUnusable):
+    """No database URL is configured and the embedded server is not running (exit 1): only
+    ``awa db start`` starts a stopped one (``awa migrate`` also creates a new one)."""
+
+
+class SchemaTooNew(DatabaseUnusable):
+    """The database's awa schema was migrated by a newer awa than this one (exit 1): this
+    code refuses to migrate it or to work on it."""
 
 
 class ScheduleError(ValidationError):
@@ -171,7 +195,9 @@ __all__ = [
     "ConfigError",
     "DatabaseUnusable",
     "EmbeddedError",
+    "EmbeddedNotRunning",
     "FollowUpError",
+    "Interrupted",
     "InvalidJobState",
     "JobNotFound",
     "PeriodicNotFound",
@@ -179,6 +205,7 @@ __all__ = [
     "RegistrationError",
     "ResolutionRefused",
     "ScheduleError",
+    "SchemaTooNew",
     "ShutdownInterrupted",
     "SignatureError",
     "StagingError",

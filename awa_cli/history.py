@@ -14,10 +14,13 @@ import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from awa_cli.events import RescueReason
 from awa_cli.jobs import JobRow, JobState
+
+if TYPE_CHECKING:
+    from awa_cli.workflows import JobRelations
 
 TRIGGER_KEY = "awa.trigger_id"
 WAITS_KEY = "awa.waits"  # the callback waits that ended (written by the resolving statement)
@@ -212,10 +215,16 @@ def _iso(value: datetime | None) -> str | None:
     return value.isoformat() if value is not None else None
 
 
-def show_json(history: JobTimeline, status: dict[str, Any]) -> dict[str, Any]:
+def show_json(
+    history: JobTimeline, status: dict[str, Any], relations: JobRelations | None = None
+) -> dict[str, Any]:
     """``awa job show --json`` and ``GET /api/jobs/{id}``: the row, its place under the
-    limits (``concurrency_key``, ``why_not_running``, ``limit``) and ``timeline``, from
-    :meth:`AsyncClient.job_history` and :meth:`AsyncClient.limit_status`."""
+    limits (``concurrency_key``, ``why_not_running``, ``limit``), ``timeline`` and its place
+    in the graph (``parents``, ``children``, ``parent_count``, ``child_count``, ``workflow``,
+    ``batch``: only for a job that has parents, children, a workflow or a batch, so a plain
+    job's output is what it was before dependencies existed), from
+    :meth:`AsyncClient.job_history`, :meth:`AsyncClient.limit_status` and
+    :meth:`AsyncClient.job_relations`."""
     limit = None
     if status.get("limit_name") is not None:
         limit = {
@@ -224,13 +233,16 @@ def show_json(history: JobTimeline, status: dict[str, Any]) -> dict[str, Any]:
             "running": status["running"],
             "max_running": status["max_running"],
         }
-    return {
+    shown = {
         **history.job.to_json(),
         "concurrency_key": status.get("concurrency_key"),
         "why_not_running": status.get("reason"),
         "limit": limit,
         "timeline": history.to_json(),
     }
+    if relations is not None and not relations.empty:
+        shown.update(relations.to_json())
+    return shown
 
 
 def percent_of(progress: dict[str, Any] | None) -> float | None:

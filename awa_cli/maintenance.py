@@ -5,6 +5,15 @@ until the next fire time or a NOTIFY on ``awa_periodic``).
 Every worker runs a :class:`Maintenance` loop; only the one holding the PostgreSQL advisory
 lock (on a dedicated connection, so it dies with the process or the connection) sweeps.
 ``awa rescue run`` calls :func:`sweep_once` directly: the same code, one pass.
+
+The grace after an outage (architecture §18): the leader judges heartbeats (the
+stale-heartbeat rescue) only once it has been connected without a
+database error for ``heartbeat_staleness`` plus one ``heartbeat_interval``. A live worker
+beats on its first statement after a reconnect, so within that window every live attempt
+has a fresh heartbeat again; an attempt still silent at its end belongs to a dead worker and
+is rescued by the next sweep. The clock is this process's own: a worker that becomes leader
+after (or during) an outage starts its own grace from its own reconnect, whatever the
+previous leader had seen.
 """
 
 from __future__ import annotations
@@ -18,12 +27,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 import psycopg
-from psycopg import sql
 
 from awa_cli import defaults
 from awa_cli.db.channels import PERIODIC_CHANNEL
 from awa_cli.db.retry import Backoff, first_line
-from awa_cli.db.statements import SQL
+from awa_cli.db import channels, leader
 from awa_cli.depth import QueueDepth, queue_depth
 from awa_cli.limit_status import waiting as limit_waiting
 from awa_cli.events import RescueReason
@@ -101,12 +109,16 @@ async def sweep_once(
     on_rescued: OnRescued | None = None,
     dead_letter_retention: float | None = None,
     audit_retention: float | None = None,
+    judge_heartbeats: bool = True,
 ) -> SweepReport:
     """One pass: the three rescue sweeps, pending rescue follow-ups, then retention (and the
     dead letters' and audit log's retention when ``dead_letter_retention`` and
-    ``audit_retention`` are given)."""
+    ``audit_retention`` are given). ``judge_heartbeats=False`` (a leader inside its grace
+    after an outage) skips the stale-heartbeat rescue."""
     report = SweepReport(dry_run=dry_run)
     for reason in RescueReason:
+        if reason is RescueReason.STALE_HEARTBEAT and not judge_heartbeats:
+            continue
         rows = await core.rescue(reason, staleness=heartbeat_staleness, dry_run=dry_run)
         report.rescued[str(reason)] = rows
         if rows and not dry_run:
@@ -168,6 +180,11 @@ class Maintenance:
         self._periodic_due_at: float | None = None  # loop time the next schedule is due
         self._periodic_pruned_at = float("-inf")
         self._worked = False  # a lock query succeeded on the current connection
+        # Loop time since which the maintenance connection has worked without a database
+        # error (None: not connected); heartbeats are judged only after the grace from it.
+        # run() sets it at each connect; a sweep() called on its own judges at once.
+        self._clean_since: float | None = float("-inf")
+        self._in_grace_logged = False
         self._marked = False  # this leadership is written in the worker's awa.workers row
         self._mark_task: asyncio.Task[None] | None = None
         if timings.heartbeat_staleness < 3 * timings.heartbeat_interval:
@@ -180,16 +197,22 @@ class Maintenance:
 
     async def run(self, stopping: asyncio.Event) -> None:
         """Elect, sweep, repeat until ``stopping``. Any database error is logged at ERROR
-        and retried with backoff (architecture §15.7), capped at ``leader_election_interval``."""
+        and retried with backoff (architecture §18), capped at ``leader_election_interval``."""
         backoff = Backoff(cap=max(defaults.LOOP_BACKOFF_MIN, self.timings.leader_election_interval))
         while not stopping.is_set():
             try:
-                async with await psycopg.AsyncConnection.connect(self.dsn, autocommit=True) as conn:
+                # a session of its own (the advisory lock, LISTEN): prepared statements off,
+                # in case it goes through a pooler anyway (architecture §18)
+                async with await psycopg.AsyncConnection.connect(
+                    self.dsn, autocommit=True, prepare_threshold=None
+                ) as conn:
+                    self._clean_since = asyncio.get_running_loop().time()
                     await self._lead_or_wait(conn, stopping)
             except asyncio.CancelledError:
                 raise
             except (psycopg.Error, OSError) as exc:
                 self.is_leader = False
+                self._database_error()
                 if self._worked:  # the connection did work before it failed: start over
                     backoff.reset()
                     self._worked = False
@@ -202,26 +225,52 @@ class Maintenance:
                 )
                 await _sleep_unless(stopping, delay)
 
+    @property
+    def grace(self) -> float:
+        """Seconds a leader waits after a database error before it judges heartbeats."""
+        return self.timings.heartbeat_staleness + self.timings.heartbeat_interval
+
+    def _database_error(self) -> None:
+        """A database error: the grace starts again (from the next connection)."""
+        self._clean_since = None
+
+    def judges_heartbeats(self) -> bool:
+        """Whether the connection has worked without a database error for the grace."""
+        if self._clean_since is None:
+            return False
+        waited = asyncio.get_running_loop().time() - self._clean_since
+        judging = waited >= self.grace
+        if not judging and not self._in_grace_logged:
+            self._in_grace_logged = True
+            log.info(
+                "heartbeats are judged %.1fs from now (grace after connecting: "
+                "heartbeat_staleness + heartbeat_interval)",
+                self.grace - waited,
+                extra={"action": "rescue_grace", "grace": self.grace},
+            )
+        elif judging and self._in_grace_logged:
+            self._in_grace_logged = False
+            log.info("grace over: judging heartbeats", extra={"action": "rescue_grace_over"})
+        return judging
+
     async def _lead_or_wait(
         self, conn: psycopg.AsyncConnection[Any], stopping: asyncio.Event
     ) -> None:
         try:
             while not stopping.is_set():
                 if not self.is_leader:
-                    cur = await conn.execute(SQL["leader_try_lock"], {"key": LEADER_LOCK_KEY})
-                    row = await cur.fetchone()
-                    self.is_leader = bool(row and row[0])
+                    self.is_leader = await leader.try_lock(conn, LEADER_LOCK_KEY)
                     self._worked = True
                     if self.is_leader:
                         log.info("became maintenance leader", extra={"action": "leader_elected"})
-                        listen = sql.SQL(SQL["listen"]).format(sql.Identifier(PERIODIC_CHANNEL))
-                        await conn.execute(listen)
+                        await channels.listen(conn, [PERIODIC_CHANNEL])
                 if self.is_leader:
-                    await conn.execute(SQL["leader_keepalive"])
+                    await leader.keepalive(conn)
                     self._worked = True
                     await self._mark_worker(conn)
                     await self.sweep()
                     await self._report_depth(conn)
+                    # not under the grace: a live worker re-announces itself at its next beat
                     await self._prune_workers(conn)
                     await self._periodic_until_next_sweep(conn, stopping)
                 else:
@@ -229,7 +278,7 @@ class Maintenance:
         finally:
             if self.is_leader and not conn.closed:
                 try:
-                    await conn.execute(SQL["leader_unlock"], {"key": LEADER_LOCK_KEY})
+                    await leader.unlock(conn, LEADER_LOCK_KEY)
                 except psycopg.Error:
                     pass
             self.is_leader = False
@@ -257,8 +306,8 @@ class Maintenance:
         for _ in range(tries):
             try:
                 async with self.pool.connection(timeout=5) as conn:
-                    cur = await conn.execute(SQL["leader_mark_worker"], params)
-                if cur.rowcount > 0:
+                    marked = await leader.mark_worker(conn, params)
+                if marked > 0:
                     return
             except psycopg.errors.UndefinedColumn:
                 return
@@ -312,7 +361,7 @@ class Maintenance:
         plugins (computed here by the leader, not per scrape)."""
         try:
             if self.on_limits is not None:
-                await conn.execute(SQL["limit_starts_prune"])
+                await leader.prune_limit_starts(conn)
                 await self.on_limits(await limit_waiting(conn))
             if self.on_depth is None:
                 return
@@ -325,7 +374,7 @@ class Maintenance:
     async def _prune_workers(self, conn: psycopg.AsyncConnection[Any]) -> None:
         """Delete the ``awa.workers`` rows of processes that stopped heartbeating."""
         try:
-            await conn.execute(SQL["worker_prune"], {"stale": defaults.WORKER_STALENESS})
+            await leader.prune_workers(conn, defaults.WORKER_STALENESS)
         except (psycopg.OperationalError, psycopg.InterfaceError, OSError):
             raise  # the connection is gone: run() reconnects
         except psycopg.Error as exc:  # e.g. migration 0005 not applied yet
@@ -343,8 +392,11 @@ class Maintenance:
                 on_rescued=self.on_rescued,
                 dead_letter_retention=self.timings.dead_letter_retention,
                 audit_retention=self.timings.audit_retention,
+                judge_heartbeats=self.judges_heartbeats(),
             )
         except (psycopg.Error, OSError) as exc:  # any database error; the next sweep retries
+            # still connected, but the pool failed: the grace starts again from now
+            self._clean_since = asyncio.get_running_loop().time()
             log.error(
                 "maintenance sweep failed, retrying in %.1fs: %s",
                 self.timings.rescue_interval,

@@ -154,6 +154,16 @@ class InspectReads:
 
         return await asyncio.to_thread(pending)
 
+    async def check_ready(self, timeout: float = 3.0) -> list[str]:
+        """Whether this client can work now: one round trip on a pooled connection (waiting
+        at most ``timeout`` seconds for one; raises ``psycopg.OperationalError`` when the
+        database cannot be reached), then the pending migrations (``pending_migrations``)."""
+        from awa_cli.db.pools import ping
+
+        pool = await self.ensure_open()
+        await ping(pool, timeout)
+        return await self.pending_migrations()
+
     async def job_counts(self) -> list[JobCount]:
         """Jobs per (queue, state), ordered by queue then state: exact for the unfinished
         states; on a large table the terminal states are estimates (``estimated``)."""

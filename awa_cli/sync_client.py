@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from awa_cli.outcomes import Progress
     from awa_cli.periodic import PeriodicJob
     from awa_cli.reads import JobCount, KindInfo, WorkerInfo
-    from awa_cli.workflows import Workflow, WorkflowRun
+    from awa_cli.workflows import JobRelations, Workflow, WorkflowRun
 
 
 class Client(SyncClientBase):
@@ -71,7 +71,9 @@ class Client(SyncClientBase):
     def why_not_running(self, job_id: int) -> str | None:
         """Why a runnable job is not running: "scheduled for T", "queue paused", "key 'k' of
         limit L at max_running (2/2 running)", "key 'k' of limit L rate-limited until T";
-        None when nothing holds it back (or it is not runnable). ``JobNotFound`` if none."""
+        for a blocked job "blocked on parents 12 (running), 13 (available)" (the parents not
+        yet completed); None when nothing holds it back (or it is not runnable).
+        ``JobNotFound`` if none."""
         return self._runner.run(self._async.why_not_running(job_id))
 
     def wait_for_job(self, job_id: int, timeout: float | timedelta | None = None) -> JobRow:
@@ -174,6 +176,12 @@ class Client(SyncClientBase):
         empty when the schema is current. Raises ``psycopg.OperationalError`` when the
         database cannot be reached."""
         return self._runner.run(self._async.pending_migrations())
+
+    def check_ready(self, timeout: float = 3.0) -> list[str]:
+        """Whether this client can work now: one round trip on a pooled connection (waiting
+        at most ``timeout`` seconds for one; raises ``psycopg.OperationalError`` when the
+        database cannot be reached), then the pending migrations (``pending_migrations``)."""
+        return self._runner.run(self._async.check_ready(timeout))
 
     def job_counts(self) -> list[JobCount]:
         """Jobs per (queue, state), ordered by queue then state: exact for the unfinished
@@ -488,6 +496,13 @@ class Client(SyncClientBase):
     def job_children(self, job_id: int) -> list[dict[str, Any]]:
         """A job's children: ``id``, ``state``, ``step``."""
         return self._runner.run(self._async.job_children(job_id))
+
+    def job_relations(self, job_id: int, limit: int = 50) -> JobRelations:
+        """The job's place in the graph, for ``awa job show`` and its dashboard page: its
+        first ``limit`` parents and children (id, kind, state, step; ``parent_count`` and
+        ``child_count`` say how many there are), the workflow and step it is part of, and
+        the batch it belongs to (as member or callback). ``JobNotFound`` if there is none."""
+        return self._runner.run(self._async.job_relations(job_id, limit))
 
     def seal_batch(self, batch_id: int) -> BatchRow:
         """Seal the batch: no member can be added any more; callbacks whose condition already

@@ -17,7 +17,7 @@ from awa_cli.jobs import PreparedJob
 from awa_cli.outcomes import OutcomeCore
 from awa_cli.outcomes import workflows as workflow_core
 from awa_cli.outcomes.audit import current_actor
-from awa_cli.workflows import PlannedStep, Workflow, WorkflowRun, validate
+from awa_cli.workflows import JobRelations, PlannedStep, Workflow, WorkflowRun, validate
 
 if TYPE_CHECKING:
     from psycopg_pool import AsyncConnectionPool
@@ -135,3 +135,19 @@ class WorkflowMethods:
         pool = await self.ensure_open()
         async with pool.connection() as conn:
             return [dict(r) for r in await dependencies.children_of(conn, int(job_id))]
+
+    async def job_relations(self, job_id: int, limit: int = 50) -> JobRelations:
+        """The job's place in the graph, for ``awa job show`` and its dashboard page: its
+        first ``limit`` parents and children (id, kind, state, step; ``parent_count`` and
+        ``child_count`` say how many there are), the workflow and step it is part of, and
+        the batch it belongs to (as member or callback). ``JobNotFound`` if there is none."""
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 10_000:
+            raise ValidationError("limit", "must be an integer from 1 to 10000")
+        pool = await self.ensure_open()
+        async with pool.connection() as conn:
+            found = await dependencies.relations(conn, int(job_id), limit)
+        if found is None:
+            from awa_cli.errors import JobNotFound
+
+            raise JobNotFound(f"job {job_id} not found")
+        return found

@@ -245,6 +245,85 @@ def blocked_reason(parents: Sequence[tuple[int, str]]) -> str:
     return f"blocked on parents {shown}{more}"
 
 
+@dataclass(frozen=True)
+class Relative:
+    """A parent or child of a job: ``state`` is a job state, ``failed (dead letter)`` or
+    ``deleted`` (pruned); ``step`` its step name in a workflow."""
+
+    id: int
+    kind: str | None
+    state: str
+    step: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"id": self.id, "kind": self.kind, "state": self.state, "step": self.step}
+
+    def label(self) -> str:
+        """``job 12: extract, running (step extract)``."""
+        step = f" (step {self.step})" if self.step is not None else ""
+        return f"job {self.id}: {self.kind or '?'}, {self.state}{step}"
+
+
+@dataclass(frozen=True)
+class JobRelations:
+    """A job's place in the graph (architecture §16): its parents and children (the first
+    ones by id; ``parent_count`` and ``child_count`` say how many there are), the workflow
+    and step it is part of, and the batch it belongs to (``batch_callback`` set when it is
+    one of the batch's callback jobs rather than a member)."""
+
+    parents: list[Relative] = field(default_factory=list)
+    children: list[Relative] = field(default_factory=list)
+    parent_count: int = 0
+    child_count: int = 0
+    workflow_id: int | None = None
+    workflow_name: str | None = None
+    step: str | None = None
+    batch_id: int | None = None
+    batch_callback: str | None = None
+
+    @property
+    def empty(self) -> bool:
+        """No parents, no children, no workflow, no batch: a plain job."""
+        return not (self.parent_count or self.child_count) and (
+            self.workflow_id is None and self.batch_id is None
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        workflow = None
+        if self.workflow_id is not None:
+            workflow = {"id": self.workflow_id, "name": self.workflow_name, "step": self.step}
+        batch = None
+        if self.batch_id is not None:
+            batch = {"id": self.batch_id, "callback": self.batch_callback}
+        return {
+            "parents": [p.to_json() for p in self.parents],
+            "children": [c.to_json() for c in self.children],
+            "parent_count": self.parent_count,
+            "child_count": self.child_count,
+            "workflow": workflow,
+            "batch": batch,
+        }
+
+    def lines(self) -> list[str]:
+        """The relations as text, one fact a line (``awa job show``); none: no lines."""
+        out: list[str] = []
+        if self.workflow_id is not None:
+            name = f" {self.workflow_name!r}" if self.workflow_name is not None else ""
+            out.append(f"workflow: {self.workflow_id}{name}, step {self.step or '?'}")
+        if self.batch_id is not None:
+            role = f"{self.batch_callback} callback of" if self.batch_callback else "member of"
+            out.append(f"batch: {role} batch {self.batch_id}")
+        for title, shown, total in (
+            ("parents", self.parents, self.parent_count),
+            ("children", self.children, self.child_count),
+        ):
+            if total:
+                first = f"first {len(shown)} of " if total > len(shown) else ""
+                out.append(f"{title} ({first}{total}):")
+                out.extend(f"  {r.label()}" for r in shown)
+        return out
+
+
 def split_after(options: dict[str, Any]) -> tuple[tuple[int, ...], ParentFailure]:
     """Take ``after`` and ``on_parent_failure`` out of insert options: (parent ids, policy)."""
     parents = parent_ids(options.pop("after", None))

@@ -50,8 +50,18 @@ async def send_email(job: awa.Job) -> None:
 
 @app.task(GenerateReport)
 def generate_report(job: awa.Job) -> None:
-    """A plain function: it runs in the worker's thread pool."""
-    total = sum(range(10_000 * job.args.report_id))
+    """A plain function: it runs in the worker's thread pool. It checks for a shutdown (or
+    a cancel) between chunks: ``raise_if_cancelled`` hands the job back at a deploy, and the
+    next attempt resumes from the checkpoint."""
+    chunks = 10
+    total = (job.progress or {}).get("checkpoint", {}).get("total", 0)
+    start = (job.progress or {}).get("checkpoint", {}).get("chunk", 0)
+    for chunk in range(start, chunks):
+        job.raise_if_cancelled()
+        total += sum(
+            range(chunk * 1_000 * job.args.report_id, (chunk + 1) * 1_000 * job.args.report_id)
+        )
+        job.set_progress(100 * (chunk + 1) / chunks, chunk=chunk + 1, total=total)
     job.set_output({"total": total})
 
 

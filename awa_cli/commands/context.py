@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from awa_cli.config import Config, load_config, resolve_config_path
+from awa_cli.errors import EmbeddedNotRunning
 from awa_cli.terminal import Terminal
 
 if TYPE_CHECKING:
@@ -55,14 +56,53 @@ class CliContext:
                 ) from None
         return url
 
-    def dsn(self) -> str:
-        """A DSN to connect to, starting the embedded server on demand."""
+    def listen_url(self) -> str | None:
+        """``[database] listen_url``: a direct or session-mode URL for the connections that
+        need a session (LISTEN, the leader's lock) when the URL is a transaction pooler."""
+        url = self.config.database.listen_url
+        if url:
+            from awa_cli.config import ConfigError
+            from awa_cli.db.dsn import redact
+            from awa_cli.db.preflight import check_url
+
+            try:
+                check_url(url)
+            except ValueError as exc:
+                raise ConfigError(
+                    f"[database] listen_url: invalid database URL {redact(url)!r} ({exc})",
+                    key="[database] listen_url",
+                ) from None
+        return url
+
+    def dsn(self, *, create: bool = False) -> str:
+        """A DSN to connect to: the configured URL, else the embedded server's when it runs.
+
+        A stopped embedded server is never started here (only ``awa db start`` starts it),
+        and a missing one is created only with ``create`` (``awa migrate``, the quick
+        start): any other command in a directory without ``awa.toml`` says so instead of
+        quietly creating an empty server there (D25, D29). Raises ``EmbeddedNotRunning``."""
         url = self.database_url()
         if url:
             return url
         from awa_cli.db.embedded import EmbeddedPostgres
 
-        return EmbeddedPostgres(self.config.database.embedded_dir).start()
+        server = EmbeddedPostgres(self.config.database.embedded_dir)
+        if not server.status().running and (server.initialised() or not create):
+            raise EmbeddedNotRunning(self._not_running(server.data_dir, server.initialised()))
+        return server.start()
+
+    def _not_running(self, data_dir: Path, initialised: bool) -> str:
+        if initialised:
+            return (
+                f"the embedded PostgreSQL server in {data_dir} is stopped: "
+                "start it with `awa db start` (or configure [database] url)"
+            )
+        path, _ = self.config_path
+        where = f"{path} sets no [database] url" if path else f"no awa.toml in {Path.cwd()}"
+        return (
+            f"no database: {where}, no --database-url or AWA_DATABASE_URL, and no embedded "
+            f"server in {data_dir} (create one with `awa db start`, or pass --config)"
+        )
 
     def wants_json(self, local_flag: bool = False) -> bool:
         return self.json_output or local_flag

@@ -1,8 +1,9 @@
 """`awa db start|stop|status|url`: the embedded PostgreSQL server.
 
 The server lives in ``[database] embedded_dir`` (default ``.awa/`` beside the config) and is
-shared by every ``awa`` process using that directory; commands that need a database start
-it on demand, so ``awa db start`` is only needed to start it ahead of time.
+shared by every ``awa`` process using that directory. Only ``awa db start`` starts a stopped
+server (``awa migrate`` also creates a new one, the quick start); every other command says
+how instead of starting or creating one (exit 1).
 """
 
 from __future__ import annotations
@@ -40,8 +41,9 @@ def _note_external_url(ctx: CliContext) -> None:
 def command() -> None:
     """The embedded PostgreSQL server (used when no database URL is configured).
 
-    Any command that needs the database starts it on demand; it keeps running after the
-    command exits (awa db stop stops it).
+    Only awa db start starts a stopped server (awa migrate also creates a missing one);
+    other commands exit 1 saying so. It keeps running after the command exits (awa db stop
+    stops it).
 
     PostgreSQL refuses to run as root. Run as root, awa runs the server as the system user
     'awa' (created with useradd the first time; 'nobody' if that fails), makes it the owner

@@ -28,8 +28,9 @@ def command(ctx: CliContext, json_flag: bool, long_transaction: str) -> None:
 
     Checks, in order: database (reachable), schema (migrations current), server (version),
     synchronous_commit (and fsync), max_connections (against what [worker] processes and the
-    configured queues need), listen_notify (a NOTIFY reaches a listener within 2s; it fails
-    behind a transaction-mode pooler), leader (a worker holds the maintenance lock, named by
+    configured queues need), listen_notify (a NOTIFY reaches a listener within 2s, on
+    [database] listen_url when set; it fails behind a transaction-mode pooler, and the fix
+    names listen_url), leader (a worker holds the maintenance lock, named by
     its host:pid; a warning when none does), claims (fails while a live worker's claims fail,
     e.g. a revoked grant), dead_workers (fails while running jobs are held by a worker that is
     gone: its process ended, or it has no live row and their heartbeats are stale),
@@ -53,6 +54,7 @@ def command(ctx: CliContext, json_flag: bool, long_transaction: str) -> None:
         processes=config.worker.processes,
         queues=len(config.queues),
         long_transaction_threshold=parse_duration(long_transaction, "--long-transaction-threshold"),
+        listen_url=ctx.listen_url(),
     )
     checks = asyncio.run(diagnose(ctx.dsn(), options))
     if ctx.wants_json(json_flag):

@@ -25,6 +25,7 @@ from awa_cli.jobs import JobRow, JobState
 from awa_cli.results import ValidationError
 
 STATES = [s.value for s in JobState]
+SHOWN_RELATIVES = 1000  # parents and children `awa job show` lists (the counts say the rest)
 
 
 @click.group(name="job")
@@ -250,21 +251,26 @@ def list_jobs(
 def show(ctx: CliContext, job_id: int, json_flag: bool) -> None:
     """Show one job: args, errors, output, progress, callback state, its timeline, and why an
     available job is not running (scheduled, queue paused, its key at a limit's max_running or
-    rate).
+    rate) or a blocked one waits (blocked on parents 12 (running), ...).
 
-    The timeline lists each attempt (start, worker, outcome, error, rescue reason), the
-    callback it waits on, its output and progress, the follow-ups it produced and the job
-    that produced it. --json prints the row with the same under "timeline"."""
+    Its place in the graph: the workflow and step it is part of, the batch it belongs to
+    (member, or which callback), and its parents and children (id, kind, state; the first
+    1,000 of each). The timeline lists each attempt (start, worker, outcome, error, rescue
+    reason), the callback it waits on, its output and progress, the follow-ups it produced
+    and the job that produced it. --json prints the row with the same under "timeline",
+    and, for a job in a graph or a batch, "parents", "children", "parent_count",
+    "child_count", "workflow" and "batch"."""
 
-    async def fetch(client: Any) -> tuple[Any, dict[str, Any], list[Any]]:
+    async def fetch(client: Any) -> tuple[Any, dict[str, Any], Any, list[Any]]:
         history = await client.job_history(job_id)
         status = await client.limit_status(job_id)
+        relations = await client.job_relations(job_id, limit=SHOWN_RELATIVES)
         runnable = history.job.state in (JobState.AVAILABLE, JobState.RETRYABLE)
-        return history, status, (await client.list_workers()) if runnable else []
+        return history, status, relations, (await client.list_workers()) if runnable else []
 
-    history, status, workers = run_with_client(ctx, fetch)
+    history, status, relations, workers = run_with_client(ctx, fetch)
     row = history.job
-    shown = show_json(history, status)
+    shown = show_json(history, status, relations)
     failing = [
         {
             "worker": f"{w.host}:{w.pid}",
@@ -293,6 +299,8 @@ def show(ctx: CliContext, job_id: int, json_flag: bool) -> None:
             f"waiting: claims of worker {f['worker']} on queue {row.queue} fail "
             f"since {f['since']}: {f['error']}"
         )
+    for line in relations.lines():
+        ctx.terminal.data(line)
     ctx.terminal.data("timeline:")
     for line in history.lines():
         ctx.terminal.data(f"  {line}")

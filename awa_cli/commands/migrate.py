@@ -50,7 +50,7 @@ def command(ctx: CliContext, show_status: bool, show_sql: bool, json_flag: bool)
         return
     import psycopg
 
-    with psycopg.connect(ctx.dsn(), autocommit=True) as conn:
+    with psycopg.connect(ctx.dsn(create=True), autocommit=True) as conn:
         if show_status:
             rows = migrations.status(conn)
             if ctx.wants_json(json_flag):

@@ -121,6 +121,7 @@ def build_worker(
         app,
         ctx.dsn(),
         specs,
+        listen_dsn=ctx.listen_url(),
         plugins=ctx.plugins,
         callback_base_url=config.serve.callback_base_url,
         limits=tuple(config.limits.values()),

@@ -31,6 +31,14 @@ name): a slot is free, and every
 worker whose queues the limit selects claims again (architecture §13)."""
 
 
+async def listen(conn: psycopg.AsyncConnection[Any], channels: Iterable[str]) -> None:
+    """LISTEN on each channel (the worker's listener; composed as identifiers)."""
+    from psycopg import sql
+
+    for channel in channels:
+        await conn.execute(sql.SQL(SQL["listen"]).format(sql.Identifier(channel)))
+
+
 async def queue_channels(
     conn: psycopg.AsyncConnection[Any], queues: Iterable[str]
 ) -> dict[str, str]:

@@ -26,8 +26,10 @@ from awa_cli.workflows import (
     AFTER_KEY,
     STEP_KEY,
     WORKFLOW_ID_KEY,
+    JobRelations,
     ParentFailure,
     PlannedStep,
+    Relative,
     Workflow,
     WorkflowRun,
 )
@@ -300,3 +302,38 @@ async def children_of(conn: psycopg.AsyncConnection[Any], job_id: int) -> list[D
     async with conn.cursor(row_factory=dict_row) as cur:
         await cur.execute(SQL["dep_children_of"], {"id": job_id})
         return await cur.fetchall()
+
+
+def _relatives(rows: Sequence[DictRow]) -> list[Relative]:
+    return [Relative(int(r["id"]), r["kind"], str(r["state"]), r["step"]) for r in rows]
+
+
+async def relations(
+    conn: psycopg.AsyncConnection[Any], job_id: int, limit: int
+) -> JobRelations | None:
+    """A job's first ``limit`` parents and children (with kind, state, step, and how many
+    there are), its workflow and step, and its batch; None when there is no such job."""
+    async with conn.cursor(row_factory=dict_row) as cur:
+        await cur.execute(SQL["dep_job_links"], {"id": job_id})
+        links = await cur.fetchone()
+        if links is None:
+            return None
+        await cur.execute(SQL["dep_parents_page"], {"id": job_id, "limit": limit})
+        parents = await cur.fetchall()
+        await cur.execute(SQL["dep_children_page"], {"id": job_id, "limit": limit})
+        children = await cur.fetchall()
+    batch_id, callback = links["batch_id"], None
+    meta_batch = links["meta_batch_id"]
+    if batch_id is None and isinstance(meta_batch, int) and not isinstance(meta_batch, bool):
+        batch_id, callback = meta_batch, links["batch_callback"]  # a batch's callback job
+    return JobRelations(
+        parents=_relatives(parents),
+        children=_relatives(children),
+        parent_count=int(parents[0]["total"]) if parents else 0,
+        child_count=int(children[0]["total"]) if children else 0,
+        workflow_id=links["workflow_id"],
+        workflow_name=links["workflow_name"],
+        step=links["step"] if links["workflow_id"] is not None else None,
+        batch_id=batch_id,
+        batch_callback=callback,
+    )

@@ -187,6 +187,10 @@ class EmbeddedPostgres:
         """The DSN of the ``awa`` database (the server is not started)."""
         return self.dsn_for(self.database or "postgres")
 
+    def initialised(self) -> bool:
+        """Whether the data directory holds a cluster (``initdb`` ran)."""
+        return (self.data_dir / "PG_VERSION").exists()
+
     def status(self) -> EmbeddedStatus:
         pid = self._running_pid()
         return EmbeddedStatus(

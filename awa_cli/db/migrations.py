@@ -12,6 +12,7 @@ from importlib import resources
 import psycopg
 
 from awa_cli.db.statements import SQL
+from awa_cli.errors import SchemaTooNew
 
 # Any constant works; it only has to be the same for every awa process.
 MIGRATION_LOCK_KEY = 0x6177615F6D6967  # "awa_mig"
@@ -52,6 +53,29 @@ def _applied(conn: psycopg.Connection) -> dict[int, datetime]:
     return {version: applied_at for version, applied_at in rows}
 
 
+def newer_than_code(conn: psycopg.Connection) -> list[int]:
+    """Applied versions above the newest this awa ships (a newer awa migrated the database)."""
+    known = max((m.version for m in available()), default=0)
+    return sorted(v for v in _applied(conn) if v > known)
+
+
+def too_new_message(versions: list[int], dbname: str | None = None) -> str:
+    """The one line for a schema newer than the code, naming both versions."""
+    known = max((m.version for m in available()), default=0)
+    where = f" in {dbname}" if dbname else ""
+    return (
+        f"the awa schema{where} is at version {max(versions):04d}, newer than this awa knows "
+        f"({known:04d}): upgrade awa (or restore the database from before that migration)"
+    )
+
+
+def check_not_newer(conn: psycopg.Connection) -> None:
+    """Raise :class:`SchemaTooNew` when a newer awa migrated this database."""
+    newer = newer_than_code(conn)
+    if newer:
+        raise SchemaTooNew(too_new_message(newer, conn.info.dbname))
+
+
 def status(conn: psycopg.Connection) -> list[MigrationStatus]:
     applied = _applied(conn)
     return [MigrationStatus(m.version, m.name, applied.get(m.version)) for m in available()]
@@ -72,6 +96,7 @@ def migrate(
     try:
         with conn.transaction():
             conn.execute(SQL["migrations_ledger"])
+        check_not_newer(conn)
         applied = _applied(conn)
         done = []
         for migration in available():

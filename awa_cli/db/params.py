@@ -77,7 +77,7 @@ def finalize_params(results: Sequence[AttemptResult]) -> dict[str, Any]:
             json.dumps(r.output) if r.has_output and r.action == "complete" else None
             for r in results
         ],
-        "refunds": [1 if r.action == "snooze" else 0 for r in results],
+        "refunds": [1 if r.action in ("snooze", "interrupt") else 0 for r in results],
         "callback_ids": [r.callback_id for r in results],
         "progress": [r.progress for r in results],
     }

@@ -13,7 +13,7 @@ import psycopg
 from psycopg.conninfo import conninfo_to_dict
 
 from awa_cli.db.dsn import redact
-from awa_cli.errors import DatabaseUnusable
+from awa_cli.errors import DatabaseUnusable, SchemaTooNew
 
 URL_SCHEMES = ("postgresql", "postgres")
 CONNECT_TIMEOUT = 5  # seconds: an unreachable host fails fast instead of hanging the start
@@ -81,8 +81,11 @@ def check_database(dsn: str, *, timeout: float = CONNECT_TIMEOUT) -> None:
             row = conn.execute(SQL["schema_presence"]).fetchone()
             has_jobs, ledger_readable = row if row is not None else (False, False)
             rows = migrations.status(conn) if has_jobs and ledger_readable else []
+            newer = migrations.newer_than_code(conn) if has_jobs and ledger_readable else []
         except psycopg.Error as exc:
             raise DatabaseUnusable(f"cannot read the awa schema in {shown}: {exc}") from exc
+    if newer:
+        raise SchemaTooNew(migrations.too_new_message(newer, dbname))
     if not has_jobs:
         raise DatabaseUnusable(missing_schema_message(dbname))
     pending = [r for r in rows if r.applied_at is None]

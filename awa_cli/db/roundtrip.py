@@ -36,8 +36,9 @@ async def notifications_work(
     if elapsed is not None:
         return True
     log.warning(
-        "LISTEN/NOTIFY does not work on this connection (a transaction-mode pooler?): "
-        "falling back to polling every %gs; run `awa doctor`",
+        "LISTEN/NOTIFY does not work on this connection: NOTIFY does not cross a "
+        "transaction-mode pooler; falling back to polling every %gs (set [database] "
+        "listen_url to a direct or session-mode URL for the listener; see `awa doctor`)",
         poll_interval,
         extra={"action": "notify_unavailable"},
     )

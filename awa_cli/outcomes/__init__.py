@@ -126,7 +126,10 @@ class OutcomeCore(CoreState):
     async def finalize_group(self, group: FinalizeGroup) -> list[Finalized]:
         """Finalise one planned group; after a group with follow-ups, wake their queues."""
         if not group.with_follow_ups:
-            return await self.finalize_batch(group.results)
+            done = await self.finalize_batch(group.results)
+            if any(r.action == "interrupt" for r in group.results):
+                await self.flush_notifications()  # a job handed back is claimable at once
+            return done
         done = await self.finalize_with_follow_ups(group.results)
         await self.flush_notifications()
         return done

@@ -142,6 +142,8 @@ async def apply_attempts(
     for result in results:
         item = finalized(result, changed.get(result.job.id))
         done.append(item)
+        if item.row is not None and result.action == "interrupt":
+            item.queues.add(result.job.queue)  # handed back: wake the queue's workers
         for event in item.events:
             pending.extend((item, prepared, False) for prepared in spec_follow_ups(core.app, event))
         if item.row is not None and result.action == "complete":

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 MAX_LIMIT = 1000
 PAGE_BYTES = 4 * 1024 * 1024  # a list page stops early (next_before set) past this many bytes
 CHUNK = 100  # rows fetched per query while a page is assembled
+RELATIVES = 1000  # parents and children listed by GET /api/jobs/{id} (the counts say the rest)
 
 
 def _failed(exc: Exception) -> Response:
@@ -133,8 +134,10 @@ async def _bounded_page(
 
 
 async def get_job(request: Request) -> Response:
-    """The row plus ``concurrency_key``, ``why_not_running``, ``limit`` and ``timeline``, as
-    ``awa job show --json`` prints it."""
+    """The row plus ``concurrency_key``, ``why_not_running``, ``limit``, ``timeline`` and
+    the job's ``parents`` and ``children`` (the first 1,000 of each: id, kind, state, step;
+    ``parent_count``, ``child_count``), ``workflow`` and ``batch`` (those six only for a job
+    with parents, children, a workflow or a batch), as ``awa job show --json`` prints it."""
     from starlette.responses import JSONResponse
 
     from awa_cli.history import show_json
@@ -142,7 +145,10 @@ async def get_job(request: Request) -> Response:
     client = client_of(request)
     job_id = int(request.path_params["job_id"])
     try:
-        shown = show_json(await client.job_history(job_id), await client.limit_status(job_id))
+        history = await client.job_history(job_id)
+        status = await client.limit_status(job_id)
+        relations = await client.job_relations(job_id, limit=RELATIVES)
+        shown = show_json(history, status, relations)
     except Exception as exc:
         return _failed(exc)
     return JSONResponse(shown)

@@ -73,12 +73,14 @@ async def metrics(request: Request) -> Response:
 
 
 async def readyz(request: Request) -> Response:
-    """The database answers and every migration this awa ships is applied."""
+    """The database answers on the pool requests use (503 while it cannot: the pool's
+    broken connections are discarded on the way) and every migration this awa ships is
+    applied."""
     from starlette.responses import JSONResponse
 
     client: AsyncClient = request.app.state.client
     try:
-        pending = await client.pending_migrations()
+        pending = await client.check_ready()
     except Exception as exc:
         return JSONResponse({"status": "unavailable", "error": error_line(exc)}, status_code=503)
     if pending:

@@ -29,6 +29,7 @@ log = logging.getLogger("awa.serve")
 
 STATES = [s.value for s in JobState]
 PAGE_SIZE = 50
+RELATIVES = 100  # parents and children the job page lists (it says how many there are)
 
 
 def overview_table(counts: list[JobCount]) -> dict[str, Any]:
@@ -137,7 +138,8 @@ def _job_id(request: Request) -> int:
 
 async def job(request: Request) -> Response:
     """The job with its progress, timeline (attempts, callback, follow-ups, the job that
-    produced it) and, for a runnable job, why it is not running (architecture §11, §13)."""
+    produced it), its parents and children, workflow step and batch, and, for a runnable or
+    blocked job, why it is not running (architecture §11, §13, §16)."""
     from awa_cli.history import percent_of
 
     client = client_of(request)
@@ -145,6 +147,7 @@ async def job(request: Request) -> Response:
     try:
         history = await client.job_history(job_id)
         status = await client.limit_status(job_id)
+        relations = await client.job_relations(job_id, limit=RELATIVES)
     except Exception as exc:
         return error_page(request, exc)
     row = history.job
@@ -154,6 +157,7 @@ async def job(request: Request) -> Response:
         "job.html",
         job=row,
         timeline=history,
+        relations=relations,
         percent=percent_of(row.progress),
         why_not_running=status["reason"],
         done=done if done else None,

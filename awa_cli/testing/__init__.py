@@ -35,7 +35,8 @@ from awa_cli.testing.handler_job import (
 )
 from awa_cli.worker.callbacks import CallbackServices
 from awa_cli.worker.executor import execute
-from awa_cli.worker.services import RunningJobs
+from awa_cli.errors import ValidationError
+from awa_cli.worker.services import CANCEL_REASONS, RunningJobs
 
 __all__ = [
     "AsyncAwaTestClient",
@@ -197,12 +198,19 @@ class AsyncAwaTestClient:
         handler: Callable[..., Any] | None = None,
         *,
         queue: str | None = None,
+        cancel: str | None = None,
     ) -> WorkResult:
         """Claim one job of that kind, run its handler and apply the result through the core.
 
         A follow-up spec that raises rolls the transition back (the job stays ``running``,
         as in a worker, where rescue takes it later); here the error is raised to the test.
+        ``cancel`` (``"shutdown"``, ``"cancelled"``, ...) runs the handler with
+        ``job.is_cancelled()`` already true and that ``job.cancel_reason``: with
+        ``"shutdown"`` a handler that raises ``awa.Interrupted`` hands the job back
+        (``outcome == "available"``, the attempt not counted).
         """
+        if cancel is not None and cancel not in CANCEL_REASONS:
+            raise ValidationError("cancel", f"must be one of {', '.join(CANCEL_REASONS)}")
         kind = _kind_of(self.app, args_type_or_kind)
         row = await self.claim(kind, queue)
         if row is None:
@@ -214,7 +222,11 @@ class AsyncAwaTestClient:
             else _app_with_handler(self.app, kind, args_type_or_kind, handler)
         )
         prepare = functools.partial(prepare_job, self.app)
-        result = await execute(app, row, self.services, None, self.running, prepare=prepare)
+        self.running.cancel_new = cancel
+        try:
+            result = await execute(app, row, self.services, None, self.running, prepare=prepare)
+        finally:
+            self.running.cancel_new = None
         try:
             [done] = await self.core.finalize_attempts([result])
         finally:
@@ -294,9 +306,13 @@ class AwaTestClient:
         handler: Callable[..., Any] | None = None,
         *,
         queue: str | None = None,
+        cancel: str | None = None,
     ) -> WorkResult:
-        """Claim one job of that kind, run its handler and apply the result through the core."""
-        return self.client.call(self.aio.work_one(args_type_or_kind, handler, queue=queue))
+        """Claim one job of that kind, run its handler and apply the result through the core
+        (``cancel``: see :meth:`AsyncAwaTestClient.work_one`)."""
+        return self.client.call(
+            self.aio.work_one(args_type_or_kind, handler, queue=queue, cancel=cancel)
+        )
 
     async def work_one_async(
         self,
@@ -304,9 +320,11 @@ class AwaTestClient:
         handler: Callable[..., Any] | None = None,
         *,
         queue: str | None = None,
+        cancel: str | None = None,
     ) -> WorkResult:
         """``work_one`` awaitable from another event loop (it still runs on the client's loop)."""
         future = asyncio.run_coroutine_threadsafe(
-            self.aio.work_one(args_type_or_kind, handler, queue=queue), self.client.loop
+            self.aio.work_one(args_type_or_kind, handler, queue=queue, cancel=cancel),
+            self.client.loop,
         )
         return await asyncio.wrap_future(future)

@@ -34,6 +34,7 @@ from awa_cli.jobs import (
 )
 from awa_cli.results import ValidationError
 from awa_cli.worker.job import Job, Prepare, StagedFollowUps
+from awa_cli.worker.services import CANCEL_REASONS
 
 __all__ = [
     "HandlerJob",
@@ -156,9 +157,12 @@ class HandlerJob(Job):
         """Close staging as the worker does when the handler returns."""
         self.finish()
 
-    def cancel(self) -> None:
-        """Make ``job.is_cancelled()`` true (as a rescue or an operator cancel would)."""
-        self.control.cancel()
+    def cancel(self, reason: str = "cancelled") -> None:
+        """Make ``job.is_cancelled()`` true with ``job.cancel_reason`` ``reason``: one of
+        ``"shutdown"``, ``"deadline"``, ``"cancelled"`` (the default) or ``"rescued"``."""
+        if reason not in CANCEL_REASONS:
+            raise ValidationError("reason", f"must be one of {', '.join(CANCEL_REASONS)}")
+        self.control.cancel(reason)
 
 
 @dataclass
@@ -177,7 +181,13 @@ class HandlerResult:
 
 def _decide(job: HandlerJob, returned: Any, exc: BaseException | None) -> HandlerResult:
     attempt = decide(
-        job.row, args=job.args, result=returned, exc=exc, duration=0.0, record=job.finish()
+        job.row,
+        args=job.args,
+        result=returned,
+        exc=exc,
+        duration=0.0,
+        record=job.finish(),
+        cancel_reason=job.cancel_reason,
     )
     return HandlerResult(str(attempt.state), returned, exc, attempt)
 

@@ -126,7 +126,8 @@ class CallbackServices:
             event.clear()
             state, callback_id, result, lease = await jobs.wait_state(self.core.pool, job.id)
             if lease != job.run_lease or state not in ("running", "waiting_external"):
-                self.running.fence(job.id, job.run_lease)
+                why = "cancelled" if state == "cancelled" and lease == job.run_lease else "rescued"
+                self.running.fence(job.id, job.run_lease, why)
                 raise CallbackWaitAborted(
                     f"job {job.id} was {state} while waiting for its callback"
                 )

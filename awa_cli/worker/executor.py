@@ -119,11 +119,33 @@ async def execute(
         if timer is not None:
             timer.cancel()
         control.release()
+    return _result(job, args, result, error_raised, time.monotonic() - started)
+
+
+def _result(
+    job: Job, args: Any, result: Any, error_raised: BaseException | None, duration: float
+) -> AttemptResult:
+    """The attempt's result once its handler ended (a deadline, a hand-back, a return)."""
+    row, control = job.row, job.control
     record = job.finish()
-    duration = time.monotonic() - started
     if control.reason == "deadline":
         return deadline_exceeded(row, args=args, duration=duration)
-    return decide(row, args=args, result=result, exc=error_raised, duration=duration, record=record)
+    if control.reason == "shutdown" and error_raised is None:
+        log.warning(
+            "job %s returned after the worker's shutdown signal: recorded as its result "
+            "(raise awa.Interrupted() or call job.raise_if_cancelled() to hand it back)",
+            row.id,
+            extra={"action": "returned_at_shutdown", "job_id": row.id, "queue": row.queue},
+        )
+    return decide(
+        row,
+        args=args,
+        result=result,
+        exc=error_raised,
+        duration=duration,
+        record=record,
+        cancel_reason=job.cancel_reason,
+    )
 
 
 async def _load_parents(job: Job, row: JobRow, services: AttemptServices | None) -> None:

@@ -14,6 +14,7 @@ from awa_cli.app import prepare_job
 from awa_cli.attempts import AttemptRecord
 from awa_cli.jobs import CallbackToken, JobRow, to_json
 from awa_cli.callbacks import callback_urls
+from awa_cli.errors import Interrupted
 from awa_cli.progress import progress_value
 from awa_cli.results import AwaError, ValidationError, seconds
 from awa_cli.worker.services import AttemptServices, JobControl
@@ -139,8 +140,21 @@ class Job:
 
     # -- cancellation --------------------------------------------------------------------
     def is_cancelled(self) -> bool:
-        """True once the job was cancelled, rescued or taken away from this attempt."""
+        """True once the worker shuts down, the attempt passed its deadline, the job was
+        cancelled, or the attempt was rescued or taken away (``cancel_reason`` says which)."""
         return self.control.is_cancelled()
+
+    @property
+    def cancel_reason(self) -> str | None:
+        """None until ``is_cancelled()`` is true, then ``"shutdown"``, ``"deadline"``,
+        ``"cancelled"`` (an operator) or ``"rescued"`` (the attempt was taken away)."""
+        return self.control.reason if self.control.is_cancelled() else None
+
+    def raise_if_cancelled(self) -> None:
+        """Raise :class:`awa.Interrupted` once ``is_cancelled()`` is true: at shutdown the job
+        is handed back (available again at once, the attempt not counted, progress kept)."""
+        if self.control.is_cancelled():
+            raise Interrupted(self.cancel_reason)
 
     # -- output --------------------------------------------------------------------------
     def set_output(self, value: Any) -> None:

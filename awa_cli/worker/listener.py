@@ -1,6 +1,10 @@
 """LISTEN on the channels of the worker's queues (and for callback resumes and operator
 cancels) on one dedicated connection, reconnecting with backoff; after a reconnect every queue is woken, since
-notifications sent while disconnected are lost."""
+notifications sent while disconnected are lost.
+
+The connection needs a session of its own: behind a transaction-mode pooler give the worker
+``[database] listen_url`` (a direct or session-mode URL), else notifications never arrive
+and the worker polls (it says so at start; ``awa doctor`` too)."""
 
 from __future__ import annotations
 
@@ -10,12 +14,16 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import psycopg
-from psycopg import sql
 
-from awa_cli.db.channels import CALLBACK_CHANNEL, CANCEL_CHANNEL, LIMIT_CHANNEL, queue_channels
+from awa_cli.db.channels import (
+    CALLBACK_CHANNEL,
+    CANCEL_CHANNEL,
+    LIMIT_CHANNEL,
+    listen,
+    queue_channels,
+)
 from awa_cli.db.retry import Backoff, first_line
 from awa_cli.db.roundtrip import notifications_work
-from awa_cli.db.statements import SQL
 
 if TYPE_CHECKING:
     from awa_cli.worker.callbacks import CallbackServices
@@ -50,21 +58,27 @@ class Listener:
         backoff = Backoff()
         while not stopping.is_set():
             try:
-                async with await psycopg.AsyncConnection.connect(self.dsn, autocommit=True) as conn:
+                async with await psycopg.AsyncConnection.connect(
+                    self.dsn, autocommit=True, prepare_threshold=None
+                ) as conn:
                     channels = await queue_channels(conn, {r.spec.name for r in self.runners})
                     self.by_channel = {}
                     for runner in self.runners:
                         channel = channels[runner.spec.name]
                         self.by_channel.setdefault(channel, []).append(runner)
                     extra = [LIMIT_CHANNEL] if self.on_limit is not None else []
-                    for channel in [*self.by_channel, CALLBACK_CHANNEL, CANCEL_CHANNEL, *extra]:
-                        await conn.execute(sql.SQL(SQL["listen"]).format(sql.Identifier(channel)))
+                    await listen(conn, [*self.by_channel, CALLBACK_CHANNEL, CANCEL_CHANNEL, *extra])
                     if not self.checked_notify:
                         # Behind a transaction-mode pooler LISTEN/NOTIFY does not work: say
                         # so once (awa doctor says it too); pickups then wait for the poll.
-                        self.notify_works = await notifications_work(
-                            conn, poll_interval=self.poll_interval
-                        )
+                        # sent from a second connection: a transaction pooler may hand one
+                        # connection's LISTEN and NOTIFY to the same server session
+                        async with await psycopg.AsyncConnection.connect(
+                            self.dsn, autocommit=True, prepare_threshold=None
+                        ) as sender:
+                            self.notify_works = await notifications_work(
+                                conn, poll_interval=self.poll_interval, sender=sender
+                            )
                         self.checked_notify = True
                     self.connected.set()
                     backoff.reset()

@@ -203,8 +203,17 @@ async def notify_worker_lifecycle(
 
 def _while_claiming(worker: Worker) -> Callable[[], bool]:
     """Ping once ready (READY sent) and while the claim loops work; during the drain (no
-    claims) the pings go on. Before READY systemd's start timeout applies, not the watchdog."""
-    return lambda: worker.stopping or (worker.is_ready() and worker.healthy())
+    claims) the pings go on. Before READY systemd's start timeout applies, not the watchdog.
+    Once ready, a listener that lost the database does not stop the pings (an outage: a
+    restart would kill the live handlers, architecture §18); ``Worker.healthy`` decides."""
+    seen_ready = False
+
+    def ping() -> bool:
+        nonlocal seen_ready
+        seen_ready = seen_ready or worker.is_ready()
+        return worker.stopping or (seen_ready and worker.healthy())
+
+    return ping
 
 
 HEALTH_KEY = "AWA_HEALTHY"

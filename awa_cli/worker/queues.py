@@ -61,6 +61,9 @@ class QueueRunner:
         self.claims = 0
         self.ready = asyncio.Event()  # set after the first successful claim round
         self.failing = False  # in error backoff: the last claim round failed
+        # ... because the database could not be reached (a restart, a failover): the worker
+        # stays healthy for the watchdog then, since a restart would only kill live handlers
+        self.unreachable = False
         # While failing: since when (unix time) and the last error's first line, for the
         # worker's row in awa.workers (awa doctor's `claims` check).
         self.failing_since: float | None = None
@@ -157,6 +160,7 @@ class QueueRunner:
                 extra={"action": "claim_recovered", "queue": self.spec.name},
             )
         self.failing = False
+        self.unreachable = False
         self.failing_since = self.claim_error = None
         self.ready.set()
 
@@ -164,6 +168,9 @@ class QueueRunner:
         """Any database error (a lost connection, a missing grant, a read-only server): one
         ERROR line per backoff step, then retry (architecture §15.7)."""
         self.failing = True
+        self.unreachable = isinstance(
+            exc, (psycopg.OperationalError, psycopg.InterfaceError, OSError)
+        )
         if self.failing_since is None:
             self.failing_since = time.time()
         self.claim_error = first_line(exc)[:500]

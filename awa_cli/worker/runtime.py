@@ -87,12 +87,18 @@ class Worker:
         maintenance: bool = True,
         callback_base_url: str | None = None,
         limits: Sequence[Limit] = (),
+        listen_dsn: str | None = None,
         accept_limits_change: bool = False,
         **timings: Any,
     ) -> None:
         self.app = app
         self.callback_base_url = callback_base_url  # CallbackToken.url(); see awa_cli.callbacks
         self.dsn = with_options(dsn, application_name="awa-worker")
+        # The connections that need a session of their own (LISTEN, the leader's advisory
+        # lock): [database] listen_url behind a transaction-mode pooler, else the same URL.
+        self.session_dsn = (
+            with_options(listen_dsn, application_name="awa-worker") if listen_dsn else self.dsn
+        )
         self.timings = Timings(**timings)
         self.queues = {
             name: spec if isinstance(spec, QueueSpec) else QueueSpec(name, int(spec))
@@ -120,8 +126,8 @@ class Worker:
         total = sum(q.concurrency for q in self.queues.values())
         # Daemon threads: a def handler that never returns cannot keep the process alive.
         self._threads = DaemonThreads(max(4, total), thread_name_prefix="awa-handler")
-        self.pool = worker_pool(self.dsn, len(self.queues))
-        self.claim_pool = claim_pool(self.dsn, len(self.queues))
+        self.pool = worker_pool(self.dsn, len(self.queues), self._connected)
+        self.claim_pool = claim_pool(self.dsn, len(self.queues), self._connected)
         self.core = OutcomeCore(
             self.pool, app, self.dispatcher, defer_notify=True, claim_pool=self.claim_pool
         )
@@ -171,7 +177,7 @@ class Worker:
         self.refill = Refill(self.runners, self.limits, self._notify_limits)
         self.key_paths = KeyPaths(self.limits)
         self.listener = Listener(
-            self.dsn,
+            self.session_dsn,
             self.runners,
             self.services,
             self.timings.poll_interval,
@@ -206,6 +212,10 @@ class Worker:
     @property
     def stopping(self) -> bool:
         return self._stopping.is_set()
+
+    async def _connected(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        """A pool opened a connection: after a failed heartbeat, beat on it at once."""
+        self.heartbeat.reconnected()
 
     def stats(self) -> WorkerStats:
         """A snapshot for plugins and supervisors: queues, running jobs, counters."""
@@ -275,7 +285,7 @@ class Worker:
 
     async def wait_ready(self) -> None:
         """Return once the worker can claim: it listens, and every queue finished one
-        successful claim round (systemd READY is sent then, architecture §15.7)."""
+        successful claim round (systemd READY is sent then, architecture §18)."""
         await self.listener.connected.wait()
         for runner in self.runners.values():
             await runner.ready.wait()
@@ -286,9 +296,14 @@ class Worker:
         )
 
     def healthy(self) -> bool:
-        """Whether the worker can claim now: no queue is in claim-error backoff and no
-        supervised task has ended (the systemd watchdog is pinged only while true)."""
-        return self._failure is None and not any(r.failing for r in self.runners.values())
+        """Whether the worker works as it should: no queue is in claim-error backoff for a
+        reason other than an unreachable database, and no supervised task has ended (the
+        systemd watchdog is pinged only while true). An outage or a failover leaves it
+        healthy: a watchdog restart would kill the live handlers, whose jobs would then run
+        again (architecture §18)."""
+        return self._failure is None and not any(
+            r.failing and not r.unreachable for r in self.runners.values()
+        )
 
     def supervise(self, task: asyncio.Task[Any]) -> asyncio.Task[Any]:
         """Watch a long-lived task of this worker: if it ends (raises, is cancelled or just
@@ -320,7 +335,7 @@ class Worker:
         """Run until :meth:`shutdown` is called (or the task is cancelled).
 
         Raises ``AwaError`` at once when the app registers no handler (architecture §15.5), and
-        after shutting down when a supervised task ended unexpectedly (architecture §15.7).
+        after shutting down when a supervised task ended unexpectedly (architecture §18).
         """
         if not self.app.tasks:
             raise AwaError(
@@ -369,7 +384,7 @@ class Worker:
         from awa_cli.maintenance import Maintenance
 
         self.maintenance = Maintenance(
-            self.dsn,
+            self.session_dsn,
             self.pool,
             self.core,
             self.timings,

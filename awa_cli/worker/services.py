@@ -28,6 +28,11 @@ if TYPE_CHECKING:
     from awa_cli.jobs import CallbackToken, JobRow, PreparedJob
 
 
+CANCEL_REASONS = ("shutdown", "deadline", "cancelled", "rescued")
+"""``job.cancel_reason`` once ``job.is_cancelled()`` is true: the worker is shutting down, the
+attempt passed its deadline, an operator cancelled the job, or the attempt was taken away
+(rescued, or its row found no longer ours)."""
+
 CANCEL_GRACE = 1.0
 """Seconds an async handler has to return once its attempt was taken away (a deadline, an
 operator cancel, a rescue) before it is cancelled as an asyncio task (architecture §15.6)."""
@@ -58,7 +63,8 @@ class JobControl:
         self._cancelled = False
         self._waiting = False
         self.waited = False  # waited inside wait_for_callback: no deadline applies any more
-        self.reason: str | None = None  # "deadline", "shutdown" or "fenced", once cancelled
+        # why, once cancelled: one of CANCEL_REASONS (``job.cancel_reason``)
+        self.reason: str | None = None
         self.task: asyncio.Task[Any] | None = None  # the attempt's task (set by the executor)
         self.is_async = True
         self.hard_cancelled = False
@@ -75,7 +81,7 @@ class JobControl:
         self._waiting = value
         self.waited = self.waited or value
 
-    def cancel(self, reason: str = "fenced", grace: float | None = None) -> None:
+    def cancel(self, reason: str = "cancelled", grace: float | None = None) -> None:
         """Make ``job.is_cancelled()`` true (the attempt is no longer ours); with ``grace``,
         cancel the attempt's task that many seconds later if it still runs."""
         self._cancelled = True
@@ -119,7 +125,7 @@ class RunningJobs(Mapping[int, RunningAttempt]):
 
     def __init__(self) -> None:
         self._jobs: dict[int, RunningAttempt] = {}
-        self._stopping = False
+        self.cancel_new: str | None = None  # a reason: attempts added now start cancelled
 
     def __getitem__(self, job_id: int) -> RunningAttempt:
         return self._jobs[job_id]
@@ -132,31 +138,32 @@ class RunningJobs(Mapping[int, RunningAttempt]):
 
     def add(self, job: RunningAttempt) -> None:
         self._jobs[job.id] = job
-        if self._stopping:  # claimed in the last round before the drain
-            job.control.cancel("shutdown")
+        if self.cancel_new is not None:  # claimed in the last round before the drain
+            job.control.cancel(self.cancel_new)
 
     def discard(self, job_id: int) -> None:
         self._jobs.pop(job_id, None)
 
-    def fence(self, job_id: int, run_lease: int) -> bool:
+    def fence(self, job_id: int, run_lease: int, reason: str = "rescued") -> bool:
         """The attempt (``job_id``, ``run_lease``) is no longer ours: if it runs here, its
-        handler's ``job.is_cancelled()`` turns true (and its late result is fenced by the
-        lease guard). The one code path that cancels a running attempt."""
+        handler's ``job.is_cancelled()`` turns true with ``job.cancel_reason`` ``reason``
+        (and its late result is fenced by the lease guard). The one code path that cancels a
+        running attempt."""
         job = self._jobs.get(job_id)
         if job is None or job.run_lease != run_lease:
             return False
-        job.control.cancel("fenced", grace=CANCEL_GRACE)
+        job.control.cancel(reason, grace=CANCEL_GRACE)
         return True
 
     def cancel_job(self, job_id: int) -> bool:
         """An operator cancelled job ``job_id`` (whatever its lease): fence it if it runs here."""
         job = self._jobs.get(job_id)
-        return job is not None and self.fence(job_id, job.run_lease)
+        return job is not None and self.fence(job_id, job.run_lease, "cancelled")
 
     def stop_all(self) -> None:
         """Shutdown began: every running handler's ``job.is_cancelled()`` turns true (the
         drain cancels what still runs after ``shutdown_timeout``)."""
-        self._stopping = True
+        self.cancel_new = "shutdown"
         for job in list(self._jobs.values()):
             job.control.cancel("shutdown")
 

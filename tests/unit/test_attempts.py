@@ -278,7 +278,15 @@ def test_args_that_are_not_an_object_fail_terminally_on_the_first_attempt(args: 
 
 
 def test_every_action_has_a_state_and_an_outcome() -> None:
-    assert set(STATE_OF_ACTION) == {"complete", "retry", "fail", "cancel", "snooze", "park"}
+    assert set(STATE_OF_ACTION) == {
+        "complete",
+        "retry",
+        "fail",
+        "cancel",
+        "snooze",
+        "park",
+        "interrupt",
+    }
     outcomes = {
         a: dataclasses.replace(unknown_kind(row()), action=a, silent=False).outcome
         for a in STATE_OF_ACTION
@@ -290,7 +298,31 @@ def test_every_action_has_a_state_and_an_outcome() -> None:
         "cancel": Outcome.CANCELLED,
         "snooze": None,
         "park": Outcome.WAITING_FOR_CALLBACK,
+        "interrupt": None,
     }
+
+
+def test_interrupted_hands_the_job_back_only_once_cancelled() -> None:
+    """Issue 27 item 2: ``awa.Interrupted`` after a shutdown signal hands the job back
+    (available, refunded, an error entry ``interrupted: shutdown``); without a cancellation
+    it is an ordinary failure; after a deadline the attempt ran out of time."""
+    handed = decide(
+        row(),
+        args={},
+        result=None,
+        exc=awa.Interrupted("shutdown"),
+        duration=0.0,
+        cancel_reason="shutdown",
+    )
+    assert (handed.action, handed.state) == ("interrupt", JobState.AVAILABLE)
+    assert handed.error_entry is not None and handed.error_entry["error"] == "interrupted: shutdown"
+    assert "terminal" not in handed.error_entry and event_for(handed, committed(handed)) is None
+    plain = decide(row(), args={}, result=None, exc=awa.Interrupted(), duration=0.0)
+    assert plain.action == "retry"
+    late = decide(
+        row(), args={}, result=None, exc=awa.Interrupted(), duration=0.0, cancel_reason="deadline"
+    )
+    assert late.action == "retry"
 
 
 def test_an_attempt_result_is_immutable() -> None:

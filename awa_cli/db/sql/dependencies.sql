@@ -209,3 +209,56 @@ SELECT d.child_id AS id, c.state::text AS state, c.metadata ->> 'awa.step' AS st
 FROM awa.job_dependencies AS d JOIN awa.jobs AS c ON c.id = d.child_id
 WHERE d.parent_id = %(id)s
 ORDER BY d.child_id;
+
+-- name: dep_parents_page
+-- The first %(limit)s parents of a job by id, for its page: kind, state (a dead-lettered one
+-- 'failed (dead letter)', a pruned one 'deleted'), step; total: how many parents it has.
+SELECT d.parent_id AS id, x.kind, x.state, x.step,
+       (SELECT count(*) FROM awa.job_dependencies WHERE child_id = %(id)s)::int AS total
+FROM awa.job_dependencies AS d
+CROSS JOIN LATERAL (
+    SELECT p.kind, p.state::text AS state, p.metadata ->> 'awa.step' AS step
+    FROM awa.jobs AS p WHERE p.id = d.parent_id
+    UNION ALL
+    SELECT dl.kind, 'failed (dead letter)', dl.metadata ->> 'awa.step'
+    FROM awa.dead_letters AS dl WHERE dl.id = d.parent_id
+    UNION ALL
+    SELECT NULL, 'deleted', NULL
+    LIMIT 1
+) AS x
+WHERE d.child_id = %(id)s
+ORDER BY d.parent_id
+LIMIT %(limit)s;
+
+-- name: dep_children_page
+-- The first %(limit)s children of a job by id, as dep_parents_page; total: how many it has.
+SELECT d.child_id AS id, x.kind, x.state, x.step,
+       (SELECT count(*) FROM awa.job_dependencies WHERE parent_id = %(id)s)::int AS total
+FROM awa.job_dependencies AS d
+CROSS JOIN LATERAL (
+    SELECT c.kind, c.state::text AS state, c.metadata ->> 'awa.step' AS step
+    FROM awa.jobs AS c WHERE c.id = d.child_id
+    UNION ALL
+    SELECT dl.kind, 'failed (dead letter)', dl.metadata ->> 'awa.step'
+    FROM awa.dead_letters AS dl WHERE dl.id = d.child_id
+    UNION ALL
+    SELECT NULL, 'deleted', NULL
+    LIMIT 1
+) AS x
+WHERE d.parent_id = %(id)s
+ORDER BY d.child_id
+LIMIT %(limit)s;
+
+-- name: dep_job_links
+-- The workflow (id, name, step) and batch (member's batch_id, or a callback's metadata) of a
+-- job, live or dead-lettered; no row: no such job.
+SELECT j.workflow_id, w.name AS workflow_name, j.metadata ->> 'awa.step' AS step,
+       j.batch_id, j.metadata -> 'awa.batch_id' AS meta_batch_id,
+       j.metadata ->> 'awa.batch_callback' AS batch_callback
+FROM (
+    SELECT workflow_id, batch_id, metadata FROM awa.jobs WHERE id = %(id)s
+    UNION ALL
+    SELECT workflow_id, batch_id, metadata FROM awa.dead_letters WHERE id = %(id)s
+    LIMIT 1
+) AS j
+LEFT JOIN awa.workflows AS w ON w.id = j.workflow_id;

@@ -164,3 +164,53 @@ def test_ctrl_c_during_a_blocked_migration_says_what_was_rolled_back_and_exits_1
         assert conn.execute("SELECT to_regclass('awa.jobs')").fetchone()[0] is None
     again = run(config_file, "--database-url", fresh_dsn, "migrate")
     assert again.exit_code == 0, again.output
+
+
+def from_the_future(dsn: str) -> int:
+    """Record a migration one version past the newest this awa ships; return that version."""
+    newest = max(m.version for m in migrations.available())
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO awa.schema_migrations (version, name) VALUES (%s, 'from_the_future')",
+            (newest + 1,),
+        )
+    return newest
+
+
+@pytest.mark.integration
+def test_migrate_refuses_a_schema_newer_than_the_code(dsn: str, config_file: Path) -> None:
+    """Issue 27 D17: a database migrated by a newer awa fails `awa migrate` (exit 1) with one
+    line naming both versions; `--status` still lists what this awa knows."""
+    newest = from_the_future(dsn)
+    result = run(config_file, "--database-url", dsn, "migrate")
+    assert result.exit_code == 1, result.output
+    [line] = result.stderr.strip().splitlines()
+    assert f"version {newest + 1:04d}, newer than this awa knows ({newest:04d})" in line, line
+    assert run(config_file, "--database-url", dsn, "migrate", "--status").exit_code == 0
+
+
+@pytest.mark.integration
+def test_a_worker_refuses_a_schema_newer_than_the_code(dsn: str, tmp_path: Path) -> None:
+    """A real `awa worker` exits 1 before it starts, naming both versions."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.helpers import ROOT
+
+    newest = from_the_future(dsn)
+    config = tmp_path / "awa.toml"
+    config.write_text('[app]\nmodules = ["tests.apps.outage"]\n')
+    env = {**os.environ, "AWA_DATABASE_URL": dsn, "PYTHONPATH": str(ROOT), "NO_COLOR": "1"}
+    env.pop("AWA_CONFIG", None)
+    done = subprocess.run(
+        [sys.executable, "-m", "awa_cli", "--config", str(config), "worker"],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 1, done.stderr
+    assert f"version {newest + 1:04d}, newer than this awa knows ({newest:04d})" in done.stderr
+    assert "worker" not in done.stderr.split("Error:")[0] or "started" not in done.stderr

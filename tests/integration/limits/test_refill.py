@@ -93,8 +93,9 @@ def test_another_workers_finish_wakes_a_worker_waiting_on_the_key(dsn: str, tmp_
                 (held, waiting),
             )[0]
             latencies.append(float(latency))
-    # about 0.05 s each; waiting for the poll: anything up to 1 s
-    assert max(latencies) < 0.4, latencies
+    # about 0.05 s each; waiting for the poll: anything up to 1 s (the median tells them
+    # apart on a loaded machine, where one refill may be slow)
+    assert sorted(latencies)[len(latencies) // 2] < 0.4, latencies
 
 
 def _insert(dsn: str, queue: str, **args: Any) -> int:
@@ -107,14 +108,14 @@ def test_a_rate_window_is_honoured_as_it_frees(dsn: str, tmp_path: Path) -> None
     config = "[queues.default]\nconcurrency = 20\n" + _limit(100, rate="10/300ms")
     with workers(dsn, tmp_path, config, 1) as procs:
         _wait(dsn, procs, "SELECT count(*) >= 1 FROM awa.workers")
-        _enqueue(dsn, ["r"] * 40)
-        _wait(dsn, procs, ALL_DONE, timeout=60)
+        _enqueue(dsn, ["r"] * 100)
+        _wait(dsn, procs, ALL_DONE, timeout=90)
     starts = [r[0] for r in _query(dsn, _starts())]
-    assert len(starts) == 40
+    assert len(starts) == 100
     window = timedelta(milliseconds=270)  # the handler's start trails the logged one
     most = max(sum(1 for t in starts if s <= t < s + window) for s in starts)
     assert most <= 10, starts
     span = starts[-1] - starts[0]
-    # four windows of 300 ms: the last start about 0.9 s after the first; in steps of the
-    # 1 s poll it took 3 s
-    assert timedelta(seconds=0.8) <= span < timedelta(seconds=2), span
+    # ten windows of 300 ms: the last start about 2.7 s after the first; in steps of the
+    # 1 s poll it took 10 s. The bound is generous for a loaded machine and still tells them apart.
+    assert timedelta(seconds=2.6) <= span < timedelta(seconds=6), span
