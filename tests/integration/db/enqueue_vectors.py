@@ -43,7 +43,21 @@ SQL_TYPES = {
     "deadline_duration": "%s * interval '1 second'",
     "ordering_key": "%s::text",
     "concurrency_key": "%s::text",
+    "after": "%s::bigint[]",
+    "on_parent_failure": "%s::text",
 }
+
+# Inserts with parents (after_cases): each creates its parents first, and "$N" stands for the
+# id of parents[N] (the file's "about_after" says how).
+AFTER_CASES: list[dict[str, Any]] = VECTORS.get("after_cases", [])
+
+# A parent moved to the dead-letter queue (as `awa dlq move` moves a failed job).
+_DEAD_LETTER = """
+WITH moved AS (DELETE FROM awa.jobs WHERE id = %s RETURNING *)
+INSERT INTO awa.dead_letters
+SELECT d.* FROM moved, LATERAL jsonb_populate_record(NULL::awa.dead_letters,
+    to_jsonb(moved) || jsonb_build_object('dead_at', now(), 'dead_reason', 'manual')) AS d
+"""
 
 
 def cases(side: str, kind: str) -> list[Any]:
@@ -108,3 +122,69 @@ def job_count(conn: psycopg.Connection[Any]) -> int:
     record = conn.execute("SELECT count(*) FROM awa.jobs").fetchone()
     assert record is not None
     return int(record[0])
+
+
+def after_cases(kind: str) -> list[Any]:
+    """The after_cases that expect ``kind`` (row or error), as pytest params."""
+    import pytest
+
+    return [pytest.param(case, id=case["name"]) for case in AFTER_CASES if kind in case]
+
+
+def make_parents(conn: psycopg.Connection[Any], states: list[str]) -> list[int]:
+    """One job of kind ``parent`` per state (``dead_letter``: moved to awa.dead_letters)."""
+    ids = []
+    for state in states:
+        job_id = awa.insert(conn, {}, kind="parent").id
+        stored = "failed" if state == "dead_letter" else state
+        conn.execute("UPDATE awa.jobs SET state = %s WHERE id = %s", (stored, job_id))
+        if state == "dead_letter":
+            conn.execute(_DEAD_LETTER, (job_id,))
+        ids.append(job_id)
+    return ids
+
+
+def resolve(value: Any, ids: list[int]) -> Any:
+    """``value`` with every "$N" replaced by the id of parents[N]."""
+    if isinstance(value, dict):
+        return {k: resolve(v, ids) for k, v in value.items()}
+    if isinstance(value, list):
+        return [resolve(v, ids) for v in value]
+    if isinstance(value, str) and "$" in value:
+        if value[0] == "$" and value[1:].isdigit():
+            return ids[int(value[1:])]
+        for n in range(len(ids) - 1, -1, -1):  # $10 before $1
+            value = value.replace(f"${n}", str(ids[n]))
+    return value
+
+
+def resolved_case(conn: psycopg.Connection[Any], case: dict[str, Any]) -> dict[str, Any]:
+    """An after_case with its parents created (their ids in ``parent_ids``) and its "$N"
+    resolved."""
+    ids = make_parents(conn, case["parents"])
+    out = resolve({k: v for k, v in case.items() if k != "parents"}, ids)
+    out["parents"], out["parent_ids"] = case["parents"], ids
+    return out
+
+
+def dependency_facts(conn: psycopg.Connection[Any], job_id: int) -> dict[str, Any]:
+    """The child's dependency columns and edges in the vectors' form (edges sorted)."""
+    record = conn.execute(
+        "SELECT pending_parents, on_parent_failure FROM awa.jobs WHERE id = %s", (job_id,)
+    ).fetchone()
+    assert record is not None
+    edges = conn.execute(
+        "SELECT parent_id FROM awa.job_dependencies WHERE child_id = %s ORDER BY parent_id",
+        (job_id,),
+    ).fetchall()
+    return {
+        "pending_parents": record[0],
+        "on_parent_failure": record[1],
+        "edges": [e[0] for e in edges],
+    }
+
+
+def flagged_parents(conn: psycopg.Connection[Any]) -> list[int]:
+    """The ids of jobs flagged has_dependents."""
+    rows = conn.execute("SELECT id FROM awa.jobs WHERE has_dependents ORDER BY id").fetchall()
+    return [r[0] for r in rows]

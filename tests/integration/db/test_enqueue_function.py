@@ -239,7 +239,11 @@ def test_a_producer_role_needs_only_insert_and_the_sequence(
 
 
 def test_applying_the_migration_again_is_harmless(db: psycopg.Connection) -> None:
-    text = (resources.files("awa_cli.sql") / "0007_enqueue_function.sql").read_text("utf-8")
+    # 0014 replaces 0007's awa.enqueue with a longer signature: 0007 again, alone, would make a
+    # second function beside it, so the chain from 0007 is what is applied again (twice).
+    sql = resources.files("awa_cli.sql")
+    text = (sql / "0007_enqueue_function.sql").read_text("utf-8")
+    text += (sql / "0014_enqueue_after.sql").read_text("utf-8")
     db.execute(text)  # type: ignore[call-overload]
     db.execute(text)  # type: ignore[call-overload]
     assert isinstance(scalar(db, "SELECT awa.enqueue('again')"), int)

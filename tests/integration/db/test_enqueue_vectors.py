@@ -19,12 +19,17 @@ from psycopg.types.json import Jsonb
 import awa_cli as awa
 from awa_cli.enqueue import InsertOpts, prepare
 from tests.integration.db.enqueue_vectors import (
+    AFTER_CASES,
     CASES,
     VECTORS,
+    after_cases,
     cases,
+    dependency_facts,
+    flagged_parents,
     job_count,
     python_insert,
     python_options,
+    resolved_case,
     sql_call,
     sql_enqueue,
     stored_row,
@@ -204,3 +209,118 @@ def test_explicit_unique_key_is_sha256_of_its_own_shape(db: psycopg.Connection) 
     record = db.execute("SELECT encode(unique_key, 'hex') FROM awa.jobs").fetchone()
     assert record is not None
     assert record[0] == hashlib.sha256(b'{"key":"order-42","kind":"receipt"}').hexdigest()
+
+
+# after_cases: inserts with parents (after=, on_parent_failure=), the parents created first.
+
+
+def expected_dependencies(case: dict[str, Any]) -> dict[str, Any]:
+    deps = dict(case["dependencies"])
+    deps["edges"] = sorted(deps["edges"])
+    return deps
+
+
+def test_the_after_vectors_are_well_formed() -> None:
+    names = [case["name"] for case in AFTER_CASES]
+    assert names and len(names) == len(set(names))
+    for case in AFTER_CASES:
+        assert ("row" in case) != ("error" in case), case["name"]
+        assert ("row" in case) == ("dependencies" in case), case["name"]
+        assert isinstance(case["parents"], list), case["name"]
+        if "row" in case:
+            assert set(case["row"]) - {"run_at"} == set(VECTORS["columns"]), case["name"]
+            assert set(case["dependencies"]) == {"pending_parents", "on_parent_failure", "edges"}
+        else:
+            assert case["error"]["sqlstate"] == "22023"
+
+
+def check_stored_child(db: psycopg.Connection, job_id: int, case: dict[str, Any]) -> None:
+    assert stored_row(db, job_id, case["row"]) == case["row"], case["name"]
+    assert dependency_facts(db, job_id) == expected_dependencies(case), case["name"]
+    in_jobs = [
+        i for i, s in zip(case["parent_ids"], case["parents"], strict=True) if s != "dead_letter"
+    ]
+    assert set(in_jobs) <= set(flagged_parents(db)), case["name"]
+
+
+@pytest.mark.parametrize("case", after_cases("row"))
+def test_python_insert_stores_the_after_vector_row(
+    db: psycopg.Connection, case: dict[str, Any]
+) -> None:
+    resolved = resolved_case(db, case)
+    check_stored_child(db, python_insert(db, resolved), resolved)
+
+
+@pytest.mark.parametrize("case", after_cases("row"))
+def test_sql_function_stores_the_after_vector_row(
+    db: psycopg.Connection, case: dict[str, Any]
+) -> None:
+    resolved = resolved_case(db, case)
+    job_id = sql_enqueue(db, resolved)
+    assert job_id is not None
+    check_stored_child(db, job_id, resolved)
+
+
+def test_enqueue_many_stores_every_after_vector_row_in_order(db: psycopg.Connection) -> None:
+    valid = [resolved_case(db, c) for c in AFTER_CASES if "row" in c]
+    ids = [
+        r[0]
+        for r in db.execute("SELECT awa.enqueue_many(%s)", [Jsonb([c["input"] for c in valid])])
+    ]
+    assert len(ids) == len(valid) and None not in ids and ids == sorted(ids)
+    for job_id, case in zip(ids, valid, strict=True):
+        check_stored_child(db, job_id, case)
+
+
+def nothing_written(db: psycopg.Connection, case: dict[str, Any]) -> None:
+    assert job_count(db) == len(case["parent_ids"]) - case["parents"].count("dead_letter")
+    assert db.execute("SELECT count(*) FROM awa.job_dependencies").fetchone() == (0,)
+    assert flagged_parents(db) == []
+
+
+@pytest.mark.parametrize("case", after_cases("error"))
+def test_python_insert_refuses_the_after_vector_input(
+    db: psycopg.Connection, case: dict[str, Any]
+) -> None:
+    resolved = resolved_case(db, case)
+    with pytest.raises(awa.ValidationError) as caught:
+        python_insert(db, resolved)
+    assert caught.value.field == case["error"]["field"]
+    if "message" in case["error"]:
+        assert str(caught.value) == case["error"]["message"]
+    nothing_written(db, resolved)
+
+
+@pytest.mark.parametrize("case", after_cases("error"))
+def test_sql_function_refuses_the_after_vector_input(
+    db: psycopg.Connection, case: dict[str, Any]
+) -> None:
+    resolved = resolved_case(db, case)
+    db.commit()  # the parents stay; the failed call's transaction is rolled back
+    with pytest.raises(psycopg.errors.InvalidParameterValue) as caught:
+        sql_enqueue(db, resolved)
+    error = caught.value
+    assert error.diag.column_name == case["error"]["field"]
+    assert (error.diag.message_primary or "").startswith(case["error"]["field"] + ": ")
+    if "message" in case["error"]:
+        assert error.diag.message_primary == case["error"]["message"]
+    db.rollback()
+    nothing_written(db, resolved)
+
+
+@pytest.mark.parametrize("case", after_cases("error"))
+def test_enqueue_many_refuses_the_after_vector_input_and_writes_nothing(
+    db: psycopg.Connection, case: dict[str, Any]
+) -> None:
+    resolved = resolved_case(db, case)
+    db.commit()
+    jobs = [{"kind": "fine"}, resolved["input"]]
+    with pytest.raises(psycopg.errors.InvalidParameterValue) as caught:
+        db.execute("SELECT awa.enqueue_many(%s)", [Jsonb(jobs)]).fetchall()
+    message = caught.value.diag.message_primary or ""
+    assert caught.value.diag.column_name == case["error"]["field"]
+    assert message.startswith(case["error"]["field"] + ": ") and message.endswith("(jobs[1])")
+    if "message" in case["error"]:
+        assert message == case["error"]["message"] + " (jobs[1])"
+    db.rollback()
+    nothing_written(db, resolved)
