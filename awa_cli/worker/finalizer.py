@@ -23,6 +23,7 @@ from awa_cli.outcomes import FinalizeGroup, OutcomeCore
 log = logging.getLogger("awa.worker")
 
 MAX_BATCH = 512
+BATCH_SHARD_RUN = 16  # consecutive member ids per batch counter shard (awa.batch_shard)
 
 __all__ = ["MAX_BATCH", "Finalizer", "recheck"]
 
@@ -41,14 +42,21 @@ class Finalizer:
         # Two flushes in flight on separate connections: while one waits for its durable
         # commit, the results that arrive meanwhile are already on their way.
         self.parallel = parallel
-        self._queue: asyncio.Queue[AttemptResult | None] = asyncio.Queue()
+        # One queue per flush loop. A batch member goes to the loop of its counter shard
+        # (sql/0012_batches.sql: runs of 16 ids per shard), so the two loops never update the
+        # same shard row and neither waits for the other's commit; any other result goes to
+        # the shorter queue.
+        self._queues: list[asyncio.Queue[AttemptResult | None]] = [
+            asyncio.Queue() for _ in range(parallel)
+        ]
         self._tasks: list[asyncio.Task[None]] = []
         self.in_flight = 0
 
     def start(self) -> None:
         loop = asyncio.get_running_loop()
         self._tasks = [
-            loop.create_task(self._run(), name=f"awa-finalizer-{i}") for i in range(self.parallel)
+            loop.create_task(self._run(queue), name=f"awa-finalizer-{i}")
+            for i, queue in enumerate(self._queues)
         ]
 
     @property
@@ -58,24 +66,29 @@ class Finalizer:
 
     def submit(self, result: AttemptResult) -> None:
         self.in_flight += 1
-        self._queue.put_nowait(result)
+        self._queue_for(result).put_nowait(result)
+
+    def _queue_for(self, result: AttemptResult) -> asyncio.Queue[AttemptResult | None]:
+        if "awa.batch_id" in (result.job.metadata or {}):
+            return self._queues[(result.job.id // BATCH_SHARD_RUN) % len(self._queues)]
+        return min(self._queues, key=lambda q: q.qsize())
 
     async def stop(self) -> None:
         """Flush everything submitted so far, then stop."""
-        for _ in self._tasks:
-            self._queue.put_nowait(None)
+        for queue in self._queues[: len(self._tasks)]:
+            queue.put_nowait(None)
         if self._tasks:
             await asyncio.gather(*self._tasks)
 
-    async def _run(self) -> None:
+    async def _run(self, queue: asyncio.Queue[AttemptResult | None]) -> None:
         stopping = False
         while not stopping:
-            first = await self._queue.get()
+            first = await queue.get()
             if first is None:
                 break
             batch = [first]
-            while len(batch) < self.max_batch and not self._queue.empty():
-                item = self._queue.get_nowait()
+            while len(batch) < self.max_batch and not queue.empty():
+                item = queue.get_nowait()
                 if item is None:
                     stopping = True  # this flusher's sentinel: flush what it holds, then stop
                     break
