@@ -63,7 +63,9 @@ def parse(text: str, origin: str) -> dict[str, str]:
     def close() -> None:
         if name is None:
             return
-        body = "\n".join(line for line in lines if not line.lstrip().startswith("--")).strip()
+        body = "\n".join(line for line in lines if not line.lstrip().startswith("--"))
+        # a fragment keeps its first line's indentation: it is pasted into a statement
+        body = body.strip("\n").rstrip() if name.startswith(FRAGMENT) else body.strip()
         if not body:
             raise ValueError(f"{origin}: statement {name!r} is empty")
         blocks[name] = body.rstrip(";").rstrip()

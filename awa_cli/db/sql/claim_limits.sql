@@ -32,9 +32,9 @@
 -- queue, key source ('args', 'kind' or 'queue'), args path (a text[] literal), max_running,
 -- rate count and rate window in seconds (NULL: no rate). A kind limit wins over a queue one.
 
--- name: claim_limited_candidates
--- Step 1: the candidates, best first: (id, limit name, key); limit and key NULL when no
--- limit selects the job (such jobs are not round-robined: their rank counts as 1).
+-- fragment: limited_ranking_from
+-- The limits of the claim (unnested from the parameters) and the head of the ranking
+-- scan, up to its FROM: both candidate statements rank the same way, over other rows.
 WITH lim AS (
     SELECT l.name, l.kind, l.queue, l.source, l.path::text[] AS path, l.max_running, l.rate_n,
            l.rate_w
@@ -55,7 +55,10 @@ WITH lim AS (
            GREATEST(1, j.priority - CASE WHEN %(aging)s::float8 > 0
                 THEN floor(extract(epoch FROM now() - j.run_at) / %(aging)s::float8)::int
                 ELSE 0 END) AS eff
-    FROM awa.jobs j
+
+-- fragment: limited_ranking
+-- The rest of the ranking after its FROM: the selecting limit per job, the keys' round
+-- robin and the order (shared by claim_limited_candidates and claim_limited_arrivals).
     LEFT JOIN lim lk ON lk.kind = j.kind
     LEFT JOIN lim lq ON lk.name IS NULL AND lq.kind IS NULL AND lq.queue = j.queue
     WHERE j.queue = %(queue)s AND j.state IN ('available', 'scheduled', 'retryable')
@@ -103,6 +106,13 @@ WHERE r.limit_name IS NULL
 ORDER BY r.rank, r.eff, r.run_at, r.id
 LIMIT %(fetch)s;
 
+-- name: claim_limited_candidates
+-- Step 1: the candidates, best first: (id, limit name, key); limit and key NULL when no
+-- limit selects the job (such jobs are not round-robined: their rank counts as 1).
+{{limited_ranking_from}}
+    FROM awa.jobs j
+{{limited_ranking}}
+
 -- name: claim_limited_arrivals
 -- Step 1 between full scans: the jobs that arrived since the last look (ids above %(after)s
 -- up to %(upto)s, claim_limited_watermark's: a primary-key range, the rows inserted since,
@@ -110,73 +120,9 @@ LIMIT %(fetch)s;
 -- claim_limited_candidates ranks the backlog; the claimer merges them after the keys'
 -- cached candidates (awa_cli/limits.py Candidates.merge), so a new key's first job goes to
 -- the front at once.
-WITH lim AS (
-    SELECT l.name, l.kind, l.queue, l.source, l.path::text[] AS path, l.max_running, l.rate_n,
-           l.rate_w
-    FROM unnest(%(l_names)s::text[], %(l_kinds)s::text[], %(l_queues)s::text[],
-                %(l_sources)s::text[], %(l_paths)s::text[], %(l_max)s::int[],
-                %(l_rate_n)s::int[], %(l_rate_w)s::float8[])
-        AS l(name, kind, queue, source, path, max_running, rate_n, rate_w)
-), waiting AS MATERIALIZED (  -- narrow rows for the ranking's sort
-    -- the limit that selects a job: its kind's (lk), else its queue's (lq); at most one each
-    SELECT j.id, j.run_at, coalesce(lk.name, lq.name) AS limit_name,
-           coalesce(lk.max_running, lq.max_running) AS max_running,
-           coalesce(lk.rate_n, lq.rate_n) AS rate_n,
-           CASE WHEN coalesce(lk.name, lq.name) IS NOT NULL THEN
-               coalesce(j.concurrency_key,
-                        CASE coalesce(lk.source, lq.source) WHEN 'kind' THEN j.kind
-                             WHEN 'queue' THEN j.queue
-                             ELSE j.args #>> coalesce(lk.path, lq.path) END, '') END AS key,
-           GREATEST(1, j.priority - CASE WHEN %(aging)s::float8 > 0
-                THEN floor(extract(epoch FROM now() - j.run_at) / %(aging)s::float8)::int
-                ELSE 0 END) AS eff
+{{limited_ranking_from}}
     FROM (SELECT * FROM awa.jobs WHERE id > %(after)s AND id <= %(upto)s) j
-    LEFT JOIN lim lk ON lk.kind = j.kind
-    LEFT JOIN lim lq ON lk.name IS NULL AND lq.kind IS NULL AND lq.queue = j.queue
-    WHERE j.queue = %(queue)s AND j.state IN ('available', 'scheduled', 'retryable')
-      AND j.run_at <= now()
-      -- a paused queue yields nothing, as in claim_by_queue
-      AND NOT EXISTS (SELECT 1 FROM awa.queues AS q WHERE q.name = %(queue)s AND q.paused)
-), held AS (
-    -- the slots in use: running jobs, and those waiting inside their handler (two partial
-    -- indexes, so the scan costs the running jobs, not the table)
-    SELECT coalesce(lk.name, lq.name) AS limit_name,
-           coalesce(j.concurrency_key,
-                    CASE coalesce(lk.source, lq.source) WHEN 'kind' THEN j.kind
-                         WHEN 'queue' THEN j.queue
-                         ELSE j.args #>> coalesce(lk.path, lq.path) END, '') AS key,
-           count(*) AS running
-    FROM (SELECT kind, queue, args, concurrency_key FROM awa.jobs WHERE state = 'running'
-          UNION ALL
-          SELECT kind, queue, args, concurrency_key FROM awa.jobs
-          WHERE state = 'waiting_external' AND callback_in_handler) j
-    LEFT JOIN lim lk ON lk.kind = j.kind
-    LEFT JOIN lim lq ON lk.name IS NULL AND lq.kind IS NULL AND lq.queue = j.queue
-    WHERE coalesce(lk.name, lq.name) IS NOT NULL
-    GROUP BY 1, 2
-), started AS (
-    SELECT s.limit_name, s.key, count(*) AS starts
-    FROM awa.limit_starts s JOIN lim l ON l.name = s.limit_name
-    WHERE l.rate_n IS NOT NULL AND s.started_at > clock_timestamp() - l.rate_w * interval '1 second'
-    GROUP BY 1, 2
-), ranked AS (
-    SELECT w.*, CASE WHEN w.limit_name IS NULL THEN 1
-                     -- partitioned by a hash of (limit, key): the ranking sorts the backlog,
-                     -- and integers sort far faster than text. Two keys sharing a hash rank
-                     -- as one (each gets fewer candidates, never more: the take counts by key)
-                     ELSE row_number() OVER (PARTITION BY hashtext(w.limit_name || chr(31) || w.key)
-                                             ORDER BY w.eff, w.run_at, w.id) END AS rank
-    FROM waiting w
-)
-SELECT r.id, r.limit_name, r.key, r.rank
-FROM ranked r
-LEFT JOIN held h ON h.limit_name = r.limit_name AND h.key = r.key
-LEFT JOIN started s ON s.limit_name = r.limit_name AND s.key = r.key
-WHERE r.limit_name IS NULL
-   OR (r.rank <= r.max_running - coalesce(h.running, 0)
-       AND (r.rate_n IS NULL OR r.rank <= r.rate_n - coalesce(s.starts, 0)))
-ORDER BY r.rank, r.eff, r.run_at, r.id
-LIMIT %(fetch)s;
+{{limited_ranking}}
 
 -- name: claim_limited_watermark
 -- The highest job id, read before a scan: claim_limited_arrivals looks above it next time.
