@@ -160,8 +160,10 @@ def test_history_deep_and_sustained_measures(pg_server, tmp_path: Path) -> None:
     assert results["drain_deep_vacuumed"]["runs"][0]["vacuums"] >= 0
     assert "ratio drain_deep_vacuumed / drain_deep:" in stdout
 
-    # the insert references: one durable commit per row each; the one-column table's row
-    # and the insert without ON CONFLICT's speculative insertion write less WAL
+    # the insert references: one durable commit per row each, and WAL counted for each. Their
+    # order by WAL is not asserted: a checkpoint by any other test on the shared server makes
+    # the next writes carry full-page images (a CI run saw the no-conflict insert at 784
+    # bytes/row against 576 for the full one), so the order is the benchmark's to report
     for name in (
         "insert_one_no_trigger_sql",
         "insert_one_no_notify_sql",
@@ -171,9 +173,7 @@ def test_history_deep_and_sustained_measures(pg_server, tmp_path: Path) -> None:
         assert results[name]["commits_per_job"]["median"] >= 1, name
         # (CPU is counted in clock ticks of 10 ms: 200 inserts may show none)
         assert "cpu_postgres_us_per_job" in results[name], name
-    wal = {name: results[name]["wal_bytes_per_job"]["median"] for name in results}
-    assert wal["insert_one_bare_sql"] < wal["insert_one_no_conflict_sql"]
-    assert wal["insert_one_no_conflict_sql"] < wal["insert_one_no_trigger_sql"]
+        assert results[name]["wal_bytes_per_job"]["median"] > 0, name
 
 
 @pytest.mark.skipif(importlib.util.find_spec("uvloop") is None, reason="uvloop not installed")
