@@ -70,6 +70,14 @@ async def park_one(dsn: str, args: Order | None = None) -> awa.JobRow:
     return job_row(dsn, job.id)
 
 
+async def parked_by_worker(
+    dsn: str, events: list[object] | None = None, count: int = 1
+) -> list[awa.JobRow]:
+    """Run a worker of ``callback_app(events)`` until ``count`` orders are parked; stop it."""
+    async with running_worker(callback_app([] if events is None else events), dsn):
+        return [await park_one(dsn) for _ in range(count)]
+
+
 def names(events: list[object]) -> list[str]:
     return [type(e).__name__ for e in events]
 
@@ -103,9 +111,7 @@ async def test_wait_for_callback_without_registering_fails_terminally(dsn: str) 
 async def test_complete_external_with_app_fires_completed_with_zero_duration(dsn: str) -> None:
     events: list[object] = []
     client_events: list[object] = []
-    app = callback_app(events)
-    async with running_worker(app, dsn) as worker:
-        parked = await park_one(dsn)
+    [parked] = await parked_by_worker(dsn, events)
     resolver_app = callback_app(client_events)
     async with awa.AsyncClient(dsn, app=resolver_app) as client:
         row = await client.complete_external(str(parked.callback_id), {"ok": 1})
@@ -118,9 +124,7 @@ async def test_complete_external_with_app_fires_completed_with_zero_duration(dsn
 @pytest.mark.asyncio
 async def test_bare_client_transitions_without_hooks(dsn: str) -> None:
     events: list[object] = []
-    app = callback_app(events)
-    async with running_worker(app, dsn) as worker:
-        parked = await park_one(dsn)
+    [parked] = await parked_by_worker(dsn, events)
     count = len(events)
     async with awa.AsyncClient(dsn) as client:
         row = await client.complete_external(parked.callback_id)
@@ -131,10 +135,8 @@ async def test_bare_client_transitions_without_hooks(dsn: str) -> None:
 @pytest.mark.asyncio
 async def test_fail_external_records_the_error_verbatim(dsn: str) -> None:
     events: list[object] = []
-    app = callback_app(events)
-    async with running_worker(app, dsn) as worker:
-        parked = await park_one(dsn)
-    async with awa.AsyncClient(dsn, app=app) as client:
+    [parked] = await parked_by_worker(dsn, events)
+    async with awa.AsyncClient(dsn, app=callback_app(events)) as client:
         row = await client.fail_external(parked.callback_id, "payment declined: card 4242")
     assert row.state == "failed"
     assert row.errors[-1]["error"] == "payment declined: card 4242" and row.errors[-1]["terminal"]
@@ -161,12 +163,8 @@ async def test_retry_external_resets_attempts_and_runs_again(dsn: str) -> None:
 
 @pytest.mark.asyncio
 async def test_resolve_callback_actions(dsn: str) -> None:
-    app = callback_app([])
-    async with running_worker(app, dsn) as worker:
-        a = await park_one(dsn)
-        b = await park_one(dsn)
-        c = await park_one(dsn)
-    async with awa.AsyncClient(dsn, app=app) as client:
+    a, b, c = await parked_by_worker(dsn, count=3)
+    async with awa.AsyncClient(dsn, app=callback_app([])) as client:
         ignored = await client.resolve_callback(a.callback_id, {"x": 1})
         assert ignored.outcome == "ignored" and ignored.job.state == "waiting_external"
         assert job_row(dsn, a.id).state == "waiting_external"
@@ -180,9 +178,7 @@ async def test_resolve_callback_actions(dsn: str) -> None:
 
 @pytest.mark.asyncio
 async def test_heartbeat_callback_extends_the_timeout(dsn: str) -> None:
-    app = callback_app([])
-    async with running_worker(app, dsn) as worker:
-        parked = await park_one(dsn)
+    [parked] = await parked_by_worker(dsn)
     async with awa.AsyncClient(dsn) as client:
         row = await client.heartbeat_callback(parked.callback_id, timeout=7200)
     assert parked.callback_timeout_at is not None and row.callback_timeout_at is not None
@@ -241,9 +237,7 @@ async def test_wait_for_callback_raises_when_the_job_is_cancelled(dsn: str) -> N
 
 @pytest.mark.asyncio
 async def test_guards(dsn: str) -> None:
-    app = callback_app([])
-    async with running_worker(app, dsn) as worker:
-        parked = await park_one(dsn)
+    [parked] = await parked_by_worker(dsn)
     async with awa.AsyncClient(dsn) as client:
         with pytest.raises(awa.CallbackNotFound):
             await client.complete_external(uuid.uuid4())
@@ -260,9 +254,7 @@ async def test_guards(dsn: str) -> None:
 
 @pytest.mark.asyncio
 async def test_resolution_after_rescue_is_not_found(dsn: str) -> None:
-    app = callback_app([])
-    async with running_worker(app, dsn) as worker:
-        parked = await park_one(dsn)
+    [parked] = await parked_by_worker(dsn)
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("UPDATE awa.jobs SET callback_timeout_at = now() - interval '1 minute'")
     async with awa.AsyncClient(dsn) as client:
@@ -276,12 +268,7 @@ async def test_resolution_after_rescue_is_not_found(dsn: str) -> None:
 
 
 def test_concurrent_resolutions_exactly_one_wins(dsn: str) -> None:
-    async def park() -> awa.JobRow:
-        app = callback_app([])
-        async with running_worker(app, dsn) as worker:
-            return await park_one(dsn)
-
-    parked = asyncio.run(park())
+    [parked] = asyncio.run(parked_by_worker(dsn))
     results: list[str] = []
     barrier = threading.Barrier(8)
 
