@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import subprocess
+import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import psycopg
 from click.testing import CliRunner, Result
@@ -121,3 +123,19 @@ def readme_grants() -> list[str]:
             grants.append(re.sub(r"\bTO awa_worker;", "TO {role};", statement))
     assert grants, "README: no GRANT in the least-privilege block"
     return grants
+
+
+def spawn_worker(
+    config: Path, log: IO[str], env: Mapping[str, str], *args: str, quiet: bool = False
+) -> subprocess.Popen[bytes]:
+    """Start `awa --config CONFIG worker ARGS` from the repository in its own session (so a
+    test can signal the whole group), stderr into ``log``, stdout dropped when ``quiet``."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "awa_cli", "--config", str(config), "worker", *args],
+        env=dict(env),
+        cwd=ROOT,
+        stderr=log,
+        stdout=subprocess.DEVNULL if quiet else None,
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,
+    )

@@ -8,7 +8,6 @@ import asyncio
 import os
 import signal
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,7 +18,7 @@ import pytest
 import awa_cli as awa
 from awa_cli.attempts import AttemptResult
 from tests.apps.batch_app import Done, Member, app
-from tests.helpers import ROOT, running_worker, wait_until
+from tests.helpers import ROOT, running_worker, wait_until, spawn_worker
 
 pytestmark = [pytest.mark.integration]
 async_test = pytest.mark.asyncio
@@ -330,16 +329,7 @@ def two_workers(dsn: str, tmp_path: Path) -> Iterator[list[subprocess.Popen[byte
     procs = []
     for i in range(2):
         log = (tmp_path / f"worker{i}.log").open("w")
-        procs.append(
-            subprocess.Popen(
-                [sys.executable, "-m", "awa_cli", "--config", str(config), "worker"],
-                env=env,
-                cwd=ROOT,
-                stderr=log,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,
-            )
-        )
+        procs.append(spawn_worker(config, log, env))
     try:
         yield procs
     finally:

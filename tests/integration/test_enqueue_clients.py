@@ -16,7 +16,6 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,7 +27,7 @@ from psycopg.conninfo import conninfo_to_dict
 
 import awa_cli as awa
 from tests.apps.polyglot import SIDE_TABLE
-from tests.helpers import ROOT
+from tests.helpers import ROOT, spawn_worker
 from tests.integration.db.enqueue_vectors import ROW_SQL
 
 pytestmark = [pytest.mark.integration]
@@ -113,15 +112,7 @@ class Worker:
         env = {**os.environ, "AWA_DATABASE_URL": dsn, "PYTHONPATH": str(ROOT), "NO_COLOR": "1"}
         env.pop("AWA_CONFIG", None)
         with self.log_path.open("w") as log:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "awa_cli", "--config", str(config), "worker"],
-                env=env,
-                cwd=ROOT,
-                stdout=subprocess.DEVNULL,
-                stderr=log,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,
-            )
+            self.proc = spawn_worker(config, log, env, quiet=True)
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")

@@ -9,7 +9,6 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
@@ -20,7 +19,7 @@ import psycopg
 import pytest
 
 import awa_cli as awa
-from tests.helpers import ROOT
+from tests.helpers import ROOT, spawn_worker
 
 pytestmark = pytest.mark.integration
 
@@ -49,15 +48,7 @@ class WorkerProcess:
         for name in ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID", "AWA_CONFIG"):
             env.pop(name, None)
         with self.log_path.open("w") as log:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "awa_cli", "--config", str(config_path), "worker"],
-                env=env,
-                cwd=ROOT,
-                stderr=log,
-                stdout=subprocess.DEVNULL,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,
-            )
+            self.proc = spawn_worker(config_path, log, env, quiet=True)
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")

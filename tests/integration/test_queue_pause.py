@@ -7,7 +7,6 @@ import asyncio
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -16,7 +15,7 @@ import pytest
 
 import awa_cli as awa
 from tests.apps.pausing import Tick, app
-from tests.helpers import ROOT, running_worker, states, wait_until
+from tests.helpers import ROOT, running_worker, states, wait_until, spawn_worker
 
 pytestmark = [pytest.mark.integration]
 
@@ -77,14 +76,7 @@ def _worker(tmp_path: Path, dsn: str) -> subprocess.Popen[bytes]:
     for name in ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID"):
         env.pop(name, None)
     log = (tmp_path / "stderr.log").open("w")
-    return subprocess.Popen(
-        [sys.executable, "-m", "awa_cli", "--config", str(config), "worker", "--processes", "2"],
-        env=env,
-        cwd=ROOT,
-        stderr=log,
-        stdin=subprocess.DEVNULL,
-        start_new_session=True,
-    )
+    return spawn_worker(config, log, env, "--processes", "2")
 
 
 def _wait(predicate: Any, proc: subprocess.Popen[bytes], log: Path, timeout: float = 30) -> None:

@@ -11,7 +11,6 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,7 +20,7 @@ import pytest
 
 import awa_cli as awa
 from tests.apps.progress_app import Gate, Report, Steps, app
-from tests.helpers import AwaRunner, ROOT, running_worker, wait_until
+from tests.helpers import AwaRunner, ROOT, running_worker, wait_until, spawn_worker
 
 pytestmark = [pytest.mark.integration]
 
@@ -37,14 +36,7 @@ def worker_process(dsn: str, tmp_path: Path) -> Iterator[subprocess.Popen[bytes]
     )
     env = {**os.environ, "AWA_DATABASE_URL": dsn, "PYTHONPATH": str(ROOT)}
     log = (tmp_path / "worker.log").open("w")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "awa_cli", "--config", str(config), "worker"],
-        env=env,
-        cwd=ROOT,
-        stderr=log,
-        stdin=subprocess.DEVNULL,
-        start_new_session=True,
-    )
+    proc = spawn_worker(config, log, env)
     try:
         yield proc
     finally:

@@ -22,7 +22,7 @@ import psycopg
 
 import awa_cli as awa
 from tests.apps.chaos import SIDE_TABLE, ChaosJob
-from tests.helpers import ROOT
+from tests.helpers import ROOT, spawn_worker
 
 AWA_BIN = str(Path(sys.executable).parent / "awa")
 # Short maintenance timings so killed jobs are rescued within seconds.
@@ -104,23 +104,8 @@ class Fleet:
         self.log_path = tmp_path / "supervisor.log"
         self.env = env_for(dsn)
         with self.log_path.open("w") as log:
-            self.proc = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "awa_cli",
-                    "--config",
-                    str(self.config),
-                    "worker",
-                    "--processes",
-                    str(processes),
-                ],
-                env=self.env,
-                cwd=ROOT,
-                stderr=log,
-                stdout=subprocess.DEVNULL,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,
+            self.proc = spawn_worker(
+                self.config, log, self.env, "--processes", str(processes), quiet=True
             )
 
     def log(self) -> str:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -15,7 +14,7 @@ from pathlib import Path
 
 import psycopg
 
-from tests.helpers import ROOT
+from tests.helpers import spawn_worker
 from tests.reliability.harness import env_for
 
 FAST = {"heartbeat_interval": 0.5, "heartbeat_staleness": 2.0, "rescue_interval": 0.5}
@@ -52,15 +51,7 @@ class WorkerProcess:
         self.log_path = tmp_path / f"{name}.log"
         env = {**env_for(dsn), "AWA_TEST_RUNS": str(runs), **(env or {})}
         with self.log_path.open("w") as log:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "awa_cli", "--config", str(config), "worker", *args],
-                env=env,
-                cwd=ROOT,
-                stderr=log,
-                stdout=subprocess.DEVNULL,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,
-            )
+            self.proc = spawn_worker(config, log, env, *args, quiet=True)
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")

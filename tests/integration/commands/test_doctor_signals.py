@@ -10,8 +10,6 @@ import json
 import os
 import signal
 import socket
-import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -26,7 +24,7 @@ from psycopg import sql
 
 import awa_cli as awa
 from awa_cli.cli import cli
-from tests.helpers import ROOT, readme_grants, running_worker, wait_until
+from tests.helpers import ROOT, readme_grants, running_worker, wait_until, spawn_worker
 
 pytestmark = [pytest.mark.integration]
 ENV = {"NO_COLOR": "1", "COLUMNS": "200"}
@@ -156,14 +154,7 @@ def test_jobs_held_by_a_killed_worker_fail_at_once(dsn: str, tmp_path: Path) -> 
     for name in ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID"):
         env.pop(name, None)
     log = (tmp_path / "stderr.log").open("w")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "awa_cli", "--config", str(config), "worker"],
-        env=env,
-        cwd=ROOT,
-        stderr=log,
-        stdin=subprocess.DEVNULL,
-        start_new_session=True,
-    )
+    proc = spawn_worker(config, log, env)
     try:
         deadline = time.monotonic() + 30
         while _running(dsn) < 4:

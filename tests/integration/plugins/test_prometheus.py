@@ -12,7 +12,6 @@ import re
 import signal
 import socket
 import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
@@ -31,7 +30,7 @@ from awa_cli.events import JobEvent, RescueReason
 from awa_cli.jobs import JobRow, JobState
 from awa_cli.plugins.prometheus import NAME, SLOT_ENV, PrometheusPlugin
 from awa_cli.worker.services import WorkerStats
-from tests.helpers import AwaRunner, ROOT
+from tests.helpers import AwaRunner, ROOT, spawn_worker
 from tests.apps.metrics_app import (
     MetricsFail,
     MetricsOk,
@@ -410,14 +409,7 @@ def start_worker(
         env.pop(name, None)
     log_path = tmp_path / "stderr.log"
     with log_path.open("w") as log:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "awa_cli", "--config", str(config), "worker", *args],
-            env=env,
-            cwd=ROOT,
-            stderr=log,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,
-        )
+        proc = spawn_worker(config, log, env, *args)
     return proc, log_path
 
 

@@ -6,8 +6,6 @@ from __future__ import annotations
 import os
 import re
 import signal
-import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -19,7 +17,7 @@ import pytest
 import awa_cli as awa
 from awa_cli.worker.supervisor import Backoff
 from tests.apps.recording import SIDE_TABLE
-from tests.helpers import ROOT, job_row, states
+from tests.helpers import ROOT, job_row, states, spawn_worker
 
 # A plugin recording which processes ran the worker hooks (marker files named hook-pid).
 HOOK_PIDS_PLUGIN = """
@@ -68,23 +66,7 @@ class Supervised:
         for name in ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID"):
             env.pop(name, None)
         with self.log_path.open("w") as log:
-            self.proc = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "awa_cli",
-                    "--config",
-                    str(config),
-                    "worker",
-                    "--processes",
-                    str(processes),
-                ],
-                env=env,
-                cwd=ROOT,
-                stderr=log,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,
-            )
+            self.proc = spawn_worker(config, log, env, "--processes", str(processes))
 
     def hook_pids(self, hook: str) -> set[int]:
         return {int(p.name.split("-")[1]) for p in self.hooks.glob(f"{hook}-*")}
