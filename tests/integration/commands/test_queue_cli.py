@@ -31,6 +31,45 @@ def config(tmp_path: Path) -> Path:
     return path
 
 
+class StatsWatch:
+    """`awa queue stats --watch` on a pseudo-terminal ``columns`` wide, its output gathered."""
+
+    def __init__(self, dsn: str, config: Path, columns: int) -> None:
+        awa_bin = str(Path(sys.executable).parent / "awa")
+        self.parent, child = pty.openpty()
+        env = {**os.environ, "AWA_DATABASE_URL": dsn, "COLUMNS": str(columns)}
+        env |= {"LINES": "40", "TERM": "xterm"}
+        env.pop("NO_COLOR", None)
+        self.proc = subprocess.Popen(
+            [awa_bin, "--config", str(config), "queue", "stats", "--watch", "--interval", "0.2"],
+            stdin=child,
+            stdout=child,
+            stderr=child,
+            env=env,
+            close_fds=True,
+        )
+        os.close(child)
+        self.output = b""
+
+    def read_until(self, done: Callable[[bytes], bool], timeout: float = 30) -> None:
+        """Gather output until ``done(output)``; fail if the process ends or time runs out."""
+        deadline = time.monotonic() + timeout
+        while not done(self.output):
+            assert self.proc.poll() is None and time.monotonic() < deadline, self.output[-2000:]
+            ready, _, _ = select.select([self.parent], [], [], 0.2)
+            if ready:
+                self.output += os.read(self.parent, 65536)
+
+    def interrupt(self) -> int:
+        self.proc.send_signal(signal.SIGINT)
+        return self.proc.wait(timeout=10)
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        os.close(self.parent)
+
+
 def seed(dsn: str) -> None:
     with awa.Client(dsn) as client:
         client.insert_many([{"n": i} for i in range(3)], kind="mail", queue="email")
@@ -84,33 +123,13 @@ def test_queue_stats_json(dsn: str, config: Path) -> None:
 
 def test_queue_stats_watch_refreshes_in_place_on_a_terminal(dsn: str, config: Path) -> None:
     seed(dsn)
-    awa_bin = str(Path(sys.executable).parent / "awa")
-    parent, child = pty.openpty()
-    env = {**os.environ, "AWA_DATABASE_URL": dsn, "COLUMNS": "160", "LINES": "40", "TERM": "xterm"}
-    env.pop("NO_COLOR", None)
-    proc = subprocess.Popen(
-        [awa_bin, "--config", str(config), "queue", "stats", "--watch", "--interval", "0.2"],
-        stdin=child,
-        stdout=child,
-        stderr=child,
-        env=env,
-        close_fds=True,
-    )
-    os.close(child)
-    output = b""
-    deadline = time.monotonic() + 15
+    watch = StatsWatch(dsn, config, columns=160)
     try:
-        while time.monotonic() < deadline and output.count(b"awa queue stats") < 3:
-            ready, _, _ = select.select([parent], [], [], 0.2)
-            if ready:
-                output += os.read(parent, 65536)
-        proc.send_signal(signal.SIGINT)
-        assert proc.wait(timeout=10) == 0
+        watch.read_until(lambda output: output.count(b"awa queue stats") >= 3, timeout=15)
+        assert watch.interrupt() == 0
     finally:
-        if proc.poll() is None:
-            proc.kill()
-        os.close(parent)
-    text = output.decode(errors="replace")
+        watch.close()
+    text = watch.output.decode(errors="replace")
     assert text.count("awa queue stats") >= 3  # redrawn several times
     assert "\x1b[" in text and "email" in text  # cursor control: refreshed in place
 
@@ -204,48 +223,19 @@ def test_queue_stats_watch_on_a_terminal_keeps_the_table_while_disconnected(
     dsn = own_server.dsn_for("postgres")
     migrate_dsn(dsn)
     seed(dsn)
-    awa_bin = str(Path(sys.executable).parent / "awa")
-    parent, child = pty.openpty()
-    env = {**os.environ, "AWA_DATABASE_URL": dsn, "COLUMNS": "200", "LINES": "40", "TERM": "xterm"}
-    env.pop("NO_COLOR", None)
-    proc = subprocess.Popen(
-        [awa_bin, "--config", str(config), "queue", "stats", "--watch", "--interval", "0.2"],
-        stdin=child,
-        stdout=child,
-        stderr=child,
-        env=env,
-        close_fds=True,
-    )
-    os.close(child)
-    output = b""
-
-    def read_until(needle: bytes, timeout: float = 30) -> None:
-        nonlocal output
-        deadline = time.monotonic() + timeout
-        while needle not in output:
-            assert proc.poll() is None and time.monotonic() < deadline, output[-2000:]
-            ready, _, _ = select.select([parent], [], [], 0.2)
-            if ready:
-                output += os.read(parent, 65536)
-
+    watch = StatsWatch(dsn, config, columns=200)
     try:
-        read_until(b"updated")
+        watch.read_until(lambda output: b"updated" in output)
         own_server.server.stop("fast")
-        read_until(b"disconnected, retrying")
+        watch.read_until(lambda output: b"disconnected, retrying" in output)
+        output = watch.output
         during = output[output.rindex(b"disconnected, retrying") - 3000 :]
         assert b"email" in during and b"reports" in during  # the last table is still drawn
         mark = len(output)
         own_server.server.start()
-        deadline = time.monotonic() + 30
-        while b"updated" not in output[mark:]:
-            assert proc.poll() is None and time.monotonic() < deadline, output[-2000:]
-            ready, _, _ = select.select([parent], [], [], 0.2)
-            if ready:
-                output += os.read(parent, 65536)
-        proc.send_signal(signal.SIGINT)
-        assert proc.wait(timeout=10) == 0
+        watch.read_until(lambda output: b"updated" in output[mark:])
+        assert watch.interrupt() == 0
     finally:
-        if proc.poll() is None:
-            proc.kill()
-        os.close(parent)
+        watch.close()
+    output = watch.output
     assert b"Traceback" not in output and b"psycopg.pool" not in output
