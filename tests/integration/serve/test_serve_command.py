@@ -37,20 +37,25 @@ def get(url: str) -> tuple[int, dict[str, object]]:
         return exc.code, json.loads(exc.read())
 
 
-@pytest.mark.integration
-def test_the_real_process_answers_healthz_and_readyz(dsn: str, tmp_path: Path) -> None:
-    port = free_port()
+def spawn_serve(dsn: str, cwd: Path, port: int, stdout: int) -> subprocess.Popen[str]:
+    """A real `awa serve --port PORT` with no config file in reach, stderr piped."""
     env = {**os.environ, **ENV, "AWA_DATABASE_URL": dsn, "PYTHONPATH": str(ROOT)}
     env.pop("AWA_CONFIG", None)
-    proc = subprocess.Popen(
+    return subprocess.Popen(
         [sys.executable, "-m", "awa_cli", "serve", "--port", str(port)],
-        cwd=tmp_path,
+        cwd=cwd,
         env=env,
         stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
+        stdout=stdout,
         stderr=subprocess.PIPE,
         text=True,
     )
+
+
+@pytest.mark.integration
+def test_the_real_process_answers_healthz_and_readyz(dsn: str, tmp_path: Path) -> None:
+    port = free_port()
+    proc = spawn_serve(dsn, tmp_path, port, stdout=subprocess.PIPE)
     try:
         deadline = time.monotonic() + 30
         while True:

@@ -4,10 +4,8 @@ idle before a request gets it, so no request after the restart sees a dead one, 
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
@@ -17,8 +15,7 @@ import psycopg
 import pytest
 
 from awa_cli.db.migrations import migrate_dsn
-from tests.helpers import ROOT
-from tests.integration.serve.test_serve_command import ENV, free_port, get
+from tests.integration.serve.test_serve_command import free_port, get, spawn_serve
 from tests.pgcluster import ThrowawayCluster
 
 pytestmark = pytest.mark.integration
@@ -38,17 +35,7 @@ def test_no_request_sees_a_dead_connection_after_a_restart(
     migrate_dsn(dsn)
     port = free_port()
     base = f"http://127.0.0.1:{port}"
-    env = {**os.environ, **ENV, "AWA_DATABASE_URL": dsn, "PYTHONPATH": str(ROOT)}
-    env.pop("AWA_CONFIG", None)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "awa_cli", "serve", "--port", str(port)],
-        cwd=tmp_path,
-        env=env,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    proc = spawn_serve(dsn, tmp_path, port, stdout=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 30
         while status_of(f"{base}/readyz") != 200:
