@@ -13,3 +13,13 @@ def config_file(tmp_path: Path) -> Path:
     path = tmp_path / "awa.toml"
     path.write_text("[worker]\nprocesses = 1\n", encoding="utf-8")
     return path
+
+
+@pytest.fixture
+def callbacks_config(tmp_path: Path) -> Path:
+    """An awa.toml that loads tests.apps.callbacks as the app and as a plugin."""
+    path = tmp_path / "awa.toml"
+    path.write_text(
+        '[app]\nmodules = ["tests.apps.callbacks"]\nplugins = ["tests.apps.callbacks"]\n'
+    )
+    return path

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import psycopg
 import pytest
+from click.testing import Result
 from tests.helpers import AwaRunner, ROOT
 
 import awa_cli as awa
@@ -26,12 +27,8 @@ pytestmark = [pytest.mark.integration]
 
 
 @pytest.fixture
-def config(tmp_path: Path) -> Path:
-    path = tmp_path / "awa.toml"
-    path.write_text(
-        '[app]\nmodules = ["tests.apps.callbacks"]\nplugins = ["tests.apps.callbacks"]\n'
-    )
-    return path
+def config(callbacks_config: Path) -> Path:
+    return callbacks_config
 
 
 def park(dsn: str, kind: str | None = None) -> awa.JobRow:
@@ -49,7 +46,7 @@ def park(dsn: str, kind: str | None = None) -> awa.JobRow:
     return asyncio.run(run())
 
 
-def invoke(config: Path, dsn: str, *args: str) -> object:
+def invoke(config: Path, dsn: str, *args: str) -> Result:
     return AwaRunner().invoke(cli, ["--config", str(config), "--database-url", dsn, *args])
 
 

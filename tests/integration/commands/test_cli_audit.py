@@ -17,24 +17,15 @@ from click.testing import Result
 
 import awa_cli as awa
 from awa_cli.admin import cli_actor
-from awa_cli.cli import cli
-from tests.helpers import ROOT, AwaRunner, job_row
-from tests.integration.commands.test_callback_cli import park
+from tests.helpers import ROOT, job_row
+from tests.integration.commands.test_callback_cli import invoke, park
 
 pytestmark = [pytest.mark.integration]
 
 
 @pytest.fixture
-def config(tmp_path: Path) -> Path:
-    path = tmp_path / "awa.toml"
-    path.write_text(
-        '[app]\nmodules = ["tests.apps.callbacks"]\nplugins = ["tests.apps.callbacks"]\n'
-    )
-    return path
-
-
-def invoke(config: Path, dsn: str, *args: str) -> Result:
-    return AwaRunner().invoke(cli, ["--config", str(config), "--database-url", dsn, *args])
+def config(callbacks_config: Path) -> Path:
+    return callbacks_config
 
 
 def audit_rows(dsn: str) -> list[tuple[Any, ...]]:
