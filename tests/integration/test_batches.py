@@ -101,7 +101,7 @@ async def test_sealing_after_completion_enqueues_the_callbacks(dsn: str) -> None
             for n in range(5):
                 await b.insert(Member(n))
             async with running_worker(app, dsn):
-                await wait_until(_pending_is(client, b.id, 0))
+                await wait_until(_count_is(client, b.id, "pending", 0))
             assert callback_jobs(dsn, b.id) == []  # not sealed yet: nothing fires
             assert (await client.get_batch(b.id)).state == "open"
         # the seal found every member completed and enqueued both in its transaction
@@ -110,9 +110,11 @@ async def test_sealing_after_completion_enqueues_the_callbacks(dsn: str) -> None
         assert row.state == "completed" and row.sealed_at is not None
 
 
-def _pending_is(client: awa.AsyncClient, batch_id: int, n: int) -> Any:
+def _count_is(client: awa.AsyncClient, batch_id: int, count: str, n: int) -> Any:
+    """A check for wait_until: the batch's ``counts.<count>`` is ``n``."""
+
     async def check() -> bool:
-        return (await client.get_batch(batch_id)).counts.pending == n
+        return getattr((await client.get_batch(batch_id)).counts, count) == n
 
     return check
 
@@ -146,8 +148,8 @@ async def test_a_member_extends_its_open_batch(dsn: str) -> None:
         async with client.batch(full_batch()) as b:
             await b.insert(Member(7, extend=3))
             async with running_worker(app, dsn):
-                await wait_until(_total_is(client, b.id, 4))
-                await wait_until(_pending_is(client, b.id, 0))
+                await wait_until(_count_is(client, b.id, "total", 4))
+                await wait_until(_count_is(client, b.id, "pending", 0))
         async with running_worker(app, dsn):
             await wait_until(lambda: len(callback_jobs(dsn, b.id)) == 2)
         row = await client.get_batch(b.id)
@@ -157,13 +159,6 @@ async def test_a_member_extends_its_open_batch(dsn: str) -> None:
             "SELECT args ->> 'n' FROM awa.jobs WHERE batch_id = %s ORDER BY id", (b.id,)
         ).fetchall()
     assert [int(r[0]) for r in added] == [7, 7000, 7001, 7002]
-
-
-def _total_is(client: awa.AsyncClient, batch_id: int, n: int) -> Any:
-    async def check() -> bool:
-        return (await client.get_batch(batch_id)).counts.total == n
-
-    return check
 
 
 @async_test
