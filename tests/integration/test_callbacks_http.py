@@ -13,7 +13,7 @@ import contextlib
 import json
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
 
 import psycopg
@@ -487,23 +487,14 @@ def test_a_captured_heartbeat_replayed_to_another_action_is_refused(
     assert job_row(dsn, parked.id).state == "waiting_external"
 
 
-async def _call_asgi(
-    app: Starlette, headers: list[tuple[bytes, bytes]], chunks: list[bytes]
-) -> tuple[int, int]:
-    """One POST straight through ASGI: (status, how many body chunks the app pulled)."""
-    pulled = 0
+async def _asgi_post(
+    app: Starlette,
+    path: str,
+    headers: list[tuple[bytes, bytes]],
+    receive: Callable[[], Awaitable[dict[str, object]]],
+) -> int:
+    """One POST to ``path`` straight through ASGI, its body from ``receive``: the status."""
     status = 0
-
-    async def receive() -> dict[str, object]:
-        nonlocal pulled
-        if pulled >= len(chunks):
-            return {"type": "http.disconnect"}
-        pulled += 1
-        return {
-            "type": "http.request",
-            "body": chunks[pulled - 1],
-            "more_body": pulled < len(chunks),
-        }
 
     async def send(message: dict[str, object]) -> None:
         nonlocal status
@@ -516,8 +507,8 @@ async def _call_asgi(
         "http_version": "1.1",
         "method": "POST",
         "scheme": "http",
-        "path": f"/{CB}/complete",
-        "raw_path": f"/{CB}/complete".encode(),
+        "path": path,
+        "raw_path": path.encode(),
         "root_path": "",
         "query_string": b"",
         "headers": headers,
@@ -525,6 +516,27 @@ async def _call_asgi(
         "server": ("127.0.0.1", 8477),
     }
     await app(scope, receive, send)  # type: ignore[arg-type]
+    return status
+
+
+async def _call_asgi(
+    app: Starlette, headers: list[tuple[bytes, bytes]], chunks: list[bytes]
+) -> tuple[int, int]:
+    """One POST straight through ASGI: (status, how many body chunks the app pulled)."""
+    pulled = 0
+
+    async def receive() -> dict[str, object]:
+        nonlocal pulled
+        if pulled >= len(chunks):
+            return {"type": "http.disconnect"}
+        pulled += 1
+        return {
+            "type": "http.request",
+            "body": chunks[pulled - 1],
+            "more_body": pulled < len(chunks),
+        }
+
+    status = await _asgi_post(app, f"/{CB}/complete", headers, receive)
     return status, pulled
 
 
@@ -601,7 +613,6 @@ def test_the_audit_entry_says_which_key_verified(dsn: str) -> None:
 
 
 async def _post_asgi(app: Starlette, path: str, raw: bytes, headers: dict[str, str]) -> int:
-    status = 0
     sent = False
 
     async def receive() -> dict[str, object]:
@@ -611,27 +622,8 @@ async def _post_asgi(app: Starlette, path: str, raw: bytes, headers: dict[str, s
         sent = True
         return {"type": "http.request", "body": raw, "more_body": False}
 
-    async def send(message: dict[str, object]) -> None:
-        nonlocal status
-        if message["type"] == "http.response.start":
-            status = int(message["status"])  # type: ignore[call-overload]
-
-    scope = {
-        "type": "http",
-        "asgi": {"version": "3.0"},
-        "http_version": "1.1",
-        "method": "POST",
-        "scheme": "http",
-        "path": path,
-        "raw_path": path.encode(),
-        "root_path": "",
-        "query_string": b"",
-        "headers": [(k.lower().encode(), v.encode()) for k, v in headers.items()],
-        "client": ("127.0.0.1", 5000),
-        "server": ("127.0.0.1", 8477),
-    }
-    await app(scope, receive, send)  # type: ignore[arg-type]
-    return status
+    encoded = [(k.lower().encode(), v.encode()) for k, v in headers.items()]
+    return await _asgi_post(app, path, encoded, receive)
 
 
 @integration
