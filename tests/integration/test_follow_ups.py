@@ -202,16 +202,24 @@ async def test_enqueue_request_options_and_with_opts_replacing_everything(dsn: s
     assert (replaced_row.queue, replaced_row.priority, replaced_row.max_attempts) == ("email", 2, 7)
 
 
-@pytest.mark.asyncio
-async def test_a_raising_spec_rolls_back_the_worker_outcome_then_rescue_takes_it(dsn: str) -> None:
-    app = signup_app()
-    fail = True
+def flaky_welcome(app: awa.App) -> list[bool]:
+    """Register a Signup → Welcome follow-up that raises "spec bug" while the returned list
+    is non-empty; clear it to make the spec work."""
+    fail = [True]
 
     @app.on_completed_enqueue(Signup, Welcome)
     def flaky(args: Signup, job: awa.JobRow) -> Welcome:
         if fail:
             raise RuntimeError("spec bug")
         return Welcome(args.user_id)
+
+    return fail
+
+
+@pytest.mark.asyncio
+async def test_a_raising_spec_rolls_back_the_worker_outcome_then_rescue_takes_it(dsn: str) -> None:
+    app = signup_app()
+    fail = flaky_welcome(app)
 
     async with awa.AsyncClient(dsn, app=app) as client:
         job = await client.insert(Signup(1))
@@ -224,7 +232,7 @@ async def test_a_raising_spec_rolls_back_the_worker_outcome_then_rescue_takes_it
             conn.execute("UPDATE awa.jobs SET heartbeat_at = now() - interval '1 hour'")
         rescued = await worker.core.rescue(awa.RescueReason.STALE_HEARTBEAT)
         assert [r.id for r in rescued] == [job.id]
-        fail = False
+        fail.clear()  # the spec works from now on
         with psycopg.connect(dsn, autocommit=True) as conn:
             conn.execute("UPDATE awa.jobs SET run_at = now() WHERE id = %s", (job.id,))
         await wait_until(lambda: job_row(dsn, job.id).state == "completed")
@@ -234,13 +242,7 @@ async def test_a_raising_spec_rolls_back_the_worker_outcome_then_rescue_takes_it
 @pytest.mark.asyncio
 async def test_a_raising_spec_rolls_back_complete_external_and_a_retry_succeeds(dsn: str) -> None:
     app = signup_app()
-    fail = True
-
-    @app.on_completed_enqueue(Signup, Welcome)
-    def flaky(args: Signup, job: awa.JobRow) -> Welcome:
-        if fail:
-            raise RuntimeError("spec bug")
-        return Welcome(args.user_id)
+    fail = flaky_welcome(app)
 
     [job_id] = await run_signup(dsn, app, Signup(1, "park"), wait_state=("waiting_external",))
     parked = job_row(dsn, job_id)
@@ -250,7 +252,7 @@ async def test_a_raising_spec_rolls_back_complete_external_and_a_retry_succeeds(
         again = job_row(dsn, job_id)
         assert again.state == "waiting_external" and again.callback_id == parked.callback_id
         assert follow_ups(dsn) == []
-        fail = False
+        fail.clear()  # the spec works from now on
         row = await client.complete_external(parked.callback_id)
     assert row.state == "completed" and len(follow_ups(dsn)) == 1
 
