@@ -342,14 +342,21 @@ async def test_wait_for_callback_discards_them_with_a_warning_and_the_discard_co
     assert rows_of(dsn, "stage_b") == []
 
 
+async def waiting_in_handler(tc: Any, dsn: str, mode: str) -> tuple[awa.JobRow, Any]:
+    """Insert a StageA in ``mode`` and work it in a task until its handler waits on a
+    callback: (the job, the task)."""
+    job = await tc.insert(StageA(1, mode))
+    work = asyncio.create_task(tc.work_one(StageA))
+    await wait_until(lambda: job_row(dsn, job.id).state == "waiting_external")
+    return job, work
+
+
 @pytest.mark.asyncio
 async def test_complete_external_discards_what_a_waiting_handler_staged(
     harness: Any, dsn: str
 ) -> None:
     tc, _ = harness
-    job = await tc.insert(StageA(1, "wait_in_handler"))
-    work = asyncio.create_task(tc.work_one(StageA))
-    await wait_until(lambda: job_row(dsn, job.id).state == "waiting_external")
+    job, work = await waiting_in_handler(tc, dsn, "wait_in_handler")
     callback_id = job_row(dsn, job.id).callback_id
     await tc.client.complete_external(callback_id)
     tc.services.wake_waiter(str(job.id))  # what the worker's LISTEN would do
@@ -364,9 +371,7 @@ async def test_stage_after_wait_for_callback_builds_the_follow_up_from_the_paylo
     harness: Any, dsn: str
 ) -> None:
     tc, _ = harness
-    job = await tc.insert(StageA(1, "wait_then_stage"))
-    work = asyncio.create_task(tc.work_one(StageA))
-    await wait_until(lambda: job_row(dsn, job.id).state == "waiting_external")
+    job, work = await waiting_in_handler(tc, dsn, "wait_then_stage")
     await tc.resume_external(
         job_row(dsn, job.id).callback_id, {"item_id": 77}
     )  # wakes the waiting handler
