@@ -54,6 +54,20 @@ tokens = { vera = { token_env = "SERVE_TEST_VIEWER", role = "viewer" }, otto = {
 """
 
 
+# the dashboard pages that list something (the browser tests walk each of them)
+LIST_PAGES = [
+    "/",
+    "/jobs",
+    "/queues",
+    "/queues/email",
+    "/dlq",
+    "/periodic",
+    "/workers",
+    "/kinds",
+    "/audit",
+]
+
+
 def require_chromium() -> str:
     """The browser's path; skips (or fails, in CI) when it is not installed."""
     if Path(CHROMIUM).exists() or shutil.which(CHROMIUM):

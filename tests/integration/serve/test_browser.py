@@ -17,6 +17,7 @@ import pytest
 import awa_cli as awa
 from tests.helpers import job_row
 from tests.integration.serve.browser import (
+    LIST_PAGES,
     OPERATOR_TOKEN,
     VIEWER_TOKEN,
     awa_serve,
@@ -30,18 +31,6 @@ from tests.integration.serve.browser import (
 )
 
 pytestmark = [pytest.mark.integration]
-
-PAGES = [
-    "/",
-    "/jobs",
-    "/queues",
-    "/queues/email",
-    "/dlq",
-    "/periodic",
-    "/workers",
-    "/kinds",
-    "/audit",
-]
 
 
 def ids_where(dsn: str, condition: str) -> list[int]:
@@ -307,7 +296,7 @@ def test_no_page_scrolls_sideways(dsn: str, tmp_path: Path, width: int) -> None:
         log_in(page, served, OPERATOR_TOKEN)
         extra = [f"/jobs/{data.waiting}", f"/jobs/{data.failed[0]}", f"/dlq/{data.dead}"]
         extra += [f"/jobs/{data.importing}", f"/jobs/{data.follow_up}"]
-        for path in [*PAGES, *extra]:
+        for path in [*LIST_PAGES, *extra]:
             page.goto(f"{served.url}{path}")
             assert page.locator("main h1").count() == 1, path
             assert no_horizontal_scroll(page), f"{path} scrolls sideways at {width} px"

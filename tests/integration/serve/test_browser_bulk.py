@@ -17,6 +17,7 @@ import pytest
 import awa_cli as awa
 from tests.helpers import job_row
 from tests.integration.serve.browser import (
+    LIST_PAGES,
     OPERATOR_TOKEN,
     VIEWER_TOKEN,
     awa_serve,
@@ -30,17 +31,6 @@ from tests.integration.serve.browser import (
 pytestmark = [pytest.mark.integration]
 
 WIDTHS = [375, 1440]
-LIST_PAGES = [
-    "/",
-    "/jobs",
-    "/queues",
-    "/queues/email",
-    "/dlq",
-    "/periodic",
-    "/workers",
-    "/kinds",
-    "/audit",
-]
 
 
 def audit_rows(dsn: str) -> list[tuple[Any, ...]]:
