@@ -7,7 +7,7 @@ import contextlib
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
@@ -139,3 +139,18 @@ def spawn_worker(
         stdin=subprocess.DEVNULL,
         start_new_session=True,
     )
+
+
+@contextlib.contextmanager
+def terminated_at_exit(
+    procs: list[subprocess.Popen[str]],
+) -> Iterator[list[subprocess.Popen[str]]]:
+    """Yield ``procs``; at the end SIGTERM those still running, then wait for all (30 s each)."""
+    try:
+        yield procs
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.terminate()
+        for proc in procs:
+            proc.wait(timeout=30)

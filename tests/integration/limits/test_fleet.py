@@ -21,7 +21,7 @@ import pytest
 
 import awa_cli as awa
 from tests.apps.limited import MAX_OVERLAP, SIDE_TABLES
-from tests.helpers import ROOT
+from tests.helpers import ROOT, terminated_at_exit
 
 pytestmark = [pytest.mark.integration]
 
@@ -57,14 +57,8 @@ def workers(
         )
         for _ in range(count)
     ]
-    try:
+    with terminated_at_exit(procs):
         yield procs
-    finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-        for proc in procs:
-            proc.wait(timeout=30)
 
 
 def _side_tables(dsn: str) -> None:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -18,7 +17,7 @@ import pytest
 
 import awa_cli as awa
 from tests.apps.workflow_app import SIDE_TABLE, Node
-from tests.helpers import ROOT
+from tests.helpers import ROOT, terminated_at_exit
 
 pytestmark = [pytest.mark.integration]
 
@@ -36,14 +35,8 @@ def workers(dsn: str, tmp_path: Path, count: int) -> Iterator[list[subprocess.Po
         subprocess.Popen([AWA, "--config", str(path), "-q", "worker"], env=env, cwd=ROOT, text=True)
         for _ in range(count)
     ]
-    try:
+    with terminated_at_exit(procs):
         yield procs
-    finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-        for proc in procs:
-            proc.wait(timeout=30)
 
 
 def _graph() -> awa.Workflow:
