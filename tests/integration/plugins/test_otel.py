@@ -6,10 +6,8 @@ imported) and loaded by ``[telemetry] otlp_endpoint``; a real OTLP/HTTP receiver
 
 from __future__ import annotations
 
-import http.server
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -294,36 +292,20 @@ def test_off_by_default_and_loaded_by_the_config(tmp_path: Path) -> None:
 
 
 def test_exports_to_a_real_otlp_http_receiver_on_loopback() -> None:
-    received: list[tuple[str, str, int]] = []
+    from tests.integration.plugins.test_otel_signals import otlp_receiver
 
-    class Receiver(http.server.BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
-            received.append((self.path, self.headers.get("Content-Type", ""), len(body)))
-            self.send_response(200)
-            self.send_header("Content-Type", "application/x-protobuf")
-            self.send_header("Content-Length", "0")
-            self.end_headers()
+    with otlp_receiver() as (port, received):
+        plugin = OtelPlugin(f"http://127.0.0.1:{port}/", service_name="awa-test")
+        try:
+            from tests.integration.plugins.test_prometheus import row
 
-        def log_message(self, *_: Any) -> None:
-            pass
+            import asyncio
 
-    server = http.server.HTTPServer(("127.0.0.1", 0), Receiver)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    plugin = OtelPlugin(f"http://127.0.0.1:{server.server_port}/", service_name="awa-test")
-    try:
-        from tests.integration.plugins.test_prometheus import row
-
-        import asyncio
-
-        asyncio.run(plugin.awa_job_event(JobEvent.Completed(row(), {}, 0.25)))
-        plugin.close()  # flushes both providers
-    finally:
-        plugin.tracer_provider.shutdown()  # while the receiver still answers
-        plugin.meter_provider.shutdown()
-        server.shutdown()
-        server.server_close()
+            asyncio.run(plugin.awa_job_event(JobEvent.Completed(row(), {}, 0.25)))
+            plugin.close()  # flushes both providers
+        finally:
+            plugin.tracer_provider.shutdown()  # while the receiver still answers
+            plugin.meter_provider.shutdown()
     paths = {path for path, _, _ in received}
     assert {"/v1/traces", "/v1/metrics"} <= paths
     assert all(ctype == "application/x-protobuf" and size > 0 for _, ctype, size in received)

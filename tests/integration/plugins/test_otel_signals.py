@@ -7,6 +7,7 @@ one short line."""
 
 from __future__ import annotations
 
+import contextlib
 import http.server
 import json
 import logging
@@ -30,15 +31,16 @@ from tests.helpers import ROOT
 pytestmark = [pytest.mark.integration]
 
 
-@pytest.fixture
-def receiver() -> Iterator[tuple[int, list[str]]]:
-    """A real OTLP/HTTP receiver on loopback: the port and the paths it was sent."""
-    received: list[str] = []
+@contextlib.contextmanager
+def otlp_receiver() -> Iterator[tuple[int, list[tuple[str, str, int]]]]:
+    """A real OTLP/HTTP receiver on loopback: its port, and (path, content type, body size)
+    of each request it was sent."""
+    received: list[tuple[str, str, int]] = []
 
     class Receiver(http.server.BaseHTTPRequestHandler):
         def do_POST(self) -> None:
-            self.rfile.read(int(self.headers.get("Content-Length", 0)))
-            received.append(self.path)
+            body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            received.append((self.path, self.headers.get("Content-Type", ""), len(body)))
             self.send_response(200)
             self.send_header("Content-Type", "application/x-protobuf")
             self.send_header("Content-Length", "0")
@@ -57,6 +59,12 @@ def receiver() -> Iterator[tuple[int, list[str]]]:
         server.server_close()
 
 
+@pytest.fixture
+def receiver() -> Iterator[tuple[int, list[tuple[str, str, int]]]]:
+    with otlp_receiver() as served:
+        yield served
+
+
 def awa_cli(config: Path, *args: str, dsn: str | None = None) -> subprocess.CompletedProcess[str]:
     argv = [sys.executable, "-m", "awa_cli", "--config", str(config)]
     if dsn is not None:
@@ -68,7 +76,7 @@ def awa_cli(config: Path, *args: str, dsn: str | None = None) -> subprocess.Comp
 
 
 def test_cli_enqueue_with_telemetry_stores_the_traceparent(
-    dsn: str, tmp_path: Path, receiver: tuple[int, list[str]]
+    dsn: str, tmp_path: Path, receiver: tuple[int, list[tuple[str, str, int]]]
 ) -> None:
     port, received = receiver
     config = tmp_path / "awa.toml"
@@ -81,7 +89,9 @@ def test_cli_enqueue_with_telemetry_stores_the_traceparent(
     with psycopg.connect(dsn) as conn:
         [(meta,)] = conn.execute("SELECT metadata FROM awa.jobs WHERE id = %s", (job["id"],))
     assert meta["awa.traceparent"] == traceparent
-    assert "/v1/traces" in received  # the enqueue span was sent before the command ended
+    assert "/v1/traces" in [
+        path for path, _, _ in received
+    ]  # the enqueue span was sent before the command ended
 
 
 WEB_APP = """
