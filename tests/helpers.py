@@ -154,3 +154,19 @@ def terminated_at_exit(
                 proc.terminate()
         for proc in procs:
             proc.wait(timeout=30)
+
+
+def run_python(
+    *args: str, env: Mapping[str, str] | None = None, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
+    """``python ARGS`` from the repository, its output captured as text (no check of the
+    exit code: the caller asserts what it expects)."""
+    return subprocess.run(
+        [sys.executable, *args],
+        capture_output=True,
+        text=True,
+        env=None if env is None else dict(env),
+        cwd=ROOT,
+        timeout=timeout,
+        check=False,
+    )

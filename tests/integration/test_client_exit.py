@@ -3,12 +3,10 @@ destroyed but it is pending!" three times at exit)."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 
 import pytest
 
-from tests.helpers import ROOT
+from tests.helpers import run_python
 
 pytestmark = [pytest.mark.integration]
 
@@ -25,14 +23,7 @@ print("done", flush=True)
 
 
 def test_an_unclosed_client_exits_quietly(dsn: str) -> None:
-    done = subprocess.run(
-        [sys.executable, "-X", "dev", "-c", SCRIPT, dsn],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=60,
-        check=False,
-    )
+    done = run_python("-X", "dev", "-c", SCRIPT, dsn)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "done"
     assert "Task was destroyed" not in done.stderr, done.stderr

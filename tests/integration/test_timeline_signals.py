@@ -8,8 +8,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import subprocess
-import sys
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -19,7 +17,7 @@ import pytest
 
 import awa_cli as awa
 from awa_cli.cli import cli
-from tests.helpers import AwaRunner, job_row, running_worker, wait_until
+from tests.helpers import AwaRunner, job_row, running_worker, wait_until, run_python
 
 pytestmark = [pytest.mark.integration]
 
@@ -62,14 +60,7 @@ def test_a_rescued_attempt_keeps_its_start_and_worker(dsn: str, tmp_path: Path) 
     config = tmp_path / "awa.toml"
     config.write_text('[maintenance]\nheartbeat_staleness = "15s"\n')
     env = {**os.environ, "AWA_DATABASE_URL": dsn, "NO_COLOR": "1"}
-    done = subprocess.run(
-        [sys.executable, "-m", "awa_cli", "--config", str(config), "rescue", "run"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    done = run_python("-m", "awa_cli", "--config", str(config), "rescue", "run", env=env)
     assert done.returncode == 0, done.stderr
     text, data = show(dsn, job.id, tmp_path)
     [attempt] = data["timeline"]["attempts"]  # type: ignore[index]

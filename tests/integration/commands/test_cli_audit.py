@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +15,7 @@ from click.testing import Result
 
 import awa_cli as awa
 from awa_cli.admin import cli_actor
-from tests.helpers import ROOT, job_row
+from tests.helpers import ROOT, job_row, run_python
 from tests.integration.commands.test_callback_cli import invoke, park
 
 pytestmark = [pytest.mark.integration]
@@ -139,31 +137,15 @@ def test_bulk_cancel_prints_a_summary_not_a_line_per_job(dsn: str, config: Path)
     dry = invoke(config, dsn, "job", "cancel", "--queue", "bulk", "--dry-run")
     assert dry.stdout.strip() == "30 jobs would be cancelled"  # D23's wording
     # A real process: its log lines go to its stderr as an operator's terminal sees them.
-    argv = [sys.executable, "-m", "awa_cli", "--config", str(config), "--database-url", dsn]
+    argv = ["-m", "awa_cli", "--config", str(config), "--database-url", dsn]
     env = {**os.environ, "PYTHONPATH": str(ROOT), "NO_COLOR": "1"}
-    done = subprocess.run(
-        [*argv, "job", "cancel", "--queue", "bulk"],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=ROOT,
-        timeout=60,
-        check=False,
-    )
+    done = run_python(*argv, "job", "cancel", "--queue", "bulk", env=env)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "30 jobs cancelled"
     assert "job_cancelled" not in done.stderr, done.stderr  # D14: no line per job
     with awa.Client(dsn) as client:
         client.insert({"n": 0}, kind="park", queue="bulk")
-    verbose = subprocess.run(
-        [*argv, "-v", "job", "cancel", "--queue", "bulk"],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=ROOT,
-        timeout=60,
-        check=False,
-    )
+    verbose = run_python(*argv, "-v", "job", "cancel", "--queue", "bulk", env=env)
     assert verbose.stderr.count("action=job_cancelled") == 1, verbose.stderr  # -v keeps them
     refused = invoke(config, dsn, "job", "cancel")
     assert one_error_line(refused) == (

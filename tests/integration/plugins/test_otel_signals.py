@@ -26,7 +26,7 @@ import pytest
 pytest.importorskip("opentelemetry.sdk")
 
 from awa_cli.plugins.otel import FoldedExporterLog, fold_exporter_logs
-from tests.helpers import ROOT
+from tests.helpers import ROOT, run_python
 
 pytestmark = [pytest.mark.integration]
 
@@ -131,14 +131,7 @@ asyncio.run(handler())
 
 
 def test_a_web_app_tracing_with_its_own_sdk_records_enqueue_spans(dsn: str) -> None:
-    done = subprocess.run(
-        [sys.executable, "-c", WEB_APP, dsn],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=120,
-        check=False,
-    )
+    done = run_python("-c", WEB_APP, dsn, timeout=120)
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout.strip().splitlines()[-1])
     enqueues = [s for s in report["spans"] if s["name"] == "awa.enqueue receipt"]
