@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -170,3 +172,15 @@ def run_python(
         timeout=timeout,
         check=False,
     )
+
+
+def stop_group(proc: subprocess.Popen[bytes], timeout: float) -> None:
+    """SIGTERM a process started in its own session (its whole group) if it still runs; after
+    ``timeout`` seconds SIGKILL the group and reap it."""
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()

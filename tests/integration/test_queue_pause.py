@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import signal
 import subprocess
 import time
 from pathlib import Path
@@ -15,7 +14,7 @@ import pytest
 
 import awa_cli as awa
 from tests.apps.pausing import Tick, app
-from tests.helpers import ROOT, running_worker, states, wait_until, spawn_worker
+from tests.helpers import ROOT, running_worker, states, wait_until, spawn_worker, stop_group
 
 pytestmark = [pytest.mark.integration]
 
@@ -108,10 +107,4 @@ def test_a_pause_takes_effect_across_two_worker_processes(dsn: str, tmp_path: Pa
             client.resume_queue("default")
             _wait(lambda: by_state(dsn) == {"completed": 65}, proc, log)
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+        stop_group(proc, timeout=15)

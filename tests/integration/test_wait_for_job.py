@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import signal
 import socket
 import subprocess
 import time
@@ -20,7 +19,7 @@ import pytest
 
 import awa_cli as awa
 from tests.apps.progress_app import Gate, Report, Steps, app
-from tests.helpers import AwaRunner, ROOT, running_worker, wait_until, spawn_worker
+from tests.helpers import AwaRunner, ROOT, running_worker, wait_until, spawn_worker, stop_group
 
 pytestmark = [pytest.mark.integration]
 
@@ -40,13 +39,7 @@ def worker_process(dsn: str, tmp_path: Path) -> Iterator[subprocess.Popen[bytes]
     try:
         yield proc
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+        stop_group(proc, timeout=20)
         log.close()
 
 
