@@ -133,18 +133,24 @@ RETURNING j.*;
 -- A retried job (%(ids)s, already made runnable by its retry) and the descendants its
 -- failure cancelled: each of those becomes blocked again (the retried ones too, while a
 -- parent of theirs is unfinished), its pending parents counted afresh in this transaction.
+-- A child with on_parent_failure = 'run' that the old outcome released and that has not
+-- started (available, scheduled, retryable) is blocked again too: it waits for the new
+-- attempt of its parent. One that already started (running, waiting, terminal) is left as
+-- it is. The UPDATE re-checks the state on the row it locks, so a child a worker claimed
+-- after this statement's snapshot is never moved back (fenced like every transition).
 WITH RECURSIVE down(id) AS (
     SELECT unnest(%(ids)s::bigint[])
     UNION
     SELECT d.child_id FROM down JOIN awa.job_dependencies AS d ON d.parent_id = down.id
     JOIN awa.jobs AS c ON c.id = d.child_id
-    WHERE c.state = 'cancelled' AND (c.errors -> -1) ? 'parent'
+    WHERE (c.state = 'cancelled' AND (c.errors -> -1) ? 'parent')
+       OR (c.on_parent_failure = 'run' AND c.state IN ('available', 'scheduled', 'retryable'))
 ), counted AS (
     SELECT down.id,
            (SELECT count(*) FROM awa.job_dependencies AS d
             LEFT JOIN awa.jobs AS p ON p.id = d.parent_id
             WHERE d.child_id = down.id
-              AND (p.id = ANY (%(ids)s::bigint[])
+              AND (d.parent_id IN (SELECT id FROM down)  -- retried or blocked again here
                    OR (c.on_parent_failure = 'run'
                        AND p.state NOT IN ('completed', 'failed', 'cancelled'))
                    OR (c.on_parent_failure IS DISTINCT FROM 'run'
@@ -156,13 +162,16 @@ UPDATE awa.jobs AS j SET
                  WHEN j.state = 'cancelled' THEN 'available'::awa.job_state
                  ELSE j.state END,
     pending_parents = counted.pending,
-    attempt = CASE WHEN j.id = ANY (%(ids)s::bigint[]) THEN j.attempt ELSE 0 END,
+    attempt = CASE WHEN j.id <> ALL (%(ids)s::bigint[]) AND j.state = 'cancelled' THEN 0
+                   ELSE j.attempt END,
     run_at = CASE WHEN j.state = 'cancelled' THEN now() ELSE j.run_at END,
     finalized_at = NULL
 FROM counted
 WHERE j.id = counted.id
   AND (j.id <> ALL (%(ids)s::bigint[]) OR EXISTS (
       SELECT 1 FROM awa.job_dependencies AS d WHERE d.child_id = j.id))
+  AND (j.id = ANY (%(ids)s::bigint[]) OR j.state = 'cancelled'
+       OR (j.on_parent_failure = 'run' AND j.state IN ('available', 'scheduled', 'retryable')))
 RETURNING j.id, j.state::text AS state, j.queue, j.workflow_id;
 
 -- name: dep_parents_of

@@ -127,6 +127,7 @@ async def test_a_failed_parent_cancels_the_descendants_transitively(dsn: str) ->
         await client.retry(a.id)
         assert state(dsn, a.id) == "available"
         assert state(dsn, b.id) == "blocked" and state(dsn, c.id) == "blocked"
+        assert state(dsn, d.id) == "blocked"  # "run": waits for b's new attempt (issue 32)
         # a child named after a parent that already failed is cancelled at insert
     await asyncio.sleep(0.1)
     cancelled = [e for e in events if isinstance(e, awa.JobEvent.Cancelled)]
@@ -149,6 +150,25 @@ async def test_run_policy_runs_once_every_parent_is_terminal_and_sees_states(dsn
     name, outputs, parents = log[-1]
     assert name == "c" and outputs == {b.id: {"from": "b"}}
     assert parents == [(a.id, "failed"), (b.id, "completed")]
+
+
+@pytest.mark.asyncio
+async def test_retrying_a_parent_reblocks_a_run_policy_child_that_has_not_started(dsn: str) -> None:
+    # issue 32: a "run" child released by its parents' old outcomes started while the
+    # retried parent was available again
+    app = step_app([])
+    async with awa.AsyncClient(dsn, app) as client:
+        a = await client.insert(Step("a", "fail"))
+        b = await client.insert(Step("b"))
+        c = await client.insert(Step("c"), after=[a, b], on_parent_failure="run")
+        harness = AsyncAwaTestClient(client, app)
+        await harness.work_one(Step)
+        await harness.work_one(Step)
+        assert state(dsn, c.id) == "available"
+        await client.retry(a.id)
+        assert state(dsn, a.id) == "available" and state(dsn, c.id) == "blocked"
+        await harness.work_one(Step)  # only a is claimable: it fails again
+        assert state(dsn, a.id) == "failed" and state(dsn, c.id) == "available"
 
 
 @pytest.mark.asyncio

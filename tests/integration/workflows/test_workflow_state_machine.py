@@ -207,12 +207,6 @@ def test_workflow_state_machine(dsn: str) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(
-    strict=False,
-    reason="known bug (issue 32, open): after retries, an on_parent_failure='run' child was "
-    "seen starting while its re-run parents were still available; found by this long run "
-    "on 2026-12-02 (seed 291728974830208205543108702980711099941), not yet fixed",
-)
 def test_workflow_state_machine_long(dsn: str) -> None:
     WorkflowMachine.dsn = dsn
     WorkflowMachine.TestCase.settings = settings(
