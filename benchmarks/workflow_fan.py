@@ -17,7 +17,13 @@ import psycopg
 
 import awa_cli as awa
 from benchmarks.app import Noop
-from benchmarks.measures import drain_result, startup_cpu, table_stats, wait_for_state, worker_process
+from benchmarks.measures import (
+    drain_result,
+    startup_cpu,
+    table_stats,
+    wait_for_state,
+    worker_process,
+)
 from benchmarks.server import BenchServer
 from benchmarks.server import tree_cpu
 

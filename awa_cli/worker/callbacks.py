@@ -80,6 +80,7 @@ class CallbackServices:
             return await dependencies.run_async(
                 conn, dependencies.insert_workflow(wf, planned, jobs)
             )
+
     async def insert_into_batch(self, batch_id: int, jobs: list[PreparedJob]) -> list[JobRow]:
         """A handler's ``job.batch.insert``: members into its own open batch, now."""
         from awa_cli.db import batches

@@ -40,7 +40,9 @@ class Slow:
 
 
 started: list[int] = []  # job ids, in the order their handlers started
-finished: list[int] = []  # Slow jobs whose handler returned (their completion may not be committed yet)
+finished: list[
+    int
+] = []  # Slow jobs whose handler returned (their completion may not be committed yet)
 gates: dict[str, asyncio.Event] = {}
 
 app = awa.App()

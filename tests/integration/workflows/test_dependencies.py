@@ -30,7 +30,9 @@ def step_app(log: list[tuple[str, Any]]) -> awa.App:
 
     @app.task(Step)
     async def step(job: awa.Job) -> awa.JobResult | None:
-        log.append((job.args.name, dict(job.parent_outputs), [(p.id, str(p.state)) for p in job.parents]))
+        log.append(
+            (job.args.name, dict(job.parent_outputs), [(p.id, str(p.state)) for p in job.parents])
+        )
         if job.args.mode == "fail":
             raise awa.TerminalError("boom")
         if job.args.mode == "cancel":
@@ -73,7 +75,9 @@ def test_sync_client_and_insert_in_the_callers_transaction(dsn: str) -> None:
         child = awa.insert(conn, Step("c"), after=[a.id])
         conn.rollback()  # nothing written: not the child, not its edge
     with psycopg.connect(dsn) as conn:
-        assert conn.execute("SELECT count(*) FROM awa.jobs WHERE id = %s", (child.id,)).fetchone() == (0,)
+        assert conn.execute(
+            "SELECT count(*) FROM awa.jobs WHERE id = %s", (child.id,)
+        ).fetchone() == (0,)
         child = awa.insert(conn, Step("c"), after=[a.id])
         conn.commit()
         assert child.state == "blocked"

@@ -63,8 +63,10 @@ def test_two_workers_and_racing_parents_unblock_each_child_exactly_once(
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
             with awa.Client(dsn) as client:
-                if client.get_workflow(run.id).state != "running" and \
-                        client.get_job(extra.id).state == "completed":
+                if (
+                    client.get_workflow(run.id).state != "running"
+                    and client.get_job(extra.id).state == "completed"
+                ):
                     break
             assert all(p.poll() is None for p in procs)
             time.sleep(0.2)

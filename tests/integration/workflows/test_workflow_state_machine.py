@@ -31,9 +31,7 @@ from awa_cli.testing import AwaTestClient
 pytestmark = [pytest.mark.integration]
 
 TERMINAL = {"completed", "failed", "cancelled"}
-RESET = (
-    "TRUNCATE awa.jobs, awa.job_dependencies, awa.workflows, awa.dead_letters, awa.audit_log"
-)
+RESET = "TRUNCATE awa.jobs, awa.job_dependencies, awa.workflows, awa.dead_letters, awa.audit_log"
 
 
 @dataclass
@@ -51,8 +49,12 @@ def machine_app() -> awa.App:
     @app.task(S)
     async def step(job: awa.Job) -> awa.JobResult | None:
         RUNS.append(
-            (job.id, job.run_lease, job.metadata.get("policy", "cancel"),
-             [(p.id, str(p.state)) for p in job.parents])
+            (
+                job.id,
+                job.run_lease,
+                job.metadata.get("policy", "cancel"),
+                [(p.id, str(p.state)) for p in job.parents],
+            )
         )
         match OUTCOME["next"]:
             case "fail":
@@ -102,8 +104,14 @@ class WorkflowMachine(RuleBasedStateMachine):
         for i, (parents, run_policy) in enumerate(shape):
             after = [f"s{p}" for p in sorted(parents) if p < i]
             policy = "run" if run_policy else "cancel"
-            wf.add(f"s{i}", S(f"s{i}"), after=after, on_parent_failure=policy,
-                   metadata={"policy": policy}, max_attempts=2)
+            wf.add(
+                f"s{i}",
+                S(f"s{i}"),
+                after=after,
+                on_parent_failure=policy,
+                metadata={"policy": policy},
+                max_attempts=2,
+            )
         run = self.tc.client.insert_workflow(wf)
         self.workflows.append(run.id)
 
@@ -148,8 +156,11 @@ class WorkflowMachine(RuleBasedStateMachine):
             self.cancelled.add(wf_id)
         else:
             pick = data.draw(st.integers(0, 50))  # drawn whatever the database holds
-            steps = [r for r in self.tc.client.get_workflow(wf_id).steps.values()
-                     if r.state not in TERMINAL]
+            steps = [
+                r
+                for r in self.tc.client.get_workflow(wf_id).steps.values()
+                if r.state not in TERMINAL
+            ]
             if steps:
                 self.tc.client.cancel(steps[pick % len(steps)].id)
 
@@ -190,7 +201,9 @@ class WorkflowMachine(RuleBasedStateMachine):
             assert any(p["state"] not in TERMINAL for p in parents), (name, parents)
             if row.metadata.get("policy") == "cancel":
                 assert all(p["state"] not in ("failed", "cancelled") for p in parents), (
-                    name, parents)
+                    name,
+                    parents,
+                )
 
 
 def test_workflow_state_machine(dsn: str) -> None:

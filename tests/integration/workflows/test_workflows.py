@@ -125,7 +125,9 @@ async def test_cancel_workflow_cancels_every_unfinished_step(dsn: str) -> None:
         got = await client.get_workflow(run.id)
         assert got.state == "running" and got.steps["extract"].state == "available"
         assert got.steps["load"].state == "blocked"
-        assert [e.action for e in await client.audit_log(action="workflow.retry")] == ["workflow.retry"]
+        assert [e.action for e in await client.audit_log(action="workflow.retry")] == [
+            "workflow.retry"
+        ]
         with pytest.raises(awa.WorkflowNotFound):
             await client.get_workflow(999)
         assert [w.id for w in await client.list_workflows()] == [run.id]
@@ -135,7 +137,10 @@ async def test_cancel_workflow_cancels_every_unfinished_step(dsn: str) -> None:
 @pytest.mark.parametrize(
     ("build", "message"),
     [
-        (lambda wf: (wf.add("a", Work("a")), wf.add("a", Work("b"))), "step 'a': duplicate step name"),
+        (
+            lambda wf: (wf.add("a", Work("a")), wf.add("a", Work("b"))),
+            "step 'a': duplicate step name",
+        ),
         (lambda wf: wf.add("a", Work("a"), after=["nope"]), "step 'a': unknown step 'nope'"),
         (lambda wf: wf.add("a", Work("a"), after=["a"]), "step 'a': depends on itself"),
         (lambda wf: wf.add("a", Work("a"), after=[999999]), "parent job 999999 not found"),
