@@ -28,6 +28,9 @@ from tests.integration.limits.test_fleet import (
 pytestmark = [pytest.mark.integration]
 
 
+_CLAIMED = "SELECT attempted_at FROM awa.jobs WHERE kind = 'tenant_work' ORDER BY 1"
+
+
 def _starts() -> str:
     return "SELECT started_at FROM awa_test.intervals ORDER BY started_at"
 
@@ -112,9 +115,15 @@ def test_a_rate_window_is_honoured_as_it_frees(dsn: str, tmp_path: Path) -> None
         _wait(dsn, procs, ALL_DONE, timeout=90)
     starts = [r[0] for r in _query(dsn, _starts())]
     assert len(starts) == 100
-    window = timedelta(milliseconds=270)  # the handler's start trails the logged one
-    most = max(sum(1 for t in starts if s <= t < s + window) for s in starts)
-    assert most <= 10, starts
+    # the window is judged on the starts the claim logged (attempted_at, the time the rate
+    # counts), over the full 300 ms: the handlers' own start times trail them by however
+    # long a loaded machine takes to run the handler, which bunches them (a CI run saw 11
+    # handler starts within 270 ms)
+    claimed = [r[0] for r in _query(dsn, _CLAIMED)]
+    assert len(claimed) == 100
+    window = timedelta(milliseconds=300)
+    most = max(sum(1 for t in claimed if s <= t < s + window) for s in claimed)
+    assert most <= 10, claimed
     span = starts[-1] - starts[0]
     # ten windows of 300 ms: the last start about 2.7 s after the first; in steps of the
     # 1 s poll it took 10 s. The bound is generous for a loaded machine and still tells them apart.
