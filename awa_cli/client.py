@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Literal
@@ -19,8 +19,8 @@ import psycopg
 from psycopg_pool import AsyncConnectionPool
 
 from awa_cli.app import prepare_job
-from awa_cli.client_batches import BatchMethods
-from awa_cli.client_ops import OperatorMethods
+from awa_cli import client_batches, client_ops, reads, workflow_ops
+from awa_cli.batches import Batch, BatchRow
 from awa_cli.db import dependencies
 from awa_cli.db.copy import copy_encoder
 from awa_cli.db.history import read_timeline
@@ -36,10 +36,9 @@ from awa_cli.jobs import JobRow, JobState, PreparedJob
 from awa_cli.jsonvalues import to_json
 from awa_cli.outcomes import OutcomeCore
 from awa_cli.periodic import PeriodicJob
-from awa_cli.reads import InspectReads, JobCount
+from awa_cli.reads import JobCount
 from awa_cli.results import JobNotFound, UniqueConflict, ValidationError, seconds
-from awa_cli.workflow_ops import WorkflowMethods
-from awa_cli.workflows import split_after
+from awa_cli.workflows import Workflow, WorkflowRun, split_after
 
 if TYPE_CHECKING:
     from awa_cli.app import App
@@ -131,9 +130,14 @@ async def _copy_jobs(
     return count
 
 
-class AsyncClient(InspectReads, OperatorMethods, WorkflowMethods, BatchMethods):
+class AsyncClient:
     """Enqueue, inspect and operate on jobs. With ``app=`` it runs that app's follow-up specs
-    in each transition's transaction and dispatches its hooks after commit."""
+    in each transition's transaction and dispatches its hooks after commit.
+
+    The whole surface is this class's body: what the client does itself is written here; the
+    reads, the operator actions, the workflows and the batches are functions of
+    :mod:`awa_cli.reads`, :mod:`awa_cli.client_ops`, :mod:`awa_cli.workflow_ops` and
+    :mod:`awa_cli.client_batches` taking the client first, bound here as methods."""
 
     def __init__(
         self,
@@ -448,6 +452,76 @@ class AsyncClient(InspectReads, OperatorMethods, WorkflowMethods, BatchMethods):
         """Drop ``name`` (a worker whose app still defines it re-creates it at its start)."""
         await self.ensure_open()
         return await self.core.delete_periodic(name, actor)
+
+    # -- reads: jobs, workers, kinds, the audit log (awa_cli/reads.py) ---------------------
+    pending_migrations = reads.pending_migrations
+    check_ready = reads.check_ready
+    job_counts = reads.job_counts
+    throughput = reads.throughput
+    running_by_worker = reads.running_by_worker
+    list_jobs_page = reads.list_jobs_page
+    list_workers = reads.list_workers
+    list_kinds = reads.list_kinds
+    record_audit = reads.record_audit
+    list_audit = reads.list_audit
+
+    # -- operator actions: queues, bulk, dead letters (awa_cli/client_ops.py) --------------
+    pause_queue = client_ops.pause_queue
+    resume_queue = client_ops.resume_queue
+    list_queues = client_ops.list_queues
+    paused_queues = client_ops.paused_queues
+    audit_log = client_ops.audit_log
+    retry_jobs = client_ops.retry_jobs
+    cancel_jobs = client_ops.cancel_jobs
+    purge_jobs = client_ops.purge_jobs
+    cancel_by_unique_key = client_ops.cancel_by_unique_key
+    list_dlq = client_ops.list_dlq
+    get_dlq_job = client_ops.get_dlq_job
+    dlq_depth = client_ops.dlq_depth
+    retry_from_dlq = client_ops.retry_from_dlq
+    bulk_retry_from_dlq = client_ops.bulk_retry_from_dlq
+    move_failed_to_dlq = client_ops.move_failed_to_dlq
+    purge_dlq = client_ops.purge_dlq
+
+    # -- workflows and job relations (awa_cli/workflow_ops.py) -----------------------------
+    async def insert_workflow(self, wf: Workflow) -> WorkflowRun:
+        """Insert every step of ``wf`` and their edges in one transaction (validated first:
+        one ``ValidationError`` naming the step); the steps without parents are available at
+        once, the others blocked until their parents complete."""
+        return await workflow_ops.insert_on_pool(self, wf)
+
+    get_workflow = workflow_ops.get_workflow
+    list_workflows = workflow_ops.list_workflows
+    workflow_edges = workflow_ops.workflow_edges
+    cancel_workflow = workflow_ops.cancel_workflow
+    retry_workflow = workflow_ops.retry_workflow
+    job_parents = workflow_ops.job_parents
+    job_children = workflow_ops.job_children
+    job_relations = workflow_ops.job_relations
+
+    # -- batches (awa_cli/client_batches.py) -----------------------------------------------
+    batch = client_batches.batch
+    seal_batch = client_batches.seal_batch
+
+    async def insert_batch(
+        self,
+        jobs: Iterable[Any],
+        *,
+        on_success: Any = None,
+        on_complete: Any = None,
+        on_death: Any = None,
+        metadata: Mapping[str, Any] | None = None,
+        shards: int = 16,
+        **insert_options: Any,
+    ) -> BatchRow:
+        """Open, fill and seal a batch in one transaction: ``jobs`` are args (the options
+        apply to each) or ``EnqueueRequest``s; the callbacks are args or ``EnqueueRequest``s."""
+        batch = Batch(on_success, on_complete, on_death, dict(metadata or {}), shards)
+        return await client_batches.insert_on_pool(self, jobs, batch, insert_options)
+
+    get_batch = client_batches.get_batch
+    list_batches = client_batches.list_batches
+    batch_members = client_batches.batch_members
 
 
 def __getattr__(name: str) -> Any:

@@ -1,5 +1,6 @@
-"""The batch methods of :class:`~awa_cli.client.AsyncClient` (architecture §16), the batch
-writer ``client.batch(...)`` returns, and ``awa.insert_batch`` on the caller's connection.
+"""The batch methods of :class:`~awa_cli.client.AsyncClient` (architecture §16): functions
+taking the client first, bound as its methods in ``client.py``; the batch writer
+``client.batch(...)`` returns, and ``awa.insert_batch`` on the caller's connection.
 
 A batch is opened (a row of ``awa.batches``), filled (each insert its own short transaction,
 so members start running while the batch is still open), and sealed when the ``async with``
@@ -23,9 +24,9 @@ from awa_cli.errors import ValidationError
 from awa_cli.jobs import JobRow
 
 if TYPE_CHECKING:
-    from psycopg_pool import AsyncConnectionPool
-
     from awa_cli.app import App
+    from awa_cli.client import AsyncClient
+    from awa_cli.jobs import PreparedJob
 
 log = logging.getLogger("awa.client")
 
@@ -83,10 +84,34 @@ async def insert_batch_async(
     batch = _batch_of(on_success, on_complete, on_death, metadata, shards)
     callbacks = prepare_batch(app, batch)
     members = prepare_members(app, jobs, insert_options)
+    return await batches_table.get(conn, await _fill(conn, batch, callbacks, members))
+
+
+async def insert_on_pool(
+    client: AsyncClient, jobs: Iterable[Any], batch: Batch, insert_options: Mapping[str, Any]
+) -> BatchRow:
+    """:meth:`AsyncClient.insert_batch`: prepared before the pool is opened, then opened,
+    filled and sealed in one transaction on a connection of the client's pool."""
+    callbacks = prepare_batch(client.app, batch)
+    members = prepare_members(client.app, jobs, insert_options)
+    pool = await client.ensure_open()
+    async with pool.connection() as conn:
+        async with conn.transaction():
+            batch_id = await _fill(conn, batch, callbacks, members)
+        return await batches_table.get(conn, batch_id)
+
+
+async def _fill(
+    conn: psycopg.AsyncConnection[Any],
+    batch: Batch,
+    callbacks: dict[str, PreparedJob],
+    members: list[PreparedJob],
+) -> int:
+    """Open the batch, add its members and seal it (the caller holds the transaction)."""
     batch_id = await batches_table.create(conn, callbacks, dict(batch.metadata), batch.shards)
     await batches_table.insert_members(conn, batch_id, members)
     await batches_table.seal(conn, batch_id)
-    return await batches_table.get(conn, batch_id)
+    return batch_id
 
 
 class BatchWriter:
@@ -95,7 +120,7 @@ class BatchWriter:
     the batch is sealed when the block exits normally. If the block raises, the batch stays
     open (its members still run, no callback fires) until ``client.seal_batch(b.id)``."""
 
-    def __init__(self, client: BatchMethods, batch: Batch) -> None:
+    def __init__(self, client: AsyncClient, batch: Batch) -> None:
         self._client = client
         self._batch = batch
         self._id: int | None = None
@@ -188,79 +213,52 @@ class SyncBatchWriter:
         return count
 
 
-class BatchMethods:
-    """Mixed into :class:`AsyncClient`; every async method has its twin in ``sync_client.py``."""
+def batch(self: AsyncClient, batch: Batch | None = None) -> BatchWriter:
+    """An open batch to fill: ``async with client.batch(awa.Batch(on_success=...)) as b:
+    await b.insert(...)``; sealed when the block exits."""
+    return BatchWriter(self, batch if batch is not None else Batch())
 
-    app: App | None  # provided by AsyncClient
 
-    async def ensure_open(self) -> AsyncConnectionPool:  # provided by AsyncClient
-        raise NotImplementedError
+async def seal_batch(self: AsyncClient, batch_id: int) -> BatchRow:
+    """Seal the batch: no member can be added any more; callbacks whose condition already
+    holds are enqueued in this transaction. Sealing twice changes nothing."""
+    pool = await self.ensure_open()
+    async with pool.connection() as conn:
+        async with conn.transaction():
+            await batches_table.seal(conn, int(batch_id))
+        return await batches_table.get(conn, int(batch_id))
 
-    def batch(self, batch: Batch | None = None) -> BatchWriter:
-        """An open batch to fill: ``async with client.batch(awa.Batch(on_success=...)) as b:
-        await b.insert(...)``; sealed when the block exits."""
-        return BatchWriter(self, batch if batch is not None else Batch())
 
-    async def seal_batch(self, batch_id: int) -> BatchRow:
-        """Seal the batch: no member can be added any more; callbacks whose condition already
-        holds are enqueued in this transaction. Sealing twice changes nothing."""
-        pool = await self.ensure_open()
-        async with pool.connection() as conn:
-            async with conn.transaction():
-                await batches_table.seal(conn, int(batch_id))
-            return await batches_table.get(conn, int(batch_id))
+async def get_batch(self: AsyncClient, batch_id: int) -> BatchRow:
+    """The batch with its counts (``BatchNotFound`` if there is none)."""
+    pool = await self.ensure_open()
+    async with pool.connection() as conn:
+        return await batches_table.get(conn, int(batch_id))
 
-    async def insert_batch(
-        self,
-        jobs: Iterable[Any],
-        *,
-        on_success: Any = None,
-        on_complete: Any = None,
-        on_death: Any = None,
-        metadata: Mapping[str, Any] | None = None,
-        shards: int = 16,
-        **insert_options: Any,
-    ) -> BatchRow:
-        """Open, fill and seal a batch in one transaction: ``jobs`` are args (the options
-        apply to each) or ``EnqueueRequest``s; the callbacks are args or ``EnqueueRequest``s."""
-        batch = _batch_of(on_success, on_complete, on_death, metadata, shards)
-        callbacks = prepare_batch(self.app, batch)
-        members = prepare_members(self.app, jobs, insert_options)
-        pool = await self.ensure_open()
-        async with pool.connection() as conn:
-            async with conn.transaction():
-                batch_id = await batches_table.create(
-                    conn, callbacks, dict(batch.metadata), batch.shards
-                )
-                await batches_table.insert_members(conn, batch_id, members)
-                await batches_table.seal(conn, batch_id)
-            return await batches_table.get(conn, batch_id)
 
-    async def get_batch(self, batch_id: int) -> BatchRow:
-        """The batch with its counts (``BatchNotFound`` if there is none)."""
-        pool = await self.ensure_open()
-        async with pool.connection() as conn:
-            return await batches_table.get(conn, int(batch_id))
+async def list_batches(
+    self: AsyncClient, state: str | None = None, limit: int = 100
+) -> list[BatchRow]:
+    """Batches, newest first; ``state``: open, running, completed (None: any)."""
+    if state is not None and state not in BATCH_STATES:
+        raise ValidationError("state", f"expected one of {', '.join(BATCH_STATES)}")
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        raise ValidationError("limit", "must be a positive integer")
+    pool = await self.ensure_open()
+    async with pool.connection() as conn:
+        return await batches_table.list_(conn, state, limit)
 
-    async def list_batches(self, state: str | None = None, limit: int = 100) -> list[BatchRow]:
-        """Batches, newest first; ``state``: open, running, completed (None: any)."""
-        if state is not None and state not in BATCH_STATES:
-            raise ValidationError("state", f"expected one of {', '.join(BATCH_STATES)}")
-        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
-            raise ValidationError("limit", "must be a positive integer")
-        pool = await self.ensure_open()
-        async with pool.connection() as conn:
-            return await batches_table.list_(conn, state, limit)
 
-    async def batch_members(self, batch_id: int, limit: int = 50) -> list[tuple[int, str, str]]:
-        """A page of the batch's members still in ``awa.jobs``: (id, kind, state)."""
-        pool = await self.ensure_open()
-        async with pool.connection() as conn:
-            return await batches_table.members(conn, int(batch_id), limit)
+async def batch_members(
+    self: AsyncClient, batch_id: int, limit: int = 50
+) -> list[tuple[int, str, str]]:
+    """A page of the batch's members still in ``awa.jobs``: (id, kind, state)."""
+    pool = await self.ensure_open()
+    async with pool.connection() as conn:
+        return await batches_table.members(conn, int(batch_id), limit)
 
 
 __all__ = [
-    "BatchMethods",
     "BatchWriter",
     "SyncBatchWriter",
     "insert_batch",

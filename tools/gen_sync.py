@@ -1,7 +1,7 @@
 """Write ``awa_cli/sync_client.py``: the synchronous ``Client``, generated from ``AsyncClient``.
 
-Every public ``async def`` of :class:`awa_cli.client.AsyncClient` (its own and its mixins',
-nearest definition first) gets a twin of the same name, parameters, return annotation and
+Every public ``async def`` of :class:`awa_cli.client.AsyncClient` (its own methods and the
+module functions its body binds as methods, in the order of its body) gets a twin of the same name, parameters, return annotation and
 docstring whose body runs the async method on the client's private event loop. What is not a
 plain forward (the constructor, the properties, ``close``, the context manager, ``batch``) is
 written by hand in :mod:`awa_cli.sync_base`, the generated class's base.
@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import ast
 import inspect
+import re
 import subprocess
 import sys
 import textwrap
@@ -27,6 +28,9 @@ TARGET = ROOT / "awa_cli" / "sync_client.py"
 
 # Written by hand in the template (or async by nature): never generated.
 HAND_WRITTEN = {"__init__", "__aenter__", "__aexit__", "close", "batch"}
+
+# The receiver of a function bound into AsyncClient, annotated (``def f(self: AsyncClient``).
+RECEIVER = re.compile(r"(def \w+\(\s*)self: AsyncClient\b")
 
 # Names the template itself imports or defines (annotations may use them freely).
 TEMPLATE_NAMES = {"Any"}
@@ -89,7 +93,7 @@ def _forward(args: ast.arguments) -> str:
 def _annotation_names(fn: ast.AsyncFunctionDef) -> set[str]:
     names: set[str] = set()
     args = fn.args
-    nodes = [a.annotation for a in args.posonlyargs + args.args + args.kwonlyargs]
+    nodes = [a.annotation for a in (args.posonlyargs + args.args)[1:] + args.kwonlyargs]
     nodes += [args.vararg.annotation if args.vararg else None]
     nodes += [args.kwarg.annotation if args.kwarg else None, fn.returns]
     for node in nodes:
@@ -114,6 +118,9 @@ def twin(name: str, function: Callable[..., Any]) -> tuple[str, set[str]]:
     header_end = first_body.lineno - 1  # the header's lines, decorators excluded
     start = node.lineno - 1
     header = "\n".join(lines[start:header_end]).replace("async def ", "def ", 1)
+    # a function bound into AsyncClient (``cancel_jobs = client_ops.cancel_jobs``) types its
+    # receiver ``self: AsyncClient``; the twin's receiver is the sync client itself
+    header = RECEIVER.sub(r"\1self", header, count=1)
     doc = ""
     if has_doc:
         doc_lines = lines[first_body.lineno - 1 : first_body.end_lineno]

@@ -8,7 +8,7 @@ from typing import Any
 import click
 
 from awa_cli.commands.context import CliContext, json_option, pass_context, run_with_client
-from awa_cli.commands.job import parse_run_at
+from awa_cli.commands.job import parse_run_at, print_errors
 from awa_cli.commands.operate import (
     age,
     all_option,
@@ -87,12 +87,7 @@ def show(ctx: CliContext, job_id: int, json_flag: bool) -> None:
         ctx.terminal.data(f"metadata: {json.dumps(dead.metadata, sort_keys=True)}")
     if dead.output is not None:
         ctx.terminal.data(f"output: {json.dumps(dead.output, sort_keys=True)}")
-    for entry in dead.errors:
-        terminal = " (terminal)" if entry.get("terminal") else ""
-        ctx.terminal.data(
-            f"error attempt {entry.get('attempt')} at {entry.get('at')}{terminal}: "
-            f"{entry.get('error')}"
-        )
+    print_errors(ctx, dead.errors)
 
 
 @command.command(name="depth")

@@ -349,7 +349,12 @@ def print_fields(ctx: CliContext, row: JobRow) -> None:
         ctx.terminal.data(f"output: {json.dumps(row.output, sort_keys=True)}")
     if row.callback_result is not None:
         ctx.terminal.data(f"callback_result: {json.dumps(row.callback_result, sort_keys=True)}")
-    for entry in row.errors:
+    print_errors(ctx, row.errors)
+
+
+def print_errors(ctx: CliContext, errors: list[dict[str, Any]]) -> None:
+    """One ``error attempt N at T: ...`` line per error entry (a job's or a dead letter's)."""
+    for entry in errors:
         terminal = " (terminal)" if entry.get("terminal") else ""
         ctx.terminal.data(
             f"error attempt {entry.get('attempt')} at {entry.get('at')}{terminal}: {entry.get('error')}"

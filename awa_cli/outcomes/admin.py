@@ -37,8 +37,11 @@ def missing_or_state(job_id: int, verb: str) -> Missing:
     return explain
 
 
-async def cancel(core: CoreState, job_id: int, reason: str) -> JobRow:
-    """Cancel a pending, running or waiting job; fires Cancelled and runs on_cancelled specs."""
+async def cancel(core: CoreState, job_id: int, reason: str = "cancelled by operator") -> JobRow:
+    """Cancel a pending, running or waiting job; fires Cancelled and runs on_cancelled specs.
+
+    A handler still running the job sees ``job.is_cancelled()``; its late result is fenced.
+    """
     row = await transition(
         core,
         Transition(

@@ -151,11 +151,12 @@ async def retry_jobs(
     core: CoreState,
     where: JobFilter,
     *,
-    dry_run: bool,
-    actor: str | None,
-    progress: Progress | None,
+    dry_run: bool = False,
+    actor: str | None = None,
+    progress: Progress | None = None,
 ) -> int:
-    """Operator retry (architecture §5.9) of every matching failed or cancelled job; fires nothing."""
+    """Operator retry (architecture §5.9) of every matching failed or cancelled job, in bounded
+    batches; fires nothing. The number retried (with ``dry_run``: the number that would be)."""
     params = _filters("retry", where)
     filters = _named(where)
     await refusing(core, actor, "job.retry", "retry", where.all, **filters)
@@ -185,9 +186,9 @@ async def cancel_jobs(
     core: CoreState,
     where: JobFilter,
     *,
-    dry_run: bool,
-    actor: str | None,
-    progress: Progress | None,
+    dry_run: bool = False,
+    actor: str | None = None,
+    progress: Progress | None = None,
 ) -> int:
     """Operator cancel of every matching available, scheduled, retryable or waiting job:
     Cancelled fires and ``on_cancelled`` specs run, atomically per job (see the module)."""
@@ -271,9 +272,9 @@ async def purge_jobs(
     core: CoreState,
     where: JobFilter,
     *,
-    dry_run: bool,
-    actor: str | None,
-    progress: Progress | None,
+    dry_run: bool = False,
+    actor: str | None = None,
+    progress: Progress | None = None,
 ) -> int:
     """Delete matching finished jobs (completed, failed, cancelled) in bounded batches."""
     params = _filters("purge", where)

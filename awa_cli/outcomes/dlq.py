@@ -35,10 +35,10 @@ async def retry_one(
     core: CoreState,
     job_id: int,
     *,
-    queue: str | None,
-    priority: int | None,
-    run_at: datetime | None,
-    actor: str | None,
+    queue: str | None = None,
+    priority: int | None = None,
+    run_at: datetime | None = None,
+    actor: str | None = None,
 ) -> JobRow:
     """Put one dead letter back into awa.jobs under its id (attempt 0, errors kept plus
     ``retried from the dead-letter queue``). JobNotFound when there is no such dead letter;
@@ -67,9 +67,9 @@ async def retry_many(
     core: CoreState,
     where: DeadLetterFilter,
     *,
-    dry_run: bool,
-    actor: str | None,
-    progress: Progress | None,
+    dry_run: bool = False,
+    actor: str | None = None,
+    progress: Progress | None = None,
 ) -> int:
     """Put every matching dead letter back (as :func:`retry_one`), in bounded batches; those
     whose unique key is held again stay in the DLQ."""
@@ -100,10 +100,10 @@ async def move_failed(
     core: CoreState,
     where: DeadLetterFilter,
     *,
-    reason: str | None,
-    dry_run: bool,
-    actor: str | None,
-    progress: Progress | None,
+    reason: str | None = None,
+    dry_run: bool = False,
+    actor: str | None = None,
+    progress: Progress | None = None,
 ) -> int:
     """Move failed jobs into the DLQ (reason ``manual``, an error entry saying so)."""
     queue, kind = where.queue, where.kind
@@ -127,9 +127,9 @@ async def purge(
     core: CoreState,
     where: DeadLetterFilter,
     *,
-    dry_run: bool,
-    actor: str | None,
-    progress: Progress | None,
+    dry_run: bool = False,
+    actor: str | None = None,
+    progress: Progress | None = None,
 ) -> int:
     """Delete matching dead letters, in bounded batches."""
     filters = {

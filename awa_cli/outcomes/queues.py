@@ -16,7 +16,9 @@ from awa_cli.outcomes import audit
 from awa_cli.outcomes.transaction import CoreState
 
 
-async def set_paused(core: CoreState, queue: str, paused: bool, actor: str | None) -> QueueInfo:
+async def set_paused(
+    core: CoreState, queue: str, paused: bool, actor: str | None = None
+) -> QueueInfo:
     """Pause or resume ``queue`` and record it, in one transaction. Resuming wakes the
     queue's workers at commit."""
     check_name(queue, "queue")

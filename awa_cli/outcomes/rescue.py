@@ -14,6 +14,7 @@ from typing import LiteralString
 import psycopg
 from psycopg.rows import DictRow, dict_row
 
+from awa_cli import defaults
 from awa_cli.attempts import BACKOFF_JITTER, MAX_BACKOFF_EXPONENT, MAX_BACKOFF_SECONDS
 from awa_cli.db.statements import SQL
 from awa_cli.deadletters import DeadReason
@@ -45,7 +46,7 @@ async def rescue(
     core: CoreState,
     reason: RescueReason,
     *,
-    staleness: float,
+    staleness: float = defaults.HEARTBEAT_STALENESS,
     limit: int = 500,
     dry_run: bool = False,
 ) -> list[JobRow]:

@@ -16,26 +16,13 @@ RETURNING id
 -- the counter rows, then the batch row (the order every counting statement takes them in),
 -- and refuses a sealed batch (SQLSTATE AWB01) or a missing one (AWB02): the statement then
 -- fails whole. A held unique key skips that member (NULL id in its place).
-WITH t AS MATERIALIZED (
-    SELECT nextval(pg_get_serial_sequence('awa.jobs', 'id')) AS id, u.*
-    FROM unnest(%(kinds)s::text[], %(queues)s::text[], %(args)s::jsonb[], %(priorities)s::int[],
-                %(max_attempts)s::int[], %(run_ats)s::timestamptz[], %(deadline_durations)s::float8[],
-                %(metadata)s::jsonb[], %(tags)s::jsonb[], %(unique_keys)s::bytea[],
-                %(unique_states)s::jsonb[], %(ordering_keys)s::text[], %(concurrency_keys)s::text[])
-         WITH ORDINALITY AS u(kind, queue, args, priority, max_attempts, run_at, deadline_duration,
-                              metadata, tags, unique_key, unique_states, ordering_key,
-                              concurrency_key, ord)
+{{each_rows}}
 ), inserted AS (
     INSERT INTO awa.jobs AS j (id, kind, queue, args, state, priority, max_attempts, run_at,
                                deadline_duration, metadata, tags, unique_key, unique_states,
                                ordering_key, concurrency_key, batch_id)
     OVERRIDING SYSTEM VALUE
-    SELECT t.id, t.kind, t.queue, t.args,
-           CASE WHEN t.run_at > now() THEN 'scheduled' ELSE 'available' END::awa.job_state,
-           t.priority, t.max_attempts, coalesce(t.run_at, now()), t.deadline_duration, t.metadata,
-           ARRAY(SELECT jsonb_array_elements_text(t.tags)), t.unique_key,
-           CASE WHEN t.unique_states IS NOT NULL
-                THEN ARRAY(SELECT jsonb_array_elements_text(t.unique_states))::awa.job_state[] END,
+{{each_values}}
            t.ordering_key, t.concurrency_key, %(batch_id)s::bigint
     FROM t ORDER BY t.ord
     ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL AND state = ANY (unique_states) DO NOTHING

@@ -9,6 +9,14 @@
 -- when a batch comes back short; each batch is its own short transaction, so 100,000 jobs
 -- never hold one long lock. Purge is one statement per batch (no events, no specs).
 
+-- fragment: job_filter
+-- The filters of the bulk commands and of the dashboard's jobs list, each NULL for any: the
+-- queue, the kind, a tag the job carries, the ids an operator selected.
+  AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+  AND (%(kind)s::text IS NULL OR kind = %(kind)s::text)
+  AND (%(tag)s::text IS NULL OR %(tag)s::text = ANY (tags))
+  AND (%(ids)s::bigint[] IS NULL OR id = ANY (%(ids)s::bigint[]))
+
 -- name: bulk_select_jobs
 -- Lock one batch of job ids in %(states)s (the filters of the bulk commands and of the
 -- dashboard's jobs list: %(queue)s, %(kind)s, %(tag)s, %(ids)s — the ids an operator
@@ -16,10 +24,7 @@
 SELECT id FROM awa.jobs
 WHERE state = ANY (%(states)s::awa.job_state[])
   AND id > %(after)s::bigint
-  AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
-  AND (%(kind)s::text IS NULL OR kind = %(kind)s::text)
-  AND (%(tag)s::text IS NULL OR %(tag)s::text = ANY (tags))
-  AND (%(ids)s::bigint[] IS NULL OR id = ANY (%(ids)s::bigint[]))
+{{job_filter}}
 ORDER BY id
 LIMIT %(batch)s
 FOR UPDATE SKIP LOCKED
@@ -29,10 +34,7 @@ FOR UPDATE SKIP LOCKED
 -- %(older_than)s (seconds since finalized_at) is the purge filter, NULL for retry and cancel.
 SELECT count(*) FROM awa.jobs
 WHERE state = ANY (%(states)s::awa.job_state[])
-  AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
-  AND (%(kind)s::text IS NULL OR kind = %(kind)s::text)
-  AND (%(tag)s::text IS NULL OR %(tag)s::text = ANY (tags))
-  AND (%(ids)s::bigint[] IS NULL OR id = ANY (%(ids)s::bigint[]))
+{{job_filter}}
   AND (%(older_than)s::float8 IS NULL
        OR finalized_at < now() - %(older_than)s::float8 * interval '1 second')
 
@@ -80,10 +82,7 @@ DELETE FROM awa.jobs WHERE id IN (
     WHERE state = ANY (%(states)s::awa.job_state[])
       AND state IN ('completed', 'failed', 'cancelled')
       AND rescue_pending IS NULL
-      AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
-      AND (%(kind)s::text IS NULL OR kind = %(kind)s::text)
-      AND (%(tag)s::text IS NULL OR %(tag)s::text = ANY (tags))
-      AND (%(ids)s::bigint[] IS NULL OR id = ANY (%(ids)s::bigint[]))
+    {{job_filter}}
       AND (%(older_than)s::float8 IS NULL
            OR finalized_at < now() - %(older_than)s::float8 * interval '1 second')
     LIMIT %(batch)s

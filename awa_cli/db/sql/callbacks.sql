@@ -38,6 +38,21 @@ RETURNING callback_result IS NOT NULL AS resumed, callback_result;
 -- What a waiting handler checks on each wake-up.
 SELECT state, callback_id, callback_result, run_lease FROM awa.jobs WHERE id = %(id)s;
 
+-- fragment: callback_waiter
+-- The job waiting on %(callback_id)s: parked (waiting_external) or waiting inside its handler
+-- (running), of the attempt %(lease)s when it is given (NULL: whichever attempt waits).
+    callback_id = %(callback_id)s AND state IN ('waiting_external', 'running')
+    AND (%(lease)s::bigint IS NULL OR run_lease = %(lease)s::bigint)
+
+-- fragment: callback_wait_entry
+-- The start of the SET item appending the wait's entry to metadata's awa.waits (the callback,
+-- the attempt, its start and worker, when it was resolved); the statement adds 'resolved'
+-- and closes it (jsonb keeps the keys in its own order, whatever the order written).
+    metadata = jsonb_set(metadata, '{awa.waits}', coalesce(metadata -> 'awa.waits', '[]'::jsonb)
+        || jsonb_build_array(jsonb_strip_nulls(jsonb_build_object(
+            'callback_id', callback_id, 'attempt', attempt, 'started_at', attempted_at,
+            'worker', attempted_by, 'at', now(),
+
 -- name: waiting_job
 -- The job waiting on a callback, unchanged.
 SELECT * FROM awa.jobs WHERE
@@ -46,32 +61,26 @@ SELECT * FROM awa.jobs WHERE
 
 -- name: resolve_complete
 UPDATE awa.jobs SET
-    metadata = jsonb_set(metadata, '{awa.waits}', coalesce(metadata -> 'awa.waits', '[]'::jsonb)
-        || jsonb_build_array(jsonb_strip_nulls(jsonb_build_object(
-            'callback_id', callback_id, 'attempt', attempt, 'started_at', attempted_at,
-            'worker', attempted_by, 'resolved', 'completed', 'at', now())))),
+{{callback_wait_entry}}
+            'resolved', 'completed')))),
     state = 'completed', finalized_at = now(), callback_timeout_at = NULL,
     callback_in_handler = false, callback_result = %(payload)s::jsonb,
     heartbeat_at = NULL, deadline_at = NULL
 WHERE
-    callback_id = %(callback_id)s AND state IN ('waiting_external', 'running')
-    AND (%(lease)s::bigint IS NULL OR run_lease = %(lease)s::bigint)
+{{callback_waiter}}
 RETURNING *, attempt AS parked_attempt;
 
 -- name: resolve_fail
 UPDATE awa.jobs SET
-    metadata = jsonb_set(metadata, '{awa.waits}', coalesce(metadata -> 'awa.waits', '[]'::jsonb)
-        || jsonb_build_array(jsonb_strip_nulls(jsonb_build_object(
-            'callback_id', callback_id, 'attempt', attempt, 'started_at', attempted_at,
-            'worker', attempted_by, 'resolved', 'failed', 'at', now())))),
+{{callback_wait_entry}}
+            'resolved', 'failed')))),
     state = 'failed', finalized_at = now(), callback_timeout_at = NULL,
     callback_in_handler = false, heartbeat_at = NULL, deadline_at = NULL,
     errors = errors || jsonb_build_array(
         jsonb_set(jsonb_set(%(entry)s::jsonb, '{attempt}', to_jsonb(attempt)),
                   '{error}', to_jsonb(%(error)s::text)))
 WHERE
-    callback_id = %(callback_id)s AND state IN ('waiting_external', 'running')
-    AND (%(lease)s::bigint IS NULL OR run_lease = %(lease)s::bigint)
+{{callback_waiter}}
 RETURNING *, attempt AS parked_attempt;
 
 -- name: resolve_retry
@@ -84,8 +93,7 @@ UPDATE awa.jobs AS j SET
     callback_id = NULL, callback_timeout_at = NULL, callback_in_handler = false,
     heartbeat_at = NULL, deadline_at = NULL
 FROM (SELECT id, attempt FROM awa.jobs WHERE
-        callback_id = %(callback_id)s AND state IN ('waiting_external', 'running')
-        AND (%(lease)s::bigint IS NULL OR run_lease = %(lease)s::bigint)
+    {{callback_waiter}}
       FOR UPDATE) AS before
 WHERE j.id = before.id
 RETURNING j.*, before.attempt AS parked_attempt;
@@ -96,10 +104,8 @@ RETURNING j.*, before.attempt AS parked_attempt;
 -- continues the same attempt); a handler that registered but has not parked yet finds the
 -- payload when it parks or waits.
 UPDATE awa.jobs SET
-    metadata = jsonb_set(metadata, '{awa.waits}', coalesce(metadata -> 'awa.waits', '[]'::jsonb)
-        || jsonb_build_array(jsonb_strip_nulls(jsonb_build_object(
-            'callback_id', callback_id, 'attempt', attempt, 'started_at', attempted_at,
-            'worker', attempted_by, 'resolved', 'resumed', 'at', now())))),
+{{callback_wait_entry}}
+            'resolved', 'resumed')))),
     callback_result = %(payload)s::jsonb,
     state = CASE WHEN state = 'waiting_external' AND NOT callback_in_handler
                  THEN 'available'::awa.job_state ELSE 'running'::awa.job_state END,
@@ -117,6 +123,5 @@ RETURNING *;
 -- Extend a waiting callback's timeout.
 UPDATE awa.jobs SET callback_timeout_at = now() + %(timeout)s * interval '1 second'
 WHERE
-    callback_id = %(callback_id)s AND state IN ('waiting_external', 'running')
-    AND (%(lease)s::bigint IS NULL OR run_lease = %(lease)s::bigint)
+{{callback_waiter}}
 RETURNING *;

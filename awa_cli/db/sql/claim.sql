@@ -6,6 +6,22 @@
 -- is JOB_ROW_FIELDS in order (awa_cli/jobs.py; tests/unit/test_sql_home.py keeps them equal).
 -- Its plan is guarded by tests/integration/worker/test_runtime.py::test_claim_uses_the_claim_index.
 
+-- fragment: job_row_returning
+-- JOB_ROW_FIELDS in order (awa_cli/jobs.py): what a statement handing back job rows returns.
+RETURNING j.id, j.kind, j.queue, j.args, j.state, j.priority, j.attempt, j.max_attempts,
+          j.run_at, j.run_lease, j.heartbeat_at, j.deadline_at, j.deadline_duration,
+          j.callback_id, j.callback_timeout_at, j.callback_result, j.errors, j.metadata, j.tags,
+          j.unique_key, j.unique_states, j.output, j.ordering_key, j.created_at,
+          j.attempted_at, j.finalized_at, j.progress, j.attempted_by
+
+-- fragment: attempt_worker_deadline
+-- The SET items a starting attempt takes after its start time (both claims): the worker, a
+-- fresh heartbeat, the deadline (the job's own, else the queue's %(deadline)s).
+    attempted_by = %(worker)s,
+    heartbeat_at = now(),
+    deadline_at = CASE WHEN coalesce(j.deadline_duration, %(deadline)s) > 0
+                       THEN now() + coalesce(j.deadline_duration, %(deadline)s) * interval '1 second' END
+
 -- fragment: start_attempts
 -- The claim's transition, shared by both claims: the rows of ``next`` (locked by the caller's
 -- CTE) start their next attempt: running, attempt and lease + 1, the attempt's start and
@@ -15,17 +31,10 @@ UPDATE awa.jobs AS j SET
     attempt = j.attempt + 1,
     run_lease = j.run_lease + 1,
     attempted_at = now(),
-    attempted_by = %(worker)s,
-    heartbeat_at = now(),
-    deadline_at = CASE WHEN coalesce(j.deadline_duration, %(deadline)s) > 0
-                       THEN now() + coalesce(j.deadline_duration, %(deadline)s) * interval '1 second' END
+{{attempt_worker_deadline}}
 FROM next
 WHERE j.id = next.id
-RETURNING j.id, j.kind, j.queue, j.args, j.state, j.priority, j.attempt, j.max_attempts,
-          j.run_at, j.run_lease, j.heartbeat_at, j.deadline_at, j.deadline_duration,
-          j.callback_id, j.callback_timeout_at, j.callback_result, j.errors, j.metadata, j.tags,
-          j.unique_key, j.unique_states, j.output, j.ordering_key, j.created_at,
-          j.attempted_at, j.finalized_at, j.progress, j.attempted_by
+{{job_row_returning}}
 
 -- name: claim_by_queue
 -- A worker's claim for one queue. A paused queue (awa.queues.paused) yields nothing: the

@@ -32,16 +32,21 @@
 -- queue, key source ('args', 'kind' or 'queue'), args path (a text[] literal), max_running,
 -- rate count and rate window in seconds (NULL: no rate). A kind limit wins over a queue one.
 
--- fragment: limited_ranking_from
--- The limits of the claim (unnested from the parameters) and the head of the ranking
--- scan, up to its FROM: both candidate statements rank the same way, over other rows.
-WITH lim AS (
+-- fragment: claim_limits
+-- The body of the CTE lim: the claim's limits, unnested from the parameters (the ranking of
+-- step 1 and claim_limited_take of step 3 read the same).
     SELECT l.name, l.kind, l.queue, l.source, l.path::text[] AS path, l.max_running, l.rate_n,
            l.rate_w
     FROM unnest(%(l_names)s::text[], %(l_kinds)s::text[], %(l_queues)s::text[],
                 %(l_sources)s::text[], %(l_paths)s::text[], %(l_max)s::int[],
                 %(l_rate_n)s::int[], %(l_rate_w)s::float8[])
         AS l(name, kind, queue, source, path, max_running, rate_n, rate_w)
+
+-- fragment: limited_ranking_from
+-- The limits of the claim (unnested from the parameters) and the head of the ranking
+-- scan, up to its FROM: both candidate statements rank the same way, over other rows.
+WITH lim AS (
+{{claim_limits}}
 ), waiting AS MATERIALIZED (  -- narrow rows for the ranking's sort
     -- the limit that selects a job: its kind's (lk), else its queue's (lq); at most one each
     SELECT j.id, j.run_at, coalesce(lk.name, lq.name) AS limit_name,
@@ -56,18 +61,10 @@ WITH lim AS (
                 THEN floor(extract(epoch FROM now() - j.run_at) / %(aging)s::float8)::int
                 ELSE 0 END) AS eff
 
--- fragment: limited_ranking
--- The rest of the ranking after its FROM: the selecting limit per job, the keys' round
--- robin and the order (shared by claim_limited_candidates and claim_limited_arrivals).
-    LEFT JOIN lim lk ON lk.kind = j.kind
-    LEFT JOIN lim lq ON lk.name IS NULL AND lq.kind IS NULL AND lq.queue = j.queue
-    WHERE j.queue = %(queue)s AND j.state IN ('available', 'scheduled', 'retryable')
-      AND j.run_at <= now()
-      -- a paused queue yields nothing, as in claim_by_queue
-      AND NOT EXISTS (SELECT 1 FROM awa.queues AS q WHERE q.name = %(queue)s AND q.paused)
-), held AS (
-    -- the slots in use: running jobs, and those waiting inside their handler (two partial
-    -- indexes, so the scan costs the running jobs, not the table)
+-- fragment: limit_held
+-- The body of the CTE held: the slots in use per (limit, key): running jobs, and those
+-- waiting inside their handler (two partial indexes, so the scan costs the running jobs, not
+-- the table). Shared by the ranking (step 1) and claim_limited_take (step 3).
     SELECT coalesce(lk.name, lq.name) AS limit_name,
            coalesce(j.concurrency_key,
                     CASE coalesce(lk.source, lq.source) WHEN 'kind' THEN j.kind
@@ -82,6 +79,18 @@ WITH lim AS (
     LEFT JOIN lim lq ON lk.name IS NULL AND lq.kind IS NULL AND lq.queue = j.queue
     WHERE coalesce(lk.name, lq.name) IS NOT NULL
     GROUP BY 1, 2
+
+-- fragment: limited_ranking
+-- The rest of the ranking after its FROM: the selecting limit per job, the keys' round
+-- robin and the order (shared by claim_limited_candidates and claim_limited_arrivals).
+    LEFT JOIN lim lk ON lk.kind = j.kind
+    LEFT JOIN lim lq ON lk.name IS NULL AND lq.kind IS NULL AND lq.queue = j.queue
+    WHERE j.queue = %(queue)s AND j.state IN ('available', 'scheduled', 'retryable')
+      AND j.run_at <= now()
+      -- a paused queue yields nothing, as in claim_by_queue
+      AND NOT EXISTS (SELECT 1 FROM awa.queues AS q WHERE q.name = %(queue)s AND q.paused)
+), held AS (
+{{limit_held}}
 ), started AS (
     SELECT s.limit_name, s.key, count(*) AS starts
     FROM awa.limit_starts s JOIN lim l ON l.name = s.limit_name
@@ -140,12 +149,7 @@ FROM (SELECT DISTINCT hashtext(u.n || chr(31) || u.k) AS h
 -- RETURNING list is JOB_ROW_FIELDS in order (awa_cli/jobs.py).
 -- A pause that committed after step 1 is seen here too (the `locked` probe checks it).
 WITH lim AS (
-    SELECT l.name, l.kind, l.queue, l.source, l.path::text[] AS path, l.max_running, l.rate_n,
-           l.rate_w
-    FROM unnest(%(l_names)s::text[], %(l_kinds)s::text[], %(l_queues)s::text[],
-                %(l_sources)s::text[], %(l_paths)s::text[], %(l_max)s::int[],
-                %(l_rate_n)s::int[], %(l_rate_w)s::float8[])
-        AS l(name, kind, queue, source, path, max_running, rate_n, rate_w)
+{{claim_limits}}
 ), clock AS (
     SELECT clock_timestamp() AS at
 ), cand AS (
@@ -154,22 +158,7 @@ WITH lim AS (
 ), keys AS (
     SELECT DISTINCT limit_name, key FROM cand WHERE limit_name IS NOT NULL
 ), held AS (
-    -- the slots in use: running jobs, and those waiting inside their handler (two partial
-    -- indexes, so the scan costs the running jobs, not the table)
-    SELECT coalesce(lk.name, lq.name) AS limit_name,
-           coalesce(j.concurrency_key,
-                    CASE coalesce(lk.source, lq.source) WHEN 'kind' THEN j.kind
-                         WHEN 'queue' THEN j.queue
-                         ELSE j.args #>> coalesce(lk.path, lq.path) END, '') AS key,
-           count(*) AS running
-    FROM (SELECT kind, queue, args, concurrency_key FROM awa.jobs WHERE state = 'running'
-          UNION ALL
-          SELECT kind, queue, args, concurrency_key FROM awa.jobs
-          WHERE state = 'waiting_external' AND callback_in_handler) j
-    LEFT JOIN lim lk ON lk.kind = j.kind
-    LEFT JOIN lim lq ON lk.name IS NULL AND lq.kind IS NULL AND lq.queue = j.queue
-    WHERE coalesce(lk.name, lq.name) IS NOT NULL
-    GROUP BY 1, 2
+{{limit_held}}
 ), started AS (
     SELECT s.limit_name, s.key, count(*) AS starts
     FROM awa.limit_starts s
@@ -218,17 +207,10 @@ UPDATE awa.jobs AS j SET
     run_lease = j.run_lease + 1,
     -- the start as the rate window logged it (ordered as the key lock orders the claims)
     attempted_at = (SELECT at FROM clock),
-    attempted_by = %(worker)s,
-    heartbeat_at = now(),
-    deadline_at = CASE WHEN coalesce(j.deadline_duration, %(deadline)s) > 0
-                       THEN now() + coalesce(j.deadline_duration, %(deadline)s) * interval '1 second' END
+{{attempt_worker_deadline}}
 FROM chosen
 WHERE j.id = chosen.id
-RETURNING j.id, j.kind, j.queue, j.args, j.state, j.priority, j.attempt, j.max_attempts,
-          j.run_at, j.run_lease, j.heartbeat_at, j.deadline_at, j.deadline_duration,
-          j.callback_id, j.callback_timeout_at, j.callback_result, j.errors, j.metadata, j.tags,
-          j.unique_key, j.unique_states, j.output, j.ordering_key, j.created_at,
-          j.attempted_at, j.finalized_at, j.progress, j.attempted_by;
+{{job_row_returning}};
 
 -- name: limit_rate_free_in
 -- Seconds until the first rate-limited key of these limits gets budget again (NULL: none is
@@ -269,6 +251,15 @@ ON CONFLICT (name) DO UPDATE SET
     max_running = excluded.max_running, rate_count = excluded.rate_count,
     rate_window = excluded.rate_window, updated_at = now();
 
+-- fragment: stored_limits
+-- The body of a CTE lim over awa.limits as the claim's limits read: the key split into its
+-- source ('args', 'kind', 'queue') and, for an args key, its path (a text[] literal).
+    SELECT name, kind, queue, max_running, rate_count, rate_window,
+           CASE WHEN key LIKE 'args.%%' THEN 'args' ELSE key END AS source,
+           CASE WHEN key LIKE 'args.%%' THEN '{' || replace(substr(key, 6), '.', ',') || '}'
+                ELSE '{}' END AS path
+    FROM awa.limits
+
 -- name: limit_explain
 -- Why one available job is not running: its schedule, its queue's pause, and the limit that
 -- selects it (from awa.limits) with its key's running count and rate window. One row, or
@@ -276,11 +267,7 @@ ON CONFLICT (name) DO UPDATE SET
 WITH j AS (
     SELECT * FROM awa.jobs WHERE id = %(id)s
 ), lim AS (
-    SELECT name, kind, queue, max_running, rate_count, rate_window,
-           CASE WHEN key LIKE 'args.%%' THEN 'args' ELSE key END AS source,
-           CASE WHEN key LIKE 'args.%%' THEN '{' || replace(substr(key, 6), '.', ',') || '}'
-                ELSE '{}' END AS path
-    FROM awa.limits
+{{stored_limits}}
 ), m AS (
     SELECT l.*, coalesce(j.concurrency_key,
                          CASE l.source WHEN 'kind' THEN j.kind WHEN 'queue' THEN j.queue
@@ -314,11 +301,7 @@ FROM j LEFT JOIN m ON true;
 -- The maintenance leader's gauge: per limit (awa.limits), the due available jobs whose key
 -- is at max_running or out of rate budget. One statement per interval.
 WITH lim AS (
-    SELECT name, kind, queue, max_running, rate_count, rate_window,
-           CASE WHEN key LIKE 'args.%%' THEN 'args' ELSE key END AS source,
-           CASE WHEN key LIKE 'args.%%' THEN '{' || replace(substr(key, 6), '.', ',') || '}'
-                ELSE '{}' END AS path
-    FROM awa.limits
+{{stored_limits}}
 ), keyed AS (
     SELECT j.state, j.run_at, j.callback_in_handler, m.name, m.key
     FROM awa.jobs j

@@ -174,12 +174,9 @@ WHERE j.id = counted.id
        OR (j.on_parent_failure = 'run' AND j.state IN ('available', 'scheduled', 'retryable')))
 RETURNING j.id, j.state::text AS state, j.queue, j.workflow_id;
 
--- name: dep_parents_of
--- A job's parents with their states (a dead-lettered one as failed), step names and outputs.
--- Each parent is looked up by primary key (LATERAL ... LIMIT 1), whatever the statistics say
--- of a table whose rows just changed state en masse.
-SELECT d.parent_id AS id, x.state, x.step, x.output
-FROM awa.job_dependencies AS d
+-- fragment: dep_parent_state
+-- The parent d.parent_id as a child's settling and its handler see it: live (its output once
+-- completed), dead-lettered (failed) or pruned (deleted); by primary key, one row.
 CROSS JOIN LATERAL (
     SELECT p.state::text AS state, p.metadata ->> 'awa.step' AS step,
            CASE WHEN p.state = 'completed' THEN p.output END AS output
@@ -191,6 +188,14 @@ CROSS JOIN LATERAL (
     SELECT 'deleted', NULL, NULL::jsonb
     LIMIT 1
 ) AS x
+
+-- name: dep_parents_of
+-- A job's parents with their states (a dead-lettered one as failed), step names and outputs.
+-- Each parent is looked up by primary key (LATERAL ... LIMIT 1), whatever the statistics say
+-- of a table whose rows just changed state en masse.
+SELECT d.parent_id AS id, x.state, x.step, x.output
+FROM awa.job_dependencies AS d
+{{dep_parent_state}}
 WHERE d.child_id = %(id)s
 ORDER BY d.parent_id;
 
@@ -198,17 +203,7 @@ ORDER BY d.parent_id;
 -- dep_parents_of for many children at once (a worker's claim batch), with each child's id.
 SELECT d.child_id, d.parent_id AS id, x.state, x.step, x.output
 FROM awa.job_dependencies AS d
-CROSS JOIN LATERAL (
-    SELECT p.state::text AS state, p.metadata ->> 'awa.step' AS step,
-           CASE WHEN p.state = 'completed' THEN p.output END AS output
-    FROM awa.jobs AS p WHERE p.id = d.parent_id
-    UNION ALL
-    SELECT 'failed', dl.metadata ->> 'awa.step', NULL::jsonb
-    FROM awa.dead_letters AS dl WHERE dl.id = d.parent_id
-    UNION ALL
-    SELECT 'deleted', NULL, NULL::jsonb
-    LIMIT 1
-) AS x
+{{dep_parent_state}}
 WHERE d.child_id = ANY (%(ids)s::bigint[])
 ORDER BY d.child_id, d.parent_id;
 
@@ -219,44 +214,37 @@ FROM awa.job_dependencies AS d JOIN awa.jobs AS c ON c.id = d.child_id
 WHERE d.parent_id = %(id)s
 ORDER BY d.child_id;
 
+-- fragment: dep_page_rows
+-- The rest of a job's relations page after its FROM d (the related ids): each related job's
+-- kind, state (a dead-lettered one 'failed (dead letter)', a pruned one 'deleted') and step,
+-- by primary key; the first %(limit)s by id.
+CROSS JOIN LATERAL (
+    SELECT j.kind, j.state::text AS state, j.metadata ->> 'awa.step' AS step
+    FROM awa.jobs AS j WHERE j.id = d.id
+    UNION ALL
+    SELECT dl.kind, 'failed (dead letter)', dl.metadata ->> 'awa.step'
+    FROM awa.dead_letters AS dl WHERE dl.id = d.id
+    UNION ALL
+    SELECT NULL, 'deleted', NULL
+    LIMIT 1
+) AS x
+ORDER BY d.id
+LIMIT %(limit)s
+
 -- name: dep_parents_page
 -- The first %(limit)s parents of a job by id, for its page: kind, state (a dead-lettered one
 -- 'failed (dead letter)', a pruned one 'deleted'), step; total: how many parents it has.
-SELECT d.parent_id AS id, x.kind, x.state, x.step,
+SELECT d.id, x.kind, x.state, x.step,
        (SELECT count(*) FROM awa.job_dependencies WHERE child_id = %(id)s)::int AS total
-FROM awa.job_dependencies AS d
-CROSS JOIN LATERAL (
-    SELECT p.kind, p.state::text AS state, p.metadata ->> 'awa.step' AS step
-    FROM awa.jobs AS p WHERE p.id = d.parent_id
-    UNION ALL
-    SELECT dl.kind, 'failed (dead letter)', dl.metadata ->> 'awa.step'
-    FROM awa.dead_letters AS dl WHERE dl.id = d.parent_id
-    UNION ALL
-    SELECT NULL, 'deleted', NULL
-    LIMIT 1
-) AS x
-WHERE d.child_id = %(id)s
-ORDER BY d.parent_id
-LIMIT %(limit)s;
+FROM (SELECT parent_id AS id FROM awa.job_dependencies WHERE child_id = %(id)s) AS d
+{{dep_page_rows}};
 
 -- name: dep_children_page
 -- The first %(limit)s children of a job by id, as dep_parents_page; total: how many it has.
-SELECT d.child_id AS id, x.kind, x.state, x.step,
+SELECT d.id, x.kind, x.state, x.step,
        (SELECT count(*) FROM awa.job_dependencies WHERE parent_id = %(id)s)::int AS total
-FROM awa.job_dependencies AS d
-CROSS JOIN LATERAL (
-    SELECT c.kind, c.state::text AS state, c.metadata ->> 'awa.step' AS step
-    FROM awa.jobs AS c WHERE c.id = d.child_id
-    UNION ALL
-    SELECT dl.kind, 'failed (dead letter)', dl.metadata ->> 'awa.step'
-    FROM awa.dead_letters AS dl WHERE dl.id = d.child_id
-    UNION ALL
-    SELECT NULL, 'deleted', NULL
-    LIMIT 1
-) AS x
-WHERE d.parent_id = %(id)s
-ORDER BY d.child_id
-LIMIT %(limit)s;
+FROM (SELECT child_id AS id FROM awa.job_dependencies WHERE parent_id = %(id)s) AS d
+{{dep_page_rows}};
 
 -- name: dep_job_links
 -- The workflow (id, name, step) and batch (member's batch_id, or a callback's metadata) of a

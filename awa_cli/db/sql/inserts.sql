@@ -12,11 +12,7 @@ VALUES (%(kind)s, %(queue)s, %(args)s::jsonb,
         %(deadline_duration)s, %(metadata)s::jsonb, %(tags)s::text[], %(unique_key)s,
         %(unique_states)s::awa.job_state[], %(ordering_key)s, %(concurrency_key)s)
 ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL AND state = ANY (unique_states) DO NOTHING
-RETURNING j.id, j.kind, j.queue, j.args, j.state, j.priority, j.attempt, j.max_attempts,
-          j.run_at, j.run_lease, j.heartbeat_at, j.deadline_at, j.deadline_duration,
-          j.callback_id, j.callback_timeout_at, j.callback_result, j.errors, j.metadata, j.tags,
-          j.unique_key, j.unique_states, j.output, j.ordering_key, j.created_at,
-          j.attempted_at, j.finalized_at, j.progress, j.attempted_by;
+{{job_row_returning}};
 
 -- name: insert_many
 -- One statement for a whole batch: per-row columns as arrays, shared options as scalars.
@@ -32,10 +28,9 @@ FROM unnest(%(kinds)s::text[], %(queues)s::text[], %(args)s::jsonb[], %(unique_k
      AS t(kind, queue, args, unique_key)
 ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL AND state = ANY (unique_states) DO NOTHING;
 
--- name: insert_each
--- Many jobs, each with its own options, in one statement (follow-ups): ids are drawn first so
--- that each input row learns its own id, or NULL where its unique key is held (by a job
--- already there or by an earlier row of the same statement).
+-- fragment: each_rows
+-- The CTE t of a statement inserting many jobs each with its own options (insert_each,
+-- batch_insert_members): one input row per job, in order, with its id drawn first.
 WITH t AS MATERIALIZED (
     SELECT nextval(pg_get_serial_sequence('awa.jobs', 'id')) AS id, u.*
     FROM unnest(%(kinds)s::text[], %(queues)s::text[], %(args)s::jsonb[], %(priorities)s::int[],
@@ -45,17 +40,29 @@ WITH t AS MATERIALIZED (
          WITH ORDINALITY AS u(kind, queue, args, priority, max_attempts, run_at, deadline_duration,
                               metadata, tags, unique_key, unique_states, ordering_key,
                               concurrency_key, ord)
-), inserted AS (
-    INSERT INTO awa.jobs AS j (id, kind, queue, args, state, priority, max_attempts, run_at,
-                               deadline_duration, metadata, tags, unique_key, unique_states, ordering_key,
-                               concurrency_key)
-    OVERRIDING SYSTEM VALUE
+
+-- fragment: each_values
+-- The first columns of t's rows as awa.jobs takes them (id through unique_states), after the
+-- column list (id, kind, queue, args, state, priority, max_attempts, run_at,
+-- deadline_duration, metadata, tags, unique_key, unique_states, ...).
     SELECT t.id, t.kind, t.queue, t.args,
            CASE WHEN t.run_at > now() THEN 'scheduled' ELSE 'available' END::awa.job_state,
            t.priority, t.max_attempts, coalesce(t.run_at, now()), t.deadline_duration, t.metadata,
            ARRAY(SELECT jsonb_array_elements_text(t.tags)), t.unique_key,
            CASE WHEN t.unique_states IS NOT NULL
                 THEN ARRAY(SELECT jsonb_array_elements_text(t.unique_states))::awa.job_state[] END,
+
+-- name: insert_each
+-- Many jobs, each with its own options, in one statement (follow-ups): ids are drawn first so
+-- that each input row learns its own id, or NULL where its unique key is held (by a job
+-- already there or by an earlier row of the same statement).
+{{each_rows}}
+), inserted AS (
+    INSERT INTO awa.jobs AS j (id, kind, queue, args, state, priority, max_attempts, run_at,
+                               deadline_duration, metadata, tags, unique_key, unique_states, ordering_key,
+                               concurrency_key)
+    OVERRIDING SYSTEM VALUE
+{{each_values}}
            t.ordering_key, t.concurrency_key
     FROM t ORDER BY t.ord
     ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL AND state = ANY (unique_states) DO NOTHING
