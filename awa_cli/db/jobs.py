@@ -102,15 +102,18 @@ async def seconds_until_due(
     rate budget ``since`` seconds ago (when the short claim began) gets budget again
     (``limit_rate_free_in``; 0 when it already has); None: neither."""
     async with pool.connection() as conn:
-        row = await (await conn.execute(SQL["next_due"], {"queue": queue})).fetchone()
-        due = None if row is None or row[0] is None else float(row[0])
-        if rated is not None:
-            params = {**rated, "since": since}
-            free = await (await conn.execute(SQL["limit_rate_free_in"], params)).fetchone()
-            if free is not None and free[0] is not None:
-                # a millisecond late rather than early: an early claim finds no budget yet
-                free_in = max(0.0, float(free[0])) + 0.001
-                due = free_in if due is None else min(due, free_in)
+        if rated is None:
+            row = await (await conn.execute(SQL["next_due"], {"queue": queue})).fetchone()
+            return None if row is None or row[0] is None else float(row[0])
+        params = {**rated, "since": since, "queue": queue}
+        free = await (await conn.execute(SQL["limit_rate_free_in"], params)).fetchone()
+    if free is None:
+        return None
+    due = None if free[1] is None else float(free[1])
+    if free[0] is not None:
+        # a millisecond late rather than early: an early claim finds no budget yet
+        free_in = max(0.0, float(free[0])) + 0.001
+        due = free_in if due is None else min(due, free_in)
     return due
 
 

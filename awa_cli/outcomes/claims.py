@@ -103,25 +103,18 @@ async def claim_limited_on(
     now = time.monotonic()
     if cache is not None and cache.usable(now):
         if cache.stale_arrivals(now):  # rank only the jobs inserted since the last look
-            upto = await _watermark(conn)
             cur = await conn.execute(
                 SQL["claim_limited_arrivals"],
-                {
-                    **shared,
-                    "queue": queue,
-                    "after": cache.watermark,
-                    "upto": upto,
-                    "fetch": CANDIDATES_PER_SCAN,
-                },
+                {**shared, "queue": queue, "after": cache.watermark, "fetch": CANDIDATES_PER_SCAN},
             )
-            cache.merge([(r[0], r[1], r[2], r[3]) for r in await cur.fetchall()], now, upto)
+            arrivals, upto = _ranked(await cur.fetchall())
+            cache.merge(arrivals, now, upto)
     else:
         fetch = chunk_size if cache is None else max(CANDIDATES_PER_SCAN, chunk_size)
-        upto = await _watermark(conn) if cache is not None else 0
         cur = await conn.execute(
             SQL["claim_limited_candidates"], {**shared, "queue": queue, "fetch": fetch}
         )
-        scanned: list[Candidate] = [(r[0], r[1], r[2], r[3]) for r in await cur.fetchall()]
+        scanned, upto = _ranked(await cur.fetchall())
         cache = cache if cache is not None else Candidates()
         cache.refill(scanned, now, upto)
     chunk = cache.take(chunk_size)
@@ -151,10 +144,11 @@ async def claim_limited_on(
     return rows
 
 
-async def _watermark(conn: AsyncConnection[Any]) -> int:
-    cur = await conn.execute(SQL["claim_limited_watermark"])
-    row = await cur.fetchone()
-    return int(row[0]) if row is not None else 0
+def _ranked(rows: list[Any]) -> tuple[list[Candidate], int]:
+    """A ranking's candidates and the watermark beside them (one row of NULLs but the
+    watermark when there is no candidate)."""
+    watermark = int(rows[0][4]) if rows else 0
+    return [(r[0], r[1], r[2], r[3]) for r in rows if r[0] is not None], watermark
 
 
 async def claim_by_kind(core: CoreState, kind: str, queue: str | None = None) -> JobRow | None:

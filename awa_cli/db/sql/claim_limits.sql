@@ -105,16 +105,23 @@ WITH lim AS (
                      ELSE row_number() OVER (PARTITION BY hashtext(w.limit_name || chr(31) || w.key)
                                              ORDER BY w.eff, w.run_at, w.id) END AS rank
     FROM waiting w
+), picked AS (
+    SELECT r.id, r.limit_name, r.key, r.rank, r.eff, r.run_at
+    FROM ranked r
+    LEFT JOIN held h ON h.limit_name = r.limit_name AND h.key = r.key
+    LEFT JOIN started s ON s.limit_name = r.limit_name AND s.key = r.key
+    WHERE r.limit_name IS NULL
+       OR (r.rank <= r.max_running - coalesce(h.running, 0)
+           AND (r.rate_n IS NULL OR r.rank <= r.rate_n - coalesce(s.starts, 0)))
+    ORDER BY r.rank, r.eff, r.run_at, r.id
+    LIMIT %(fetch)s
 )
-SELECT r.id, r.limit_name, r.key, r.rank
-FROM ranked r
-LEFT JOIN held h ON h.limit_name = r.limit_name AND h.key = r.key
-LEFT JOIN started s ON s.limit_name = r.limit_name AND s.key = r.key
-WHERE r.limit_name IS NULL
-   OR (r.rank <= r.max_running - coalesce(h.running, 0)
-       AND (r.rate_n IS NULL OR r.rank <= r.rate_n - coalesce(s.starts, 0)))
-ORDER BY r.rank, r.eff, r.run_at, r.id
-LIMIT %(fetch)s;
+-- the highest job id beside them, in the same snapshot (one row with NULLs when no job
+-- is a candidate): the next look for arrivals starts above it
+SELECT p.id, p.limit_name, p.key, p.rank, w.watermark
+FROM (SELECT coalesce(max(id), 0) AS watermark FROM awa.jobs) w
+LEFT JOIN picked p ON true
+ORDER BY p.rank, p.eff, p.run_at, p.id;
 
 -- name: claim_limited_candidates
 -- Step 1: the candidates, best first: (id, limit name, key); limit and key NULL when no
@@ -124,19 +131,15 @@ LIMIT %(fetch)s;
 {{limited_ranking}}
 
 -- name: claim_limited_arrivals
--- Step 1 between full scans: the jobs that arrived since the last look (ids above %(after)s
--- up to %(upto)s, claim_limited_watermark's: a primary-key range, the rows inserted since,
+-- Step 1 between full scans: the jobs that arrived since the last look (ids above %(after)s,
+-- the watermark the last look returned: a primary-key range, the rows inserted since,
 -- not the whole backlog), ranked among themselves within their key as
 -- claim_limited_candidates ranks the backlog; the claimer merges them after the keys'
 -- cached candidates (awa_cli/limits.py Candidates.merge), so a new key's first job goes to
 -- the front at once.
 {{limited_ranking_from}}
-    FROM (SELECT * FROM awa.jobs WHERE id > %(after)s AND id <= %(upto)s) j
+    FROM (SELECT * FROM awa.jobs WHERE id > %(after)s) j
 {{limited_ranking}}
-
--- name: claim_limited_watermark
--- The highest job id, read before a scan: claim_limited_arrivals looks above it next time.
-SELECT coalesce(max(id), 0) FROM awa.jobs;
 
 -- name: claim_limited_take
 -- Steps 2 and 3 in one statement: awa.limit_usage (migration 0010) takes the advisory
@@ -205,7 +208,7 @@ WHERE j.id = chosen.id
 {{job_row_returning}};
 
 -- name: limit_rate_free_in
--- Seconds until the first key of these limits that was out of rate budget %(since)s seconds
+-- Two columns: seconds until the first key of these limits that was out of rate budget %(since)s seconds
 -- ago (when the runner's short claim began) gets budget again; NULL: none was. A key whose
 -- window holds c >= rate_n starts gets budget back when its (c - rate_n + 1)-th oldest start
 -- leaves the window. Counted from the claim's time, not now: a start that left the window
@@ -234,7 +237,11 @@ WITH lim AS (
            + p.rate_w * interval '1 second' AS free_at
     FROM spent p
 )
-SELECT extract(epoch FROM min(free_at) - (SELECT now FROM clock)) FROM frees;
+SELECT extract(epoch FROM min(free_at) - (SELECT now FROM clock)),
+       -- and the queue's next_due (claim.sql), in the same round trip
+       (SELECT extract(epoch FROM min(run_at) - now()) FROM awa.jobs
+        WHERE queue = %(queue)s AND state IN ('scheduled', 'retryable'))
+FROM frees;
 
 -- name: limit_publish
 -- A worker joining the fleet announces its [limits.NAME] tables, once it found no live worker
