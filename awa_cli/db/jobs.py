@@ -92,20 +92,28 @@ async def completed_last_minute(
 
 
 async def seconds_until_due(
-    pool: AsyncConnectionPool, queue: str, rated: Mapping[str, Any] | None = None
+    pool: AsyncConnectionPool,
+    queue: str,
+    rated: Mapping[str, Any] | None = None,
+    since: float = 0.0,
 ) -> float | None:
     """Seconds until the queue's next scheduled or retryable job falls due, or, with a rate
-    limit's claim parameters (``ClaimPlan.params``), until one of its keys out of rate
-    budget gets budget again (``limit_rate_free_in``); None: neither."""
+    limit's claim parameters (``ClaimPlan.params``), until one of its keys that was out of
+    rate budget ``since`` seconds ago (when the short claim began) gets budget again
+    (``limit_rate_free_in``; 0 when it already has); None: neither."""
     async with pool.connection() as conn:
-        row = await (await conn.execute(SQL["next_due"], {"queue": queue})).fetchone()
-        due = None if row is None or row[0] is None else float(row[0])
-        if rated is not None:
-            free = await (await conn.execute(SQL["limit_rate_free_in"], rated)).fetchone()
-            if free is not None and free[0] is not None:
-                # a millisecond late rather than early: an early claim finds no budget yet
-                free_in = max(0.0, float(free[0])) + 0.001
-                due = free_in if due is None else min(due, free_in)
+        if rated is None:
+            row = await (await conn.execute(SQL["next_due"], {"queue": queue})).fetchone()
+            return None if row is None or row[0] is None else float(row[0])
+        params = {**rated, "since": since, "queue": queue}
+        free = await (await conn.execute(SQL["limit_rate_free_in"], params)).fetchone()
+    if free is None:
+        return None
+    due = None if free[1] is None else float(free[1])
+    if free[0] is not None:
+        # a millisecond late rather than early: an early claim finds no budget yet
+        free_in = max(0.0, float(free[0])) + 0.001
+        due = free_in if due is None else min(due, free_in)
     return due
 
 

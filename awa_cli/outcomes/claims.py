@@ -3,8 +3,8 @@
 The worker claims by queue (``claim_by_queue``), the test harness by kind
 (``claim_by_kind``): the very same transition. A queue with a concurrency limit or priority
 aging (a :class:`~awa_cli.limits.ClaimPlan` that is ``needed``) claims with
-:func:`claim_limited` instead: three statements of ``db/sql/claim_limits.sql`` in one
-transaction, whose header says why no limit can be over-run.
+:func:`claim_limited` instead: the statements of ``db/sql/claim_limits.sql``, whose header
+says why no limit can be over-run.
 """
 
 from __future__ import annotations
@@ -71,15 +71,14 @@ async def claim_limited(
 
     Candidates come from the queue's :class:`~awa_cli.limits.Candidates` while they last
     (with the jobs inserted since merged in every ``CANDIDATES_MAX_AGE``); when a chunk of
-    them claims less than asked, one more claim from a fresh scan follows (in a transaction
-    of its own: each takes its key locks in one sorted order)."""
+    them claims less than asked, one more claim from a fresh scan follows (each take is one
+    statement that holds its key locks until it commits)."""
     cache = core.claim_candidates.setdefault(queue, Candidates())
     rows: list[JobRow] = []
     for _ in range(2):
         cached = cache.usable(time.monotonic())
-        # Not pipelined: psycopg's async pipeline costs more client CPU per claim (about
-        # 0.1 ms per statement) than the round trips it saves on a local connection.
-        async with core.claim_pool.connection() as conn, conn.transaction():
+        # Autocommit: the take is one statement (its key locks last until it commits)
+        async with core.claim_pool.connection() as conn:
             got = await claim_limited_on(conn, queue, limit - len(rows), deadline, plan, cache)
         rows.extend(got)
         if len(rows) >= limit or not cached:
@@ -97,48 +96,31 @@ async def claim_limited_on(
     plan: ClaimPlan,
     cache: Candidates | None = None,
 ) -> list[JobRow]:
-    """The three statements of :func:`claim_limited` in the caller's open transaction (the
-    key locks are held until it ends); without ``cache``, from a scan of its own."""
+    """The statements of :func:`claim_limited` on ``conn`` (in a transaction the caller
+    opened, the key locks are held until it ends); without ``cache``, from a scan of its own."""
     shared = plan.params
     chunk_size = limit * 2 + 8
     now = time.monotonic()
     if cache is not None and cache.usable(now):
         if cache.stale_arrivals(now):  # rank only the jobs inserted since the last look
-            upto = await _watermark(conn)
             cur = await conn.execute(
                 SQL["claim_limited_arrivals"],
-                {
-                    **shared,
-                    "queue": queue,
-                    "after": cache.watermark,
-                    "upto": upto,
-                    "fetch": CANDIDATES_PER_SCAN,
-                },
+                {**shared, "queue": queue, "after": cache.watermark, "fetch": CANDIDATES_PER_SCAN},
             )
-            cache.merge([(r[0], r[1], r[2], r[3]) for r in await cur.fetchall()], now, upto)
+            arrivals, upto = _ranked(await cur.fetchall())
+            cache.merge(arrivals, now, upto)
     else:
         fetch = chunk_size if cache is None else max(CANDIDATES_PER_SCAN, chunk_size)
-        upto = await _watermark(conn) if cache is not None else 0
         cur = await conn.execute(
             SQL["claim_limited_candidates"], {**shared, "queue": queue, "fetch": fetch}
         )
-        scanned: list[Candidate] = [(r[0], r[1], r[2], r[3]) for r in await cur.fetchall()]
+        scanned, upto = _ranked(await cur.fetchall())
         cache = cache if cache is not None else Candidates()
         cache.refill(scanned, now, upto)
     chunk = cache.take(chunk_size)
     if not chunk:
         return []
     ids, names, keys = ([c[i] for c in chunk] for i in range(3))
-    limited = [(n, k) for n, k in zip(names, keys, strict=True) if n is not None]
-    if limited:
-        await conn.execute(
-            SQL["claim_limited_lock"],
-            {
-                "lock_class": LIMIT_LOCK_CLASS,
-                "names": [n for n, _ in limited],
-                "keys": [k for _, k in limited],
-            },
-        )
     cur = await conn.execute(
         SQL["claim_limited_take"],
         {
@@ -147,6 +129,7 @@ async def claim_limited_on(
             "limit": limit,
             "deadline": deadline,
             "worker": worker_identity(),
+            "lock_class": LIMIT_LOCK_CLASS,
             "ids": ids,
             "names": names,
             "keys": keys,
@@ -161,10 +144,11 @@ async def claim_limited_on(
     return rows
 
 
-async def _watermark(conn: AsyncConnection[Any]) -> int:
-    cur = await conn.execute(SQL["claim_limited_watermark"])
-    row = await cur.fetchone()
-    return int(row[0]) if row is not None else 0
+def _ranked(rows: list[Any]) -> tuple[list[Candidate], int]:
+    """A ranking's candidates and the watermark beside them (one row of NULLs but the
+    watermark when there is no candidate)."""
+    watermark = int(rows[0][4]) if rows else 0
+    return [(r[0], r[1], r[2], r[3]) for r in rows if r[0] is not None], watermark
 
 
 async def claim_by_kind(core: CoreState, kind: str, queue: str | None = None) -> JobRow | None:

@@ -129,6 +129,7 @@ class QueueRunner:
             if room > 0 or (self._has_work and self.ahead_room > 0):
                 try:
                     requested = max(0, room) + (self.ahead_room if self._has_work else 0)
+                    claim_began = time.monotonic()
                     rows = await self.claim(requested)
                 except (psycopg.Error, OSError) as exc:
                     await self._claim_failed(exc, backoff)
@@ -143,7 +144,7 @@ class QueueRunner:
                 self._has_work = not self.short or self._notified
                 if self._has_work:
                     continue
-                timeout = await self._until_next_due(poll)
+                timeout = await self._until_next_due(poll, claim_began)
             elif self._has_work:
                 timeout = None  # a freed slot wakes us
             # else: slots full with jobs claimed ahead of a short claim; poll as when idle
@@ -196,9 +197,12 @@ class QueueRunner:
         self.claims += 1
         return rows
 
-    async def _until_next_due(self, poll: float) -> float:
+    async def _until_next_due(self, poll: float, claim_began: float) -> float:
+        """How long to wait after a short claim: the poll, or less when a scheduled job falls
+        due or a key out of rate budget (as the claim found it) gets budget again first."""
         try:
-            due = await self.context.seconds_until_due(self.spec.name)
+            since = time.monotonic() - claim_began
+            due = await self.context.seconds_until_due(self.spec.name, since)
         except (psycopg.Error, OSError):
             return poll
         if due is None:

@@ -542,11 +542,11 @@ class Worker:
     def submit(self, result: AttemptResult) -> None:
         self.finalizer.submit(result)
 
-    async def _seconds_until_due(self, queue: str) -> float | None:
+    async def _seconds_until_due(self, queue: str, since: float) -> float | None:
         """The next scheduled job's due time, or a rate-limited key's window freeing."""
         plan = self.core.claim_plans.get(queue)
         rated = plan.params if plan is not None and plan.rated else None
-        return await jobs.seconds_until_due(self.core.pool, queue, rated)
+        return await jobs.seconds_until_due(self.core.pool, queue, rated, since)
 
     def _started(self, row: JobRow) -> None:
         self.key_paths.check(row.kind, row.queue, row.args, row.id)

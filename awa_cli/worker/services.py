@@ -213,7 +213,8 @@ class RunnerContext:
     """What a queue runner (``worker/queues.py``) uses of its worker, and nothing more."""
 
     claim: Callable[[str, int, float], Awaitable[list[JobRow]]]  # queue, limit, deadline
-    seconds_until_due: Callable[[str], Awaitable[float | None]]
+    # queue, seconds since the short claim began
+    seconds_until_due: Callable[[str, float], Awaitable[float | None]]
     started: Callable[[JobRow], None]  # the claim committed: dispatch Started
     execute: Callable[[JobRow, float], Awaitable[AttemptResult]]  # row, seconds since its claim
     submit: Callable[[AttemptResult], None]  # to the finalizer

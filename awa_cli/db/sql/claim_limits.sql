@@ -3,22 +3,23 @@
 -- jobs of, or whose [queues.NAME] priority_aging is set; every other queue keeps the plain
 -- claim_by_queue (claim.sql), unchanged.
 --
--- One transaction on the claim connection (awa_cli/outcomes/claims.py), three statements:
+-- Two statements on the claim connection (awa_cli/outcomes/claims.py), no transaction:
 --
 -- 1. claim_limited_candidates: the queue's runnable jobs, each with the limit that selects
 --    it and its key, ranked within its key (row_number() OVER (PARTITION BY limit, key)),
 --    best rank first: every key's first job before any key's second, so one key's backlog
 --    cannot delay another key's first job. Keys already at max_running or out of rate
---    budget (as this statement's snapshot sees them) are left out. Nothing is locked.
--- 2. claim_limited_lock: pg_advisory_xact_lock per (limit, key) of the candidates, in one
---    sorted order (no deadlock between claimers), held until commit.
--- 3. claim_limited_take: a NEW snapshot, taken after the locks: it sees every claim of
---    these keys committed by anyone who held a lock before us, and nobody can claim them
---    until we commit. It counts the running jobs and the starts in the rate window of each
---    locked key again, keeps for each key only as many candidates as max_running and the
---    rate budget leave, locks those still runnable (SKIP LOCKED) in order until it has
---    enough, claims them, and logs their starts (clock_timestamp(), so starts are ordered
---    as the lock orders the claims).
+--    budget (as this statement's snapshot sees them) are left out. Nothing is locked. The
+--    claimer keeps up to CANDIDATES_PER_SCAN of them and takes a chunk per claim.
+-- 2. claim_limited_take: awa.limit_usage (migration 0010) takes pg_advisory_xact_lock per
+--    (limit, key) of the chunk, in one sorted order (no deadlock between claimers), held
+--    until the statement commits, then counts with a NEW snapshot, taken after the locks:
+--    it sees every claim of these keys committed by anyone who held a lock before us, and
+--    nobody can claim them until we commit. The statement keeps for each key only as many
+--    candidates as max_running and the rate budget leave, locks those still runnable
+--    (SKIP LOCKED: a row claimed meanwhile is re-checked at its latest version) in order
+--    until it has enough, claims them, and logs their starts (at the locks' time, so starts
+--    are ordered as the lock orders the claims).
 --
 -- So a key can never run more than max_running jobs, nor start more than N in a window,
 -- whatever the number of claimers, processes and hosts: the count and the claim of one key
@@ -104,16 +105,23 @@ WITH lim AS (
                      ELSE row_number() OVER (PARTITION BY hashtext(w.limit_name || chr(31) || w.key)
                                              ORDER BY w.eff, w.run_at, w.id) END AS rank
     FROM waiting w
+), picked AS (
+    SELECT r.id, r.limit_name, r.key, r.rank, r.eff, r.run_at
+    FROM ranked r
+    LEFT JOIN held h ON h.limit_name = r.limit_name AND h.key = r.key
+    LEFT JOIN started s ON s.limit_name = r.limit_name AND s.key = r.key
+    WHERE r.limit_name IS NULL
+       OR (r.rank <= r.max_running - coalesce(h.running, 0)
+           AND (r.rate_n IS NULL OR r.rank <= r.rate_n - coalesce(s.starts, 0)))
+    ORDER BY r.rank, r.eff, r.run_at, r.id
+    LIMIT %(fetch)s
 )
-SELECT r.id, r.limit_name, r.key, r.rank
-FROM ranked r
-LEFT JOIN held h ON h.limit_name = r.limit_name AND h.key = r.key
-LEFT JOIN started s ON s.limit_name = r.limit_name AND s.key = r.key
-WHERE r.limit_name IS NULL
-   OR (r.rank <= r.max_running - coalesce(h.running, 0)
-       AND (r.rate_n IS NULL OR r.rank <= r.rate_n - coalesce(s.starts, 0)))
-ORDER BY r.rank, r.eff, r.run_at, r.id
-LIMIT %(fetch)s;
+-- the highest job id beside them, in the same snapshot (one row with NULLs when no job
+-- is a candidate): the next look for arrivals starts above it
+SELECT p.id, p.limit_name, p.key, p.rank, w.watermark
+FROM (SELECT coalesce(max(id), 0) AS watermark FROM awa.jobs) w
+LEFT JOIN picked p ON true
+ORDER BY p.rank, p.eff, p.run_at, p.id;
 
 -- name: claim_limited_candidates
 -- Step 1: the candidates, best first: (id, limit name, key); limit and key NULL when no
@@ -123,50 +131,38 @@ LIMIT %(fetch)s;
 {{limited_ranking}}
 
 -- name: claim_limited_arrivals
--- Step 1 between full scans: the jobs that arrived since the last look (ids above %(after)s
--- up to %(upto)s, claim_limited_watermark's: a primary-key range, the rows inserted since,
+-- Step 1 between full scans: the jobs that arrived since the last look (ids above %(after)s,
+-- the watermark the last look returned: a primary-key range, the rows inserted since,
 -- not the whole backlog), ranked among themselves within their key as
 -- claim_limited_candidates ranks the backlog; the claimer merges them after the keys'
 -- cached candidates (awa_cli/limits.py Candidates.merge), so a new key's first job goes to
 -- the front at once.
 {{limited_ranking_from}}
-    FROM (SELECT * FROM awa.jobs WHERE id > %(after)s AND id <= %(upto)s) j
+    FROM (SELECT * FROM awa.jobs WHERE id > %(after)s) j
 {{limited_ranking}}
 
--- name: claim_limited_watermark
--- The highest job id, read before a scan: claim_limited_arrivals looks above it next time.
-SELECT coalesce(max(id), 0) FROM awa.jobs;
-
--- name: claim_limited_lock
--- Step 2: the advisory transaction lock of each (limit, key), in sorted order.
-SELECT s.h, pg_advisory_xact_lock(%(lock_class)s::int, s.h)
-FROM (SELECT DISTINCT hashtext(u.n || chr(31) || u.k) AS h
-      FROM unnest(%(names)s::text[], %(keys)s::text[]) AS u(n, k)
-      ORDER BY 1) s;
-
 -- name: claim_limited_take
--- Step 3, under the locks: recount, claim what the limits leave, log the starts. The
--- RETURNING list is JOB_ROW_FIELDS in order (awa_cli/jobs.py).
+-- Steps 2 and 3 in one statement: awa.limit_usage (migration 0010) takes the advisory
+-- transaction lock of each (limit, key) of the candidates, in sorted order, and recounts
+-- with a snapshot taken after the locks; then claim what the limits leave and log the
+-- starts. The RETURNING list is JOB_ROW_FIELDS in order (awa_cli/jobs.py).
 -- A pause that committed after step 1 is seen here too (the `locked` probe checks it).
 WITH lim AS (
 {{claim_limits}}
-), clock AS (
-    SELECT clock_timestamp() AS at
 ), cand AS (
     SELECT * FROM unnest(%(ids)s::bigint[], %(names)s::text[], %(keys)s::text[])
         WITH ORDINALITY AS c(id, limit_name, key, ord)
 ), keys AS (
     SELECT DISTINCT limit_name, key FROM cand WHERE limit_name IS NOT NULL
-), held AS (
-{{limit_held}}
-), started AS (
-    SELECT s.limit_name, s.key, count(*) AS starts
-    FROM awa.limit_starts s
-    JOIN keys k ON k.limit_name = s.limit_name AND k.key = s.key
-    JOIN lim l ON l.name = s.limit_name
-    WHERE l.rate_n IS NOT NULL
-      AND s.started_at > (SELECT at FROM clock) - l.rate_w * interval '1 second'
-    GROUP BY 1, 2
+), usage AS MATERIALIZED (
+    SELECT * FROM awa.limit_usage(%(lock_class)s::int,
+                                  ARRAY(SELECT limit_name FROM keys), ARRAY(SELECT key FROM keys),
+                                  %(l_names)s::text[], %(l_kinds)s::text[], %(l_queues)s::text[],
+                                  %(l_sources)s::text[], %(l_paths)s::text[],
+                                  %(l_rate_w)s::float8[])
+), clock AS (
+    -- the locks' time (no limited candidate: now)
+    SELECT coalesce((SELECT max(u.at) FROM usage u), clock_timestamp()) AS at
 ), allowed AS (
     -- each key's candidates, in candidate order, as many as its free slots and rate budget
     -- leave (counted before locking: a candidate another claimer holds uses up its key's
@@ -175,11 +171,10 @@ WITH lim AS (
     FROM (SELECT c.*, row_number() OVER (PARTITION BY c.limit_name, c.key ORDER BY c.ord) AS rn
           FROM cand c) p
     LEFT JOIN lim l ON l.name = p.limit_name
-    LEFT JOIN held h ON h.limit_name = p.limit_name AND h.key = p.key
-    LEFT JOIN started s ON s.limit_name = p.limit_name AND s.key = p.key
+    LEFT JOIN usage u ON u.limit_name = p.limit_name AND u.key = p.key
     WHERE p.limit_name IS NULL
-       OR (p.rn <= l.max_running - coalesce(h.running, 0)
-           AND (l.rate_n IS NULL OR p.rn <= l.rate_n - coalesce(s.starts, 0)))
+       OR (p.rn <= l.max_running - coalesce(u.running, 0)
+           AND (l.rate_n IS NULL OR p.rn <= l.rate_n - coalesce(u.starts, 0)))
 ), chosen AS (
     -- one primary-key probe and row lock per allowed candidate, in order, until `limit`
     -- are locked: the rows not needed are never locked
@@ -213,9 +208,12 @@ WHERE j.id = chosen.id
 {{job_row_returning}};
 
 -- name: limit_rate_free_in
--- Seconds until the first rate-limited key of these limits gets budget again (NULL: none is
--- out of budget): a key whose window holds rate_n starts frees one when its oldest start in
--- the window leaves it. A runner whose claim came back short sleeps that long at most, so the
+-- Two columns: seconds until the first key of these limits that was out of rate budget %(since)s seconds
+-- ago (when the runner's short claim began) gets budget again; NULL: none was. A key whose
+-- window holds c >= rate_n starts gets budget back when its (c - rate_n + 1)-th oldest start
+-- leaves the window. Counted from the claim's time, not now: a start that left the window
+-- between the claim and this statement makes the answer 0 (claim again at once), not NULL
+-- (a poll's wait). A runner whose claim came back short sleeps that long at most, so the
 -- window is honoured to the millisecond, not in poll-sized steps.
 WITH lim AS (
     SELECT l.name, l.rate_n, l.rate_w
@@ -223,15 +221,27 @@ WITH lim AS (
         AS l(name, rate_n, rate_w)
     WHERE l.rate_n IS NOT NULL
 ), clock AS (
-    SELECT clock_timestamp() AS at
+    SELECT clock_timestamp() AS now,
+           clock_timestamp() - %(since)s::float8 * interval '1 second' AS claimed
 ), spent AS (
-    SELECT min(s.started_at) + l.rate_w * interval '1 second' AS free_at
+    SELECT s.limit_name, s.key, l.rate_n, l.rate_w, count(*) AS starts
     FROM awa.limit_starts s JOIN lim l ON l.name = s.limit_name
-    WHERE s.started_at > (SELECT at FROM clock) - l.rate_w * interval '1 second'
+    WHERE s.started_at > (SELECT claimed FROM clock) - l.rate_w * interval '1 second'
     GROUP BY s.limit_name, s.key, l.rate_n, l.rate_w
     HAVING count(*) >= l.rate_n
+), frees AS (
+    SELECT (SELECT o.started_at FROM awa.limit_starts o
+            WHERE o.limit_name = p.limit_name AND o.key = p.key
+              AND o.started_at > (SELECT claimed FROM clock) - p.rate_w * interval '1 second'
+            ORDER BY o.started_at OFFSET p.starts - p.rate_n LIMIT 1)
+           + p.rate_w * interval '1 second' AS free_at
+    FROM spent p
 )
-SELECT extract(epoch FROM min(free_at) - (SELECT at FROM clock)) FROM spent;
+SELECT extract(epoch FROM min(free_at) - (SELECT now FROM clock)),
+       -- and the queue's next_due (claim.sql), in the same round trip
+       (SELECT extract(epoch FROM min(run_at) - now()) FROM awa.jobs
+        WHERE queue = %(queue)s AND state IN ('scheduled', 'retryable'))
+FROM frees;
 
 -- name: limit_publish
 -- A worker joining the fleet announces its [limits.NAME] tables, once it found no live worker
