@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import os
 import signal
 import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
+from datetime import datetime
 from pathlib import Path
 from typing import IO, Any
 
@@ -59,6 +61,32 @@ def states(dsn: str) -> dict[str, int]:
         return dict(
             conn.execute("SELECT state::text, count(*) FROM awa.jobs GROUP BY 1").fetchall()
         )
+
+
+def memory_row(now: datetime, **fields: Any) -> awa.JobRow:
+    """A JobRow built in memory, for the tests that need no database: job 7 ("send_email" on
+    "email") running its first of 25 attempts since ``now``, every optional column empty;
+    ``fields`` set the columns a test is about (``state`` may be a string)."""
+    values: dict[str, Any] = dict.fromkeys(f.name for f in dataclasses.fields(awa.JobRow))
+    values.update(
+        id=7,
+        kind="send_email",
+        queue="email",
+        args={"to": "a@example.com"},
+        state=awa.JobState.RUNNING,
+        priority=2,
+        attempt=1,
+        max_attempts=25,
+        run_at=now,
+        run_lease=1,
+        errors=[],
+        metadata={},
+        tags=[],
+        created_at=now,
+    )
+    values.update(fields)
+    values["state"] = awa.JobState(values["state"])
+    return awa.JobRow(**values)
 
 
 def job_row(dsn: str, job_id: int) -> awa.JobRow:
