@@ -5,7 +5,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import importlib.util
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -186,20 +188,61 @@ def terminated_at_exit(
             proc.wait(timeout=30)
 
 
-def run_python(
-    *args: str, env: Mapping[str, str] | None = None, timeout: float = 60
+AWA = str(Path(sys.executable).parent / "awa")  # the venv's `awa` script
+
+
+def run_captured(
+    cmd: Sequence[str],
+    *,
+    env: Mapping[str, str] | None = None,
+    cwd: Path = ROOT,
+    timeout: float = 60,
 ) -> subprocess.CompletedProcess[str]:
-    """``python ARGS`` from the repository, its output captured as text (no check of the
-    exit code: the caller asserts what it expects)."""
+    """Run ``cmd`` (from the repository unless ``cwd``), its output captured as text; the exit
+    code is not checked (the caller asserts what it expects)."""
     return subprocess.run(
-        [sys.executable, *args],
+        list(cmd),
         capture_output=True,
         text=True,
         env=None if env is None else dict(env),
-        cwd=ROOT,
+        cwd=cwd,
         timeout=timeout,
         check=False,
     )
+
+
+def run_python(
+    *args: str, env: Mapping[str, str] | None = None, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
+    """``python ARGS`` from the repository (see :func:`run_captured`)."""
+    return run_captured([sys.executable, *args], env=env, timeout=timeout)
+
+
+def build_wheel(workdir: Path, timeout: float = 300) -> Path:
+    """Build awa's wheel from a clean copy of the sources under ``workdir`` (so the checkout
+    gets no build/ or egg-info) and return it. An isolated build fetches the pinned
+    setuptools; offline it falls back to the venv's own (setuptools >= 70.1 or ``wheel``)."""
+    src, out = workdir / "src", workdir / "dist"
+    ignore = shutil.ignore_patterns(
+        ".venv",
+        ".git",
+        "build",
+        "dist",
+        "*.egg-info",
+        "__pycache__",
+        ".awa",
+        "tests",
+        ".pytest_cache",
+    )
+    shutil.copytree(ROOT, src, ignore=ignore)
+    cmd = [sys.executable, "-m", "build", "--wheel", "--outdir", str(out)]
+    proc = run_captured(cmd, cwd=src, timeout=timeout)
+    if proc.returncode != 0 and importlib.util.find_spec("setuptools") is not None:
+        proc = run_captured([*cmd, "--no-isolation", "--skip-dependency-check"], cwd=src)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    wheels = list(out.glob("awa_worker-*.whl"))
+    assert len(wheels) == 1, list(out.iterdir())
+    return wheels[0]
 
 
 def stop_group(proc: subprocess.Popen[bytes], timeout: float) -> None:
