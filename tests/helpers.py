@@ -12,12 +12,15 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import IO, Any
+from urllib.parse import quote
 
 import psycopg
+from psycopg import sql
 from click.testing import CliRunner, Result
 
 import awa_cli as awa
@@ -101,6 +104,14 @@ def job_row(dsn: str, job_id: int) -> awa.JobRow:
         return awa.JobRow.from_record(record)
 
 
+def audit_rows(dsn: str) -> list[tuple[Any, ...]]:
+    """The audit log, oldest first: (actor, action, target, result, detail) a row."""
+    with psycopg.connect(dsn) as conn:
+        return conn.execute(
+            "SELECT actor, action, target, result, detail FROM awa.audit_log ORDER BY id"
+        ).fetchall()
+
+
 async def all_terminal(dsn: str, count: int | None = None) -> bool:
     counts = await asyncio.to_thread(states, dsn)
     terminal = sum(counts.get(s, 0) for s in ("completed", "failed", "cancelled"))
@@ -157,6 +168,37 @@ def readme_grants() -> list[str]:
     return grants
 
 
+def run_sql(dsn: str, statement: str, **names: str) -> None:
+    """Run ``statement`` with ``{name}`` placeholders filled by the identifiers ``names``, as the
+    suite's superuser, in autocommit (even in a read-only window)."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("SET default_transaction_read_only = off")
+        idents = {k: sql.Identifier(v) for k, v in names.items()}
+        conn.execute(sql.SQL(statement).format(**idents))
+
+
+@contextlib.contextmanager
+def login_role(
+    dsn: str, prefix: str, password: str, grants: Sequence[str] = (), attributes: str = ""
+) -> Iterator[tuple[str, str]]:
+    """A LOGIN role ``PREFIX_<random>`` with ``password``, the role ``attributes`` (such as
+    ``SUPERUSER``) and exactly ``grants`` (statements with ``{db}`` and ``{role}``); yields
+    its name and URL, and drops it with what it owns at the end."""
+    name = f"{prefix}_{uuid.uuid4().hex[:8]}"
+    create = sql.SQL(f"CREATE ROLE {{}} LOGIN {attributes} PASSWORD {{}}")
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(create.format(sql.Identifier(name), sql.Literal(password)))
+        db = sql.Identifier(conn.info.dbname)
+        for statement in grants:
+            conn.execute(sql.SQL(statement).format(db=db, role=sql.Identifier(name)))
+        where = f"{conn.info.dbname}?host={quote(conn.info.host, safe='/')}&port={conn.info.port}"
+    try:
+        yield name, f"postgresql://{name}:{quote(password)}@/{where}"
+    finally:
+        run_sql(dsn, "DROP OWNED BY {r}", r=name)
+        run_sql(dsn, "DROP ROLE {r}", r=name)
+
+
 def spawn_worker(
     config: Path, log: IO[str], env: Mapping[str, str], *args: str, quiet: bool = False
 ) -> subprocess.Popen[bytes]:
@@ -171,6 +213,33 @@ def spawn_worker(
         stdin=subprocess.DEVNULL,
         start_new_session=True,
     )
+
+
+class AwaWorker:
+    """A real `awa worker` started by :func:`spawn_worker` (stdout dropped), its stderr in
+    ``log_path``."""
+
+    def __init__(self, config: Path, log_path: Path, env: Mapping[str, str], *args: str) -> None:
+        self.log_path = log_path
+        with log_path.open("w") as log:
+            self.proc = spawn_worker(config, log, env, *args, quiet=True)
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def stop(self) -> None:
+        """SIGTERM the worker and wait for it; after 30 s SIGKILL its process group."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
 
 
 @contextlib.contextmanager
