@@ -28,6 +28,19 @@ import awa_cli as awa
 TESTS = Path(__file__).resolve().parent  # the tests/ folder
 ROOT = TESTS.parent  # the repository
 
+# awa.job_state's labels in enum order, which JobState follows.
+JOB_STATES = [
+    "scheduled",
+    "available",
+    "running",
+    "waiting_external",
+    "retryable",
+    "completed",
+    "failed",
+    "cancelled",
+    "blocked",  # 0008: waiting for parents (architecture §16); ALTER TYPE ... ADD VALUE appends
+]
+
 
 @contextlib.asynccontextmanager
 async def running_worker(

@@ -19,7 +19,7 @@ import pytest
 
 from awa_cli.db import migrations
 from awa_cli.db.migrations import migrate_dsn
-from tests.helpers import ROOT, build_wheel, run_captured
+from tests.helpers import JOB_STATES, ROOT, build_wheel, run_captured
 
 
 # architecture §2: the columns of awa.jobs and their types (format_type spelling).
@@ -50,18 +50,6 @@ JOB_COLUMNS = {
     "attempted_at": "timestamp with time zone",
     "finalized_at": "timestamp with time zone",
 }
-
-JOB_STATES = [
-    "scheduled",
-    "available",
-    "running",
-    "waiting_external",
-    "retryable",
-    "completed",
-    "failed",
-    "cancelled",
-    "blocked",  # 0008: waiting for parents (architecture §16), appended to the enum
-]
 
 
 def _ledger(dsn: str) -> list[tuple[int, str]]:
