@@ -4,22 +4,42 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
+import importlib.util
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
+from datetime import datetime
 from pathlib import Path
 from typing import IO, Any
+from urllib.parse import quote
 
 import psycopg
+from psycopg import sql
 from click.testing import CliRunner, Result
 
 import awa_cli as awa
 
 TESTS = Path(__file__).resolve().parent  # the tests/ folder
 ROOT = TESTS.parent  # the repository
+
+# awa.job_state's labels in enum order, which JobState follows.
+JOB_STATES = [
+    "scheduled",
+    "available",
+    "running",
+    "waiting_external",
+    "retryable",
+    "completed",
+    "failed",
+    "cancelled",
+    "blocked",  # 0008: waiting for parents (architecture §16); ALTER TYPE ... ADD VALUE appends
+]
 
 
 @contextlib.asynccontextmanager
@@ -61,6 +81,32 @@ def states(dsn: str) -> dict[str, int]:
         )
 
 
+def memory_row(now: datetime, **fields: Any) -> awa.JobRow:
+    """A JobRow built in memory, for the tests that need no database: job 7 ("send_email" on
+    "email") running its first of 25 attempts since ``now``, every optional column empty;
+    ``fields`` set the columns a test is about (``state`` may be a string)."""
+    values: dict[str, Any] = dict.fromkeys(f.name for f in dataclasses.fields(awa.JobRow))
+    values.update(
+        id=7,
+        kind="send_email",
+        queue="email",
+        args={"to": "a@example.com"},
+        state=awa.JobState.RUNNING,
+        priority=2,
+        attempt=1,
+        max_attempts=25,
+        run_at=now,
+        run_lease=1,
+        errors=[],
+        metadata={},
+        tags=[],
+        created_at=now,
+    )
+    values.update(fields)
+    values["state"] = awa.JobState(values["state"])
+    return awa.JobRow(**values)
+
+
 def job_row(dsn: str, job_id: int) -> awa.JobRow:
     from psycopg.rows import dict_row
 
@@ -69,6 +115,14 @@ def job_row(dsn: str, job_id: int) -> awa.JobRow:
         record = cur.fetchone()
         assert record is not None
         return awa.JobRow.from_record(record)
+
+
+def audit_rows(dsn: str) -> list[tuple[Any, ...]]:
+    """The audit log, oldest first: (actor, action, target, result, detail) a row."""
+    with psycopg.connect(dsn) as conn:
+        return conn.execute(
+            "SELECT actor, action, target, result, detail FROM awa.audit_log ORDER BY id"
+        ).fetchall()
 
 
 async def all_terminal(dsn: str, count: int | None = None) -> bool:
@@ -127,6 +181,37 @@ def readme_grants() -> list[str]:
     return grants
 
 
+def run_sql(dsn: str, statement: str, **names: str) -> None:
+    """Run ``statement`` with ``{name}`` placeholders filled by the identifiers ``names``, as the
+    suite's superuser, in autocommit (even in a read-only window)."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("SET default_transaction_read_only = off")
+        idents = {k: sql.Identifier(v) for k, v in names.items()}
+        conn.execute(sql.SQL(statement).format(**idents))
+
+
+@contextlib.contextmanager
+def login_role(
+    dsn: str, prefix: str, password: str, grants: Sequence[str] = (), attributes: str = ""
+) -> Iterator[tuple[str, str]]:
+    """A LOGIN role ``PREFIX_<random>`` with ``password``, the role ``attributes`` (such as
+    ``SUPERUSER``) and exactly ``grants`` (statements with ``{db}`` and ``{role}``); yields
+    its name and URL, and drops it with what it owns at the end."""
+    name = f"{prefix}_{uuid.uuid4().hex[:8]}"
+    create = sql.SQL(f"CREATE ROLE {{}} LOGIN {attributes} PASSWORD {{}}")
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(create.format(sql.Identifier(name), sql.Literal(password)))
+        db = sql.Identifier(conn.info.dbname)
+        for statement in grants:
+            conn.execute(sql.SQL(statement).format(db=db, role=sql.Identifier(name)))
+        where = f"{conn.info.dbname}?host={quote(conn.info.host, safe='/')}&port={conn.info.port}"
+    try:
+        yield name, f"postgresql://{name}:{quote(password)}@/{where}"
+    finally:
+        run_sql(dsn, "DROP OWNED BY {r}", r=name)
+        run_sql(dsn, "DROP ROLE {r}", r=name)
+
+
 def spawn_worker(
     config: Path, log: IO[str], env: Mapping[str, str], *args: str, quiet: bool = False
 ) -> subprocess.Popen[bytes]:
@@ -141,6 +226,33 @@ def spawn_worker(
         stdin=subprocess.DEVNULL,
         start_new_session=True,
     )
+
+
+class AwaWorker:
+    """A real `awa worker` started by :func:`spawn_worker` (stdout dropped), its stderr in
+    ``log_path``."""
+
+    def __init__(self, config: Path, log_path: Path, env: Mapping[str, str], *args: str) -> None:
+        self.log_path = log_path
+        with log_path.open("w") as log:
+            self.proc = spawn_worker(config, log, env, *args, quiet=True)
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def stop(self) -> None:
+        """SIGTERM the worker and wait for it; after 30 s SIGKILL its process group."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
 
 
 @contextlib.contextmanager
@@ -158,20 +270,61 @@ def terminated_at_exit(
             proc.wait(timeout=30)
 
 
-def run_python(
-    *args: str, env: Mapping[str, str] | None = None, timeout: float = 60
+AWA = str(Path(sys.executable).parent / "awa")  # the venv's `awa` script
+
+
+def run_captured(
+    cmd: Sequence[str],
+    *,
+    env: Mapping[str, str] | None = None,
+    cwd: Path = ROOT,
+    timeout: float = 60,
 ) -> subprocess.CompletedProcess[str]:
-    """``python ARGS`` from the repository, its output captured as text (no check of the
-    exit code: the caller asserts what it expects)."""
+    """Run ``cmd`` (from the repository unless ``cwd``), its output captured as text; the exit
+    code is not checked (the caller asserts what it expects)."""
     return subprocess.run(
-        [sys.executable, *args],
+        list(cmd),
         capture_output=True,
         text=True,
         env=None if env is None else dict(env),
-        cwd=ROOT,
+        cwd=cwd,
         timeout=timeout,
         check=False,
     )
+
+
+def run_python(
+    *args: str, env: Mapping[str, str] | None = None, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
+    """``python ARGS`` from the repository (see :func:`run_captured`)."""
+    return run_captured([sys.executable, *args], env=env, timeout=timeout)
+
+
+def build_wheel(workdir: Path, timeout: float = 300) -> Path:
+    """Build awa's wheel from a clean copy of the sources under ``workdir`` (so the checkout
+    gets no build/ or egg-info) and return it. An isolated build fetches the pinned
+    setuptools; offline it falls back to the venv's own (setuptools >= 70.1 or ``wheel``)."""
+    src, out = workdir / "src", workdir / "dist"
+    ignore = shutil.ignore_patterns(
+        ".venv",
+        ".git",
+        "build",
+        "dist",
+        "*.egg-info",
+        "__pycache__",
+        ".awa",
+        "tests",
+        ".pytest_cache",
+    )
+    shutil.copytree(ROOT, src, ignore=ignore)
+    cmd = [sys.executable, "-m", "build", "--wheel", "--outdir", str(out)]
+    proc = run_captured(cmd, cwd=src, timeout=timeout)
+    if proc.returncode != 0 and importlib.util.find_spec("setuptools") is not None:
+        proc = run_captured([*cmd, "--no-isolation", "--skip-dependency-check"], cwd=src)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    wheels = list(out.glob("awa_worker-*.whl"))
+    assert len(wheels) == 1, list(out.iterdir())
+    return wheels[0]
 
 
 def stop_group(proc: subprocess.Popen[bytes], timeout: float) -> None:

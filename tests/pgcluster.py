@@ -21,6 +21,7 @@ Tests that only need a server, not a migrated database, can use ``pg_server.dsn_
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import tempfile
 import uuid
@@ -79,13 +80,20 @@ def start_throwaway_cluster(base_dir: Path | str | None = None) -> ThrowawayClus
     return ThrowawayCluster(root, server)
 
 
-@pytest.fixture(scope="session")
-def pg_server() -> Iterator[ThrowawayCluster]:
+@contextlib.contextmanager
+def throwaway_cluster() -> Iterator[ThrowawayCluster]:
+    """A started throwaway cluster, stopped at the end."""
     cluster = start_throwaway_cluster()
     try:
         yield cluster
     finally:
         cluster.stop()
+
+
+@pytest.fixture(scope="session")
+def pg_server() -> Iterator[ThrowawayCluster]:
+    with throwaway_cluster() as cluster:
+        yield cluster
 
 
 @pytest.fixture(scope="session")
@@ -98,11 +106,8 @@ def awa_database_url(pg_server: ThrowawayCluster) -> str:
 @pytest.fixture
 def own_server() -> Iterator[ThrowawayCluster]:
     """A server of this test's own, so restarting it disturbs no other test."""
-    cluster = start_throwaway_cluster()
-    try:
+    with throwaway_cluster() as cluster:
         yield cluster
-    finally:
-        cluster.stop()
 
 
 @pytest.fixture

@@ -23,6 +23,7 @@ from typing import Any
 import psycopg
 
 import awa_cli as awa
+from tests.apps.side_pool import SidePool
 
 app = awa.App()
 
@@ -35,7 +36,7 @@ CREATE TABLE IF NOT EXISTS awa_test.executions (
 
 MODES = ("ok", "fail", "flaky", "park")
 
-_pool: Any = None
+_pool = SidePool(application_name="awa-test-recorder", checked=True)
 
 
 @dataclass
@@ -56,32 +57,12 @@ class ChaosLost:
     error: str
 
 
-async def _pool_() -> Any:
-    from psycopg_pool import AsyncConnectionPool
-
-    global _pool
-    if _pool is None:
-        _pool = AsyncConnectionPool(
-            os.environ["AWA_DATABASE_URL"],
-            min_size=1,
-            max_size=4,
-            open=False,
-            kwargs={"autocommit": True, "application_name": "awa-test-recorder"},
-            check=AsyncConnectionPool.check_connection,
-            reconnect_timeout=0,
-        )
-        await _pool.open()
-    return _pool
-
-
 async def record(job: awa.Job) -> None:
-    pool = await _pool_()
-    async with pool.connection() as conn:
-        await conn.execute(
-            "INSERT INTO awa_test.executions (job_id, run_lease, attempt, kind, pid) "
-            "VALUES (%s, %s, %s, %s, %s)",
-            (job.id, job.run_lease, job.attempt, job.kind, os.getpid()),
-        )
+    await _pool.execute(
+        "INSERT INTO awa_test.executions (job_id, run_lease, attempt, kind, pid) "
+        "VALUES (%s, %s, %s, %s, %s)",
+        (job.id, job.run_lease, job.attempt, job.kind, os.getpid()),
+    )
 
 
 @app.task(ChaosJob)

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import psycopg
 
 import awa_cli as awa
+from tests.apps.side_pool import SidePool
 
 app = awa.App()
 
@@ -37,7 +38,7 @@ SELECT a.tenant, max(n) FROM (
 GROUP BY a.tenant ORDER BY a.tenant
 """
 
-_pool: object = None
+_pool = SidePool(max_size=8)
 
 
 @dataclass
@@ -48,43 +49,20 @@ class TenantWork:
     hold: bool = False
 
 
-async def _pool_() -> object:
-    from psycopg_pool import AsyncConnectionPool
-
-    global _pool
-    if _pool is None:
-        _pool = AsyncConnectionPool(
-            os.environ["AWA_DATABASE_URL"],
-            min_size=1,
-            max_size=8,
-            kwargs={"autocommit": True},
-            open=False,
-        )
-        await _pool.open()  # type: ignore[attr-defined]
-    return _pool
-
-
-async def _execute(query: str, params: tuple[object, ...]) -> list[tuple[object, ...]]:
-    pool = await _pool_()
-    async with pool.connection() as conn:  # type: ignore[attr-defined]
-        cur = await conn.execute(query, params)
-        return await cur.fetchall() if cur.description else []
-
-
 @app.task(TenantWork)
 async def tenant_work(job: awa.Job) -> None:
-    await _execute(
+    await _pool.execute(
         "INSERT INTO awa_test.intervals (job_id, run_lease, tenant, priority, pid)"
         " VALUES (%s, %s, %s, %s, %s)",
         (job.id, job.run_lease, job.args.tenant, job.row.priority, os.getpid()),
     )
     if job.args.sleep:
         await asyncio.sleep(job.args.sleep)
-    while job.args.hold and not await _execute(
+    while job.args.hold and not await _pool.execute(
         "SELECT 1 FROM awa_test.release WHERE job_id = %s", (job.id,)
     ):
         await asyncio.sleep(0.05)
-    await _execute(
+    await _pool.execute(
         "UPDATE awa_test.intervals SET ended_at = clock_timestamp()"
         " WHERE job_id = %s AND run_lease = %s",
         (job.id, job.run_lease),

@@ -7,9 +7,9 @@ import asyncio
 import os
 from dataclasses import dataclass
 
-import psycopg
 
 import awa_cli as awa
+from tests.apps.side_pool import SidePool
 
 app = awa.App()
 
@@ -20,7 +20,7 @@ CREATE TABLE IF NOT EXISTS awa_test.executions (
     at timestamptz NOT NULL DEFAULT now())
 """
 
-_pool: object = None
+_pool = SidePool()
 
 
 @dataclass
@@ -29,29 +29,11 @@ class Record:
     sleep: float = 0.0
 
 
-async def _conn() -> psycopg.AsyncConnection:
-    from psycopg_pool import AsyncConnectionPool
-
-    global _pool
-    if _pool is None:
-        _pool = AsyncConnectionPool(
-            os.environ["AWA_DATABASE_URL"],
-            min_size=1,
-            max_size=4,
-            kwargs={"autocommit": True},
-            open=False,
-        )
-        await _pool.open()
-    return _pool  # type: ignore[return-value]
-
-
 @app.task(Record)
 async def record(job: awa.Job) -> None:
-    pool = await _conn()
-    async with pool.connection() as conn:  # type: ignore[attr-defined]
-        await conn.execute(
-            "INSERT INTO awa_test.executions (job_id, run_lease, pid) VALUES (%s, %s, %s)",
-            (job.id, job.run_lease, os.getpid()),
-        )
+    await _pool.execute(
+        "INSERT INTO awa_test.executions (job_id, run_lease, pid) VALUES (%s, %s, %s)",
+        (job.id, job.run_lease, os.getpid()),
+    )
     if job.args.sleep:
         await asyncio.sleep(job.args.sleep)

@@ -8,9 +8,9 @@ import asyncio
 import os
 import random
 from dataclasses import dataclass
-from typing import Any
 
 import awa_cli as awa
+from tests.apps.side_pool import SidePool
 
 app = awa.App()
 
@@ -22,7 +22,7 @@ CREATE TABLE IF NOT EXISTS awa_test.wf_runs (
     at timestamptz NOT NULL DEFAULT clock_timestamp())
 """
 
-_pool: Any = None
+_pool = SidePool()
 
 
 @dataclass
@@ -31,32 +31,14 @@ class Node:
     sleep: float = 0.0
 
 
-async def _conn() -> Any:
-    from psycopg_pool import AsyncConnectionPool
-
-    global _pool
-    if _pool is None:
-        _pool = AsyncConnectionPool(
-            os.environ["AWA_DATABASE_URL"],
-            min_size=1,
-            max_size=4,
-            kwargs={"autocommit": True},
-            open=False,
-        )
-        await _pool.open()
-    return _pool
-
-
 @app.task(Node)
 async def node(job: awa.Job) -> None:
-    pool = await _conn()
-    async with pool.connection() as conn:
-        await conn.execute(
-            "INSERT INTO awa_test.wf_runs (job_id, run_lease, pid, unfinished_parents, parents_seen)"
-            " SELECT %s, %s, %s, count(*) FILTER (WHERE p.state IS DISTINCT FROM 'completed'), %s"
-            " FROM awa.job_dependencies d LEFT JOIN awa.jobs p ON p.id = d.parent_id"
-            " WHERE d.child_id = %s",
-            (job.id, job.run_lease, os.getpid(), len(job.parent_outputs), job.id),
-        )
+    await _pool.execute(
+        "INSERT INTO awa_test.wf_runs (job_id, run_lease, pid, unfinished_parents, parents_seen)"
+        " SELECT %s, %s, %s, count(*) FILTER (WHERE p.state IS DISTINCT FROM 'completed'), %s"
+        " FROM awa.job_dependencies d LEFT JOIN awa.jobs p ON p.id = d.parent_id"
+        " WHERE d.child_id = %s",
+        (job.id, job.run_lease, os.getpid(), len(job.parent_outputs), job.id),
+    )
     await asyncio.sleep(job.args.sleep or random.random() * 0.002)
     job.set_output(job.args.n)

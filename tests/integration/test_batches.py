@@ -41,8 +41,16 @@ def callbacks_named(dsn: str, batch_id: int) -> list[str]:
     return [name for name, _, _ in callback_jobs(dsn, batch_id)]
 
 
+# A callback job for each of the three batch outcomes.
+EVERY_CALLBACK = {
+    "on_success": Done("ok"),
+    "on_complete": Done("complete"),
+    "on_death": Done("death"),
+}
+
+
 def full_batch() -> awa.Batch:
-    return awa.Batch(on_success=Done("ok"), on_complete=Done("complete"), on_death=Done("death"))
+    return awa.Batch(**EVERY_CALLBACK)
 
 
 @async_test
@@ -76,9 +84,7 @@ async def test_on_death_fires_once_at_the_first_failure(dsn: str) -> None:
     async with awa.AsyncClient(dsn, app) as client:
         batch = await client.insert_batch(
             [Member(n, fail=n % 3 == 0) for n in range(12)],
-            on_success=Done("ok"),
-            on_complete=Done("complete"),
-            on_death=Done("death"),
+            **EVERY_CALLBACK,
             max_attempts=1,
         )
         async with running_worker(app, dsn):
@@ -210,9 +216,7 @@ async def test_retrying_a_failed_member_lets_on_success_fire_later(dsn: str) -> 
     async with awa.AsyncClient(dsn, app) as client:
         batch = await client.insert_batch(
             [Member(1), Member(2, fail=True)],
-            on_success=Done("ok"),
-            on_complete=Done("complete"),
-            on_death=Done("death"),
+            **EVERY_CALLBACK,
             max_attempts=1,
         )
         async with running_worker(app, dsn):
@@ -351,9 +355,7 @@ async def test_two_worker_processes_racing_on_the_last_members_fire_each_callbac
         for i in range(30):
             batch = await client.insert_batch(
                 [Member(n, fail=(i % 5 == 0 and n == 7)) for n in range(24)],
-                on_success=Done("ok"),
-                on_complete=Done("complete"),
-                on_death=Done("death"),
+                **EVERY_CALLBACK,
                 shards=1 if i % 2 else 16,
                 max_attempts=1,
             )

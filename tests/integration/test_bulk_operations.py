@@ -14,7 +14,7 @@ import pytest
 
 import awa_cli as awa
 from tests.apps.pausing import app as tick_app
-from tests.helpers import running_worker, states, wait_until
+from tests.helpers import audit_rows, running_worker, states, wait_until
 
 pytestmark = [pytest.mark.integration]
 
@@ -40,13 +40,6 @@ def insert_failed(dsn: str, n: int, queue: str = "default") -> None:
         queue,
         n,
     )
-
-
-def audit_rows(dsn: str) -> list[tuple[Any, ...]]:
-    with psycopg.connect(dsn) as conn:
-        return conn.execute(
-            "SELECT actor, action, target, result, detail FROM awa.audit_log ORDER BY id"
-        ).fetchall()
 
 
 async def _retry_while_draining(dsn: str, n: int) -> None:

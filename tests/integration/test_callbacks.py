@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 import uuid
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 import psycopg
@@ -144,13 +146,21 @@ async def test_fail_external_records_the_error_verbatim(dsn: str) -> None:
     assert exhausted.error == "payment declined: card 4242" and exhausted.attempt == 1
 
 
+@contextlib.asynccontextmanager
+async def parked_under_a_worker(
+    dsn: str, events: list[object]
+) -> AsyncIterator[tuple[awa.App, awa.JobRow]]:
+    """``callback_app(events)`` and one of its jobs parked by a worker that keeps running."""
+    app = callback_app(events)
+    async with running_worker(app, dsn):
+        yield app, await park_one(dsn)
+
+
 @pytest.mark.asyncio
 async def test_retry_external_resets_attempts_and_runs_again(dsn: str) -> None:
     events: list[object] = []
-    app = callback_app(events)
-    async with running_worker(app, dsn) as worker:
-        parked = await park_one(dsn)
-        async with awa.AsyncClient(dsn, app=app) as client:
+    async with parked_under_a_worker(dsn, events) as (app, parked):
+        async with awa.AsyncClient(dsn, app=app) as client:  # closing it flushes the events
             row = await client.retry_external(parked.callback_id)
         assert row.state == "available" and row.attempt == 0 and row.callback_id is None
         [retried] = [e for e in events if isinstance(e, awa.JobEvent.Retried)]
@@ -189,9 +199,7 @@ async def test_heartbeat_callback_extends_the_timeout(dsn: str) -> None:
 @pytest.mark.asyncio
 async def test_resume_external_reenters_a_parked_job(dsn: str) -> None:
     events: list[object] = []
-    app = callback_app(events)
-    async with running_worker(app, dsn) as worker:
-        parked = await park_one(dsn)
+    async with parked_under_a_worker(dsn, events) as (app, parked):
         async with awa.AsyncClient(dsn, app=app) as client:
             resumed = await client.resume_external(parked.callback_id, {"tracking": "Z1"})
         assert resumed.state == "available"

@@ -235,10 +235,9 @@ async def test_a_callback_fail_dead_letters_and_retry_puts_it_back(dsn: str) -> 
     assert not in_dlq(dsn, job.id)
 
 
-@pytest.mark.asyncio
-async def test_a_rescue_on_the_last_attempt_dead_letters(dsn: str) -> None:
-    from tests.integration.test_maintenance import core_for
-
+def stale_last_attempt(dsn: str) -> awa.JobRow:
+    """A job of the dead-lettering 'default' queue running its last attempt, its heartbeat an
+    hour old: the next rescue sweep takes it."""
     with awa.Client(dsn) as client:
         job = client.insert(Work("raise"), max_attempts=1)
     with psycopg.connect(dsn, autocommit=True) as conn:
@@ -247,6 +246,14 @@ async def test_a_rescue_on_the_last_attempt_dead_letters(dsn: str) -> None:
             "UPDATE awa.jobs SET state = 'running', attempt = 1, run_lease = 1,"
             " heartbeat_at = now() - interval '1 hour'"
         )
+    return job
+
+
+@pytest.mark.asyncio
+async def test_a_rescue_on_the_last_attempt_dead_letters(dsn: str) -> None:
+    from tests.integration.test_maintenance import core_for
+
+    job = stale_last_attempt(dsn)
     pool, core = await core_for(dsn)
     try:
         report = await sweep_once(
@@ -311,14 +318,7 @@ async def test_a_rescued_job_with_on_rescued_specs_moves_with_its_follow_ups(dsn
             raise RuntimeError("alerting is down")
         return Note(f"rescued {job.id}")
 
-    with awa.Client(dsn) as client:
-        job = client.insert(Work("raise"), max_attempts=1)
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute("INSERT INTO awa.queues (name, dead_letter) VALUES ('default', true)")
-        conn.execute(
-            "UPDATE awa.jobs SET state = 'running', attempt = 1, run_lease = 1,"
-            " heartbeat_at = now() - interval '1 hour'"
-        )
+    job = stale_last_attempt(dsn)
     pool, core = await core_for(dsn, app)
     sweep = {"heartbeat_staleness": 15, "completed_retention": 3600, "failed_retention": 3600}
     try:

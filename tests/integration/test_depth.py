@@ -119,18 +119,24 @@ class _DepthRecorder:
         self.snapshots.append(list(snapshot))
 
 
-@pytest.mark.asyncio
-async def test_a_running_workers_leader_reports_the_depth_each_interval(dsn: str) -> None:
-    # The wiring, not only the query: the maintenance leader of a real Worker takes the
-    # snapshot once per interval and hands it to the plugins (computed there, not per scrape).
-    from tests.helpers import running_worker, wait_until
-
+def noop_app() -> awa.App:
+    """An app with one handler, "noop", that does nothing."""
     app = awa.App()
 
     @app.task(dict, kind="noop")
     async def noop(job: awa.Job) -> None:
         return None
 
+    return app
+
+
+@pytest.mark.asyncio
+async def test_a_running_workers_leader_reports_the_depth_each_interval(dsn: str) -> None:
+    # The wiring, not only the query: the maintenance leader of a real Worker takes the
+    # snapshot once per interval and hands it to the plugins (computed there, not per scrape).
+    from tests.helpers import running_worker, wait_until
+
+    app = noop_app()
     recorder = _DepthRecorder()
     host = build_plugin_host(entry_points=False, extra_builtins=[("recorder", lambda: recorder)])
     async with awa.AsyncClient(dsn) as client:  # a queue no worker serves: its backlog stays
@@ -151,11 +157,6 @@ async def test_the_worker_checks_the_notify_round_trip_once_at_start(dsn: str) -
     # start (awa doctor runs the same check) and says so. Here it works, and was checked.
     from tests.helpers import running_worker
 
-    app = awa.App()
-
-    @app.task(dict, kind="noop")
-    async def noop(job: awa.Job) -> None:
-        return None
-
+    app = noop_app()
     async with running_worker(app, dsn) as worker:
         assert worker.listener.checked_notify and worker.listener.notify_works

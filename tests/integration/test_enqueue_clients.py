@@ -14,7 +14,6 @@ import fcntl
 import json
 import os
 import shutil
-import signal
 import subprocess
 import time
 from collections.abc import Iterator
@@ -27,7 +26,7 @@ from psycopg.conninfo import conninfo_to_dict
 
 import awa_cli as awa
 from tests.apps.polyglot import SIDE_TABLE
-from tests.helpers import ROOT, spawn_worker
+from tests.helpers import AwaWorker, ROOT
 from tests.integration.db.enqueue_vectors import ROW_SQL
 
 pytestmark = [pytest.mark.integration]
@@ -99,7 +98,7 @@ def node_pg() -> Path:
     return NODE_CACHE
 
 
-class Worker:
+class Worker(AwaWorker):
     """A real `awa worker` process running tests/apps/polyglot.py."""
 
     def __init__(self, tmp_path: Path, dsn: str) -> None:
@@ -108,23 +107,9 @@ class Worker:
             '[app]\nmodules = ["tests.apps.polyglot"]\n'
             "[queues.default]\nconcurrency = 4\n[queues.email]\nconcurrency = 2\n"
         )
-        self.log_path = tmp_path / "worker.log"
         env = {**os.environ, "AWA_DATABASE_URL": dsn, "PYTHONPATH": str(ROOT), "NO_COLOR": "1"}
         env.pop("AWA_CONFIG", None)
-        with self.log_path.open("w") as log:
-            self.proc = spawn_worker(config, log, env, quiet=True)
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-        try:
-            self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+        super().__init__(config, tmp_path / "worker.log", env)
 
 
 @pytest.fixture

@@ -170,24 +170,17 @@ async def test_several_specs_run_in_registration_order(dsn: str) -> None:
 async def test_enqueue_request_options_and_with_opts_replacing_everything(dsn: str) -> None:
     app = signup_app()
 
+    def vip(args: Signup, note: str) -> awa.EnqueueRequest:
+        """The request both specs start from: queue "vip", priority 1."""
+        return awa.EnqueueRequest(Welcome(args.user_id, note)).queue("vip").priority(1)
+
     @app.on_completed_enqueue_with(Signup, Welcome)
     def chained(args: Signup, job: awa.JobRow) -> awa.EnqueueRequest:
-        return (
-            awa.EnqueueRequest(Welcome(args.user_id, "chained"))
-            .queue("vip")
-            .priority(1)
-            .max_attempts(3)
-            .metadata({"source": "signup"})
-        )
+        return vip(args, "chained").max_attempts(3).metadata({"source": "signup"})
 
     @app.on_completed_enqueue_with(Signup, Welcome)
     def replaced(args: Signup, job: awa.JobRow) -> awa.EnqueueRequest:
-        return (
-            awa.EnqueueRequest(Welcome(args.user_id, "replaced"))
-            .queue("vip")
-            .priority(1)
-            .with_opts(awa.InsertOpts(max_attempts=7))
-        )
+        return vip(args, "replaced").with_opts(awa.InsertOpts(max_attempts=7))
 
     await run_signup(dsn, app, Signup(1))
     chained_row, replaced_row = follow_ups(dsn)

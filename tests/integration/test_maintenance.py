@@ -6,7 +6,6 @@ import asyncio
 import json
 import logging
 import os
-import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,7 +18,7 @@ import awa_cli as awa
 from awa_cli.maintenance import Maintenance, sweep_once
 from awa_cli.outcomes import OutcomeCore
 from awa_cli.worker.runtime import Timings
-from tests.helpers import ROOT, job_row, running_worker, wait_until
+from tests.helpers import ROOT, job_row, run_captured, running_worker, wait_until
 
 pytestmark = [pytest.mark.integration]
 
@@ -269,33 +268,17 @@ def test_awa_rescue_run_end_to_end(dsn: str, tmp_path: Path) -> None:
     config.write_text('[maintenance]\nheartbeat_staleness = "15s"\n')
     env = {**os.environ, "AWA_DATABASE_URL": dsn, "NO_COLOR": "1"}
     awa_bin = str(Path(sys.executable).parent / "awa")
-    dry = subprocess.run(
-        [awa_bin, "--config", str(config), "rescue", "run", "--dry-run", "--json"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
+    dry = run_captured(
+        [awa_bin, "--config", str(config), "rescue", "run", "--dry-run", "--json"], env=env
     )
     assert dry.returncode == 0, dry.stderr
     assert json.loads(dry.stdout)["rescued"]["stale_heartbeat"] == [job.id]
     assert job_row(dsn, job.id).state == "running"  # dry run changed nothing
-    real = subprocess.run(
-        [awa_bin, "--config", str(config), "rescue", "run", "--json"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    real = run_captured([awa_bin, "--config", str(config), "rescue", "run", "--json"], env=env)
     assert real.returncode == 0, real.stderr
     assert json.loads(real.stdout)["rescued"]["stale_heartbeat"] == [job.id]
     assert job_row(dsn, job.id).state == "retryable"
-    table = subprocess.run(
-        [awa_bin, "--config", str(config), "rescue", "run"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    table = run_captured([awa_bin, "--config", str(config), "rescue", "run"], env=env)
     assert table.returncode == 0 and "stale_heartbeat" in table.stdout
 
 
@@ -323,14 +306,7 @@ def test_awa_rescue_run_loads_the_app_and_plugins(dsn: str, tmp_path: Path) -> N
         "AWA_TEST_EVENTS": str(events),
     }
     awa_bin = str(Path(sys.executable).parent / "awa")
-    done = subprocess.run(
-        [awa_bin, "--config", str(config), "rescue", "run", "--json"],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    done = run_captured([awa_bin, "--config", str(config), "rescue", "run", "--json"], env=env)
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
     assert report["rescued"]["expired_callback"] == [job.id]

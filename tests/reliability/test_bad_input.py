@@ -392,32 +392,19 @@ def test_job_enqueue_arguments(
 ) -> None:
     config = tmp_path_factory.mktemp("cfg") / "awa.toml"
     config.write_text("")
-    argv = (
-        [
-            "--config",
-            str(config),
-            "--database-url",
-            dsn,
-            "job",
-            "enqueue",
-            "--",
-            kind,
-            "--args",
-            args,
-        ]
-        if kind.startswith("-")
-        else [
-            "--config",
-            str(config),
-            "--database-url",
-            dsn,
-            "job",
-            "enqueue",
-            kind,
-            "--args",
-            args,
-        ]
-    )
+    separator = ["--"] if kind.startswith("-") else []  # a kind that reads as an option
+    argv = [
+        "--config",
+        str(config),
+        "--database-url",
+        dsn,
+        "job",
+        "enqueue",
+        *separator,
+        kind,
+        "--args",
+        args,
+    ]
     for flag, value in (
         ("--queue", queue),
         ("--priority", priority),

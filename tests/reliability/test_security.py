@@ -18,8 +18,7 @@ from urllib.parse import quote
 
 import psycopg
 import pytest
-from tests.helpers import AwaRunner, readme_grants
-from psycopg import sql
+from tests.helpers import AwaRunner, login_role, readme_grants
 
 import awa_cli as awa
 from awa_cli.cli import cli
@@ -161,21 +160,8 @@ def test_sql_fragments_in_callback_payloads_and_errors(dsn: str) -> None:
 @pytest.fixture
 def password_role(dsn: str) -> Iterator[tuple[str, str]]:
     """A role with a password (trust auth on the test cluster: it is sent, not needed)."""
-    name = f"awa_pw_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute(
-            sql.SQL("CREATE ROLE {} LOGIN SUPERUSER PASSWORD {}").format(
-                sql.Identifier(name), sql.Literal(PASSWORD)
-            )
-        )
-        dbname, host, port = conn.info.dbname, conn.info.host, conn.info.port
-    url = (
-        f"postgresql://{name}:{quote(PASSWORD)}@/{dbname}?host={quote(host, safe='/')}&port={port}"
-    )
-    yield name, url
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(name)))
-        conn.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(name)))
+    with login_role(dsn, "awa_pw", PASSWORD, attributes="SUPERUSER") as role:
+        yield role
 
 
 def no_password(*texts: str) -> None:
@@ -323,24 +309,9 @@ GRANTS = readme_grants()  # exactly the README's least-privilege block
 def worker_role(dsn: str) -> Iterator[str]:
     """The README's least-privilege worker role: a non-superuser with a password and only
     the documented grants; the schema belongs to the migrating role."""
-    name = f"awa_worker_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute(
-            sql.SQL("CREATE ROLE {} LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE PASSWORD {}").format(
-                sql.Identifier(name), sql.Literal(PASSWORD)
-            )
-        )
-        for statement in GRANTS:
-            conn.execute(
-                sql.SQL(statement).format(
-                    db=sql.Identifier(conn.info.dbname), role=sql.Identifier(name)
-                )
-            )
-        dbname, host, port = conn.info.dbname, conn.info.host, conn.info.port
-    yield f"postgresql://{name}:{quote(PASSWORD)}@/{dbname}?host={quote(host, safe='/')}&port={port}"
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(name)))
-        conn.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(name)))
+    attributes = "NOSUPERUSER NOCREATEDB NOCREATEROLE"
+    with login_role(dsn, "awa_worker", PASSWORD, GRANTS, attributes) as (_, url):
+        yield url
 
 
 @pytest.mark.parametrize(

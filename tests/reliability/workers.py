@@ -4,9 +4,6 @@ deploy, pooler and failover runs: each logs to a file; the handlers record every
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -14,7 +11,7 @@ from pathlib import Path
 
 import psycopg
 
-from tests.helpers import spawn_worker
+from tests.helpers import AwaWorker
 from tests.reliability.harness import env_for
 
 FAST = {"heartbeat_interval": 0.5, "heartbeat_staleness": 2.0, "rescue_interval": 0.5}
@@ -34,7 +31,7 @@ def write_config(
     return config
 
 
-class WorkerProcess:
+class WorkerProcess(AwaWorker):
     """One real ``awa worker`` (no supervisor unless ``args`` asks for ``--processes``), its
     stderr in a file; ``env`` adds variables (``NOTIFY_SOCKET``, ...)."""
 
@@ -48,26 +45,8 @@ class WorkerProcess:
         args: tuple[str, ...] = (),
         env: dict[str, str] | None = None,
     ) -> None:
-        self.log_path = tmp_path / f"{name}.log"
         env = {**env_for(dsn), "AWA_TEST_RUNS": str(runs), **(env or {})}
-        with self.log_path.open("w") as log:
-            self.proc = spawn_worker(config, log, env, *args, quiet=True)
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.kill()
-
-    def kill(self) -> None:
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait()
+        super().__init__(config, tmp_path / f"{name}.log", env, *args)
 
 
 def runs(path: Path) -> Counter[int]:

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 import awa_cli as awa
+from tests.helpers import memory_row
 from awa_cli.attempts import (
     MAX_BACKOFF_SECONDS,
     STATE_OF_ACTION,
@@ -36,36 +37,10 @@ CALLBACK = uuid.uuid4()
 
 
 def row(attempt: int = 1, max_attempts: int = 25, **fields: Any) -> JobRow:
-    values: dict[str, Any] = {
-        "id": 7,
-        "kind": "step",
-        "queue": "default",
-        "args": {"n": 1},
-        "state": JobState.RUNNING,
-        "priority": 2,
-        "attempt": attempt,
-        "max_attempts": max_attempts,
-        "run_at": NOW,
-        "run_lease": 3,
-        "heartbeat_at": NOW,
-        "deadline_at": None,
-        "deadline_duration": None,
-        "callback_id": None,
-        "callback_timeout_at": None,
-        "callback_result": None,
-        "errors": [],
-        "metadata": {},
-        "tags": [],
-        "unique_key": None,
-        "unique_states": None,
-        "output": None,
-        "ordering_key": None,
-        "created_at": NOW,
-        "attempted_at": NOW,
-        "finalized_at": None,
-    }
-    values.update(fields)
-    return JobRow(**values)
+    """Job 7's running attempt (kind "step" on "default"), heartbeat and start at NOW."""
+    values: dict[str, Any] = dict(kind="step", queue="default", args={"n": 1}, run_lease=3)
+    values.update(heartbeat_at=NOW, attempted_at=NOW, **fields)
+    return memory_row(NOW, attempt=attempt, max_attempts=max_attempts, **values)
 
 
 def committed(result: AttemptResult) -> JobRow:

@@ -18,6 +18,14 @@ from awa_cli.config import (
 from tests.helpers import ROOT
 
 EXAMPLE = ROOT / "awa.toml.example"
+# One queue that dead-letters, one that does not, one that leaves it to [dead_letter] default.
+THREE_QUEUES = """
+[queues.email]
+dead_letter = true
+[queues.bulk]
+dead_letter = false
+[queues.plain]
+"""
 
 
 def load_text(tmp_path: Path, text: str) -> Config:
@@ -38,17 +46,8 @@ def test_defaults_are_off_and_thirty_days(tmp_path: Path) -> None:
 def test_values_are_read(tmp_path: Path) -> None:
     config = load_text(
         tmp_path,
-        """
-        [queues.email]
-        dead_letter = true
-        [queues.bulk]
-        dead_letter = false
-        [queues.plain]
-        [dead_letter]
-        default = true
-        [maintenance]
-        dead_letter_retention = "7d"
-        """,
+        THREE_QUEUES
+        + '[dead_letter]\ndefault = true\n[maintenance]\ndead_letter_retention = "7d"\n',
     )
     assert config.queues["email"] == QueueConfig(dead_letter=True)
     assert config.queues["bulk"].dead_letter is False
@@ -70,16 +69,7 @@ def test_values_are_read(tmp_path: Path) -> None:
 )
 def test_dead_letter_enabled(tmp_path: Path, default: bool, queue: str, expected: bool) -> None:
     config = load_text(
-        tmp_path,
-        f"""
-        [queues.email]
-        dead_letter = true
-        [queues.bulk]
-        dead_letter = false
-        [queues.plain]
-        [dead_letter]
-        default = {"true" if default else "false"}
-        """,
+        tmp_path, THREE_QUEUES + f"[dead_letter]\ndefault = {str(default).lower()}\n"
     )
     assert dead_letter_enabled(config, queue) is expected
 

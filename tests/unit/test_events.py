@@ -11,6 +11,7 @@ from uuid import uuid4
 import pytest
 
 import awa_cli as awa
+from tests.helpers import memory_row
 from awa_cli.events import OUTCOME_OF_EVENT, JobEvent, Outcome, RescueReason, context_of
 from awa_cli.jobs import JobRow, JobState
 
@@ -18,25 +19,7 @@ NOW = datetime(2024, 1, 2, 3, 4, 5, tzinfo=UTC)
 
 
 def row(state: str = "completed", **changes: Any) -> JobRow:
-    values: dict[str, Any] = {f.name: None for f in dataclasses.fields(JobRow)}
-    values.update(
-        id=7,
-        kind="send_email",
-        queue="email",
-        args={"to": "a@example.com"},
-        state=JobState(state),
-        priority=2,
-        attempt=1,
-        max_attempts=25,
-        run_at=NOW,
-        run_lease=1,
-        errors=[],
-        metadata={},
-        tags=[],
-        created_at=NOW,
-    )
-    values.update(changes)
-    return JobRow(**values)
+    return memory_row(NOW, state=state, **changes)
 
 
 def describe(event: Any) -> str:

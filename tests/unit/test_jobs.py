@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import awa_cli
+from tests.helpers import JOB_STATES
 from awa_cli.jobs import (
     DEFAULT_UNIQUE_STATES,
     EnqueueRequest,
@@ -396,17 +397,7 @@ def test_default_unique_states() -> None:
 
 
 def test_job_state_order_matches_the_enum() -> None:
-    assert [s.value for s in JobState] == [
-        "scheduled",
-        "available",
-        "running",
-        "waiting_external",
-        "retryable",
-        "completed",
-        "failed",
-        "cancelled",
-        "blocked",  # added by migration 0008 (ALTER TYPE ... ADD VALUE appends)
-    ]
+    assert [s.value for s in JobState] == JOB_STATES
 
 
 def test_enqueue_request_chain() -> None:

@@ -3,7 +3,6 @@ man/, current, renderable, and shipped in the wheel."""
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import shutil
 import subprocess
@@ -16,7 +15,7 @@ import pytest
 
 from awa_cli import manpages
 from awa_cli.cli import cli
-from tests.helpers import ROOT
+from tests.helpers import ROOT, build_wheel, run_captured
 
 MAN = ROOT / "man"
 
@@ -101,36 +100,7 @@ def test_check_and_install_from_the_command_line(tmp_path: Path) -> None:
 
 def test_wheel_ships_the_man_pages(tmp_path: Path) -> None:
     """Build the wheel, unpack it as an install would, install the pages from it."""
-    src = tmp_path / "src"
-    shutil.copytree(
-        ROOT,
-        src,
-        ignore=shutil.ignore_patterns(
-            ".venv",
-            ".git",
-            "build",
-            "dist",
-            "*.egg-info",
-            "__pycache__",
-            ".awa",
-            "tests",
-            ".pytest_cache",
-        ),
-    )
-    cmd = [sys.executable, "-m", "build", "--wheel", "--outdir", str(tmp_path / "dist")]
-    # An isolated build fetches setuptools; offline, fall back to the venv's own.
-    proc = subprocess.run(cmd, cwd=src, capture_output=True, text=True, check=False, timeout=120)
-    if proc.returncode != 0 and importlib.util.find_spec("setuptools") is not None:
-        proc = subprocess.run(
-            cmd + ["--no-isolation", "--skip-dependency-check"],
-            cwd=src,
-            capture_output=True,
-            text=True,
-            check=False,
-            timeout=120,
-        )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    (wheel,) = (tmp_path / "dist").glob("awa_worker-*.whl")
+    wheel = build_wheel(tmp_path, timeout=120)
     site = tmp_path / "site"
     with zipfile.ZipFile(wheel) as zf:
         names = set(zf.namelist())
@@ -144,11 +114,8 @@ def test_wheel_ships_the_man_pages(tmp_path: Path) -> None:
     assert len(assets) > 3 and assets <= names, sorted(assets - names)
 
     env = {**os.environ, "PYTHONPATH": str(site)}
-    install = subprocess.run(
+    install = run_captured(
         [sys.executable, "-m", "awa_cli.manpages", "--install", str(tmp_path / "share")],
-        capture_output=True,
-        text=True,
-        check=False,
         env=env,
         cwd=tmp_path,
         timeout=30,

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from tests.helpers import memory_row
 from awa_cli.attempts import decide
 from awa_cli.errors import ValidationError
 from awa_cli.history import JobTimeline, RelatedJob, timeline, trigger_of
@@ -75,38 +76,13 @@ def test_a_handler_job_keeps_its_progress_when_a_value_is_refused() -> None:
 
 
 def _row(**fields: Any) -> JobRow:
-    values: dict[str, Any] = {
-        "id": 7,
-        "kind": "k",
-        "queue": "q",
-        "args": {},
-        "state": JobState.COMPLETED,
-        "priority": 2,
-        "attempt": 3,
-        "max_attempts": 5,
-        "run_at": NOW,
-        "run_lease": 3,
-        "heartbeat_at": None,
-        "deadline_at": None,
-        "deadline_duration": None,
-        "callback_id": None,
-        "callback_timeout_at": None,
-        "callback_result": None,
-        "errors": [],
-        "metadata": {},
-        "tags": [],
-        "unique_key": None,
-        "unique_states": None,
-        "output": {"ok": True},
-        "ordering_key": None,
-        "created_at": NOW,
-        "attempted_at": NOW + timedelta(minutes=3),
-        "finalized_at": NOW + timedelta(minutes=4),
-        "attempted_by": "h:3",
-        "progress": {"percent": 100, "message": "done", "checkpoint": {}, "at": ""},
-    }
+    """Job 7's completed third attempt (of 5) with its output and last progress."""
+    values: dict[str, Any] = dict(kind="k", queue="q", args={}, state="completed", attempt=3)
+    values.update(max_attempts=5, run_lease=3, output={"ok": True}, attempted_by="h:3")
+    values.update(attempted_at=NOW + timedelta(minutes=3), finalized_at=NOW + timedelta(minutes=4))
+    values["progress"] = {"percent": 100, "message": "done", "checkpoint": {}, "at": ""}
     values.update(fields)
-    return JobRow(**values)
+    return memory_row(NOW, **values)
 
 
 def test_the_timeline_of_a_job_retried_rescued_then_completed() -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from awa_cli.config import WorkerConfig, parse_duration
-from tests.helpers import ROOT
+from tests.helpers import ROOT, run_captured
 
 UNITS = ROOT / "systemd"
 WORKER_UNITS = ["awa-worker.service", "awa-worker@.service"]
@@ -136,13 +136,5 @@ def test_systemd_analyze_verify(tmp_path: Path) -> None:
     # ExecStart's /usr/bin/env must exist; Documentation= man pages are looked up in man/.
     assert Path("/usr/bin/env").is_file()
     env = {"PATH": "/usr/bin:/bin", "MANPATH": str(ROOT / "man"), "SYSTEMD_LOG_LEVEL": "notice"}
-    proc = subprocess.run(
-        [str(_systemd_analyze()), "verify", *units],
-        capture_output=True,
-        text=True,
-        check=False,
-        env=env,
-        cwd=tmp_path,
-        timeout=60,
-    )
+    proc = run_captured([str(_systemd_analyze()), "verify", *units], env=env, cwd=tmp_path)
     assert proc.returncode == 0 and not proc.stderr.strip(), proc.stdout + proc.stderr

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
+from click.testing import Result
+
+from tests.helpers import AwaRunner
 
 
 @pytest.fixture
@@ -23,3 +27,15 @@ def callbacks_config(tmp_path: Path) -> Path:
         '[app]\nmodules = ["tests.apps.callbacks"]\nplugins = ["tests.apps.callbacks"]\n'
     )
     return path
+
+
+@pytest.fixture
+def awa(dsn: str, config_file: Path, runner: AwaRunner) -> Any:
+    """Run `awa --config <tmp> --database-url <dsn> ARGS...` in-process."""
+
+    def run(*args: str, database_url: str | None = None) -> Result:
+        return runner.awa(
+            "--config", str(config_file), "--database-url", database_url or dsn, *args
+        )
+
+    return run

@@ -3,25 +3,20 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
-from click.testing import Result
 
 import awa_cli as awa
-from tests.helpers import AwaRunner
 
 pytestmark = pytest.mark.integration
 
 
 @pytest.fixture
-def awa_cli(dsn: str, config_file: Path, runner: AwaRunner) -> Any:
-    def run(*args: str) -> Result:
-        return runner.awa("--config", str(config_file), "--database-url", dsn, *args)
-
-    return run
+def awa_cli(awa: Any) -> Any:
+    """The CLI fixture ``awa`` of conftest, by another name: ``awa`` is the package here."""
+    return awa
 
 
 def _report(n: int) -> awa.EnqueueRequest:

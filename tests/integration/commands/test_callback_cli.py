@@ -15,7 +15,7 @@ from pathlib import Path
 import psycopg
 import pytest
 from click.testing import Result
-from tests.helpers import AwaRunner, ROOT
+from tests.helpers import AwaRunner, ROOT, run_captured
 
 import awa_cli as awa
 from awa_cli.cli import cli
@@ -139,13 +139,9 @@ def test_end_to_end_worker_parks_and_cli_process_completes(
             assert time.monotonic() < deadline and worker.poll() is None
             time.sleep(0.1)
         callback_id = str(job_row(dsn, job.id).callback_id)
-        done = subprocess.run(
+        done = run_captured(
             [awa_bin, "--config", str(config), "callback", "complete", callback_id, "--json"],
             env=env,
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            timeout=60,
         )
         assert done.returncode == 0, done.stderr
         assert json.loads(done.stdout)["state"] == "completed"

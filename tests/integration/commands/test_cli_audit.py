@@ -7,15 +7,13 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any
 
-import psycopg
 import pytest
 from click.testing import Result
 
 import awa_cli as awa
 from awa_cli.admin import cli_actor
-from tests.helpers import ROOT, job_row, run_python
+from tests.helpers import ROOT, audit_rows, job_row, run_python
 from tests.integration.commands.test_callback_cli import invoke, park
 
 pytestmark = [pytest.mark.integration]
@@ -24,13 +22,6 @@ pytestmark = [pytest.mark.integration]
 @pytest.fixture
 def config(callbacks_config: Path) -> Path:
     return callbacks_config
-
-
-def audit_rows(dsn: str) -> list[tuple[Any, ...]]:
-    with psycopg.connect(dsn) as conn:
-        return conn.execute(
-            "SELECT actor, action, target, result, detail FROM awa.audit_log ORDER BY id"
-        ).fetchall()
 
 
 def one_error_line(result: Result) -> str:

@@ -10,7 +10,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from tests.helpers import AwaRunner
+from tests.helpers import AwaRunner, audit_rows
 
 import awa_cli as awa
 from awa_cli.admin import cli_actor
@@ -49,13 +49,6 @@ def schedule_row(dsn: str, name: str) -> tuple[Any, ...] | None:
             " FROM awa.periodic_jobs WHERE name = %s",
             (name,),
         ).fetchone()
-
-
-def audit(dsn: str) -> list[tuple[Any, ...]]:
-    with psycopg.connect(dsn) as conn:
-        return conn.execute(
-            "SELECT actor, action, target, result, detail FROM awa.audit_log ORDER BY id"
-        ).fetchall()
 
 
 def test_list_json_and_table(dsn: str) -> None:
@@ -104,7 +97,7 @@ def test_pause_resume_and_the_audit_log(dsn: str) -> None:
     again = schedule_row(dsn, "nightly")
     assert again is not None and again[0] is False and again[2] > row[2]  # active_since moved
     actor = cli_actor()
-    assert [entry[:4] for entry in audit(dsn)] == [
+    assert [entry[:4] for entry in audit_rows(dsn)] == [
         (actor, "cron.pause", "periodic:nightly", "ok"),
         (actor, "cron.pause", "periodic:nightly", "ok"),
         (actor, "cron.resume", "periodic:nightly", "ok"),
@@ -131,7 +124,7 @@ def test_trigger_enqueues_now_and_leaves_the_schedule_unchanged(dsn: str) -> Non
     assert schedule_row(dsn, "nightly") == before  # fire state, next fire, last job: as before
     with psycopg.connect(dsn) as conn:
         assert conn.execute("SELECT count(*) FROM awa.periodic_fires").fetchone() == (0,)
-    [entry] = audit(dsn)
+    [entry] = audit_rows(dsn)
     assert entry[1:4] == ("cron.trigger", "periodic:nightly", "ok")
     assert entry[4] == {"job_id": job["id"]}
     shown = cron(dsn, "trigger", "hourly")
@@ -147,7 +140,7 @@ def test_delete_then_it_is_gone(dsn: str) -> None:
     assert schedule_row(dsn, "hourly") is None
     listed = json.loads(cron(dsn, "list", "--json").stdout)
     assert [job["name"] for job in listed] == ["nightly"]
-    assert [entry[1:3] for entry in audit(dsn)] == [("cron.delete", "periodic:hourly")]
+    assert [entry[1:3] for entry in audit_rows(dsn)] == [("cron.delete", "periodic:hourly")]
 
 
 @pytest.mark.parametrize("verb", ["pause", "resume", "trigger", "delete"])
@@ -156,7 +149,7 @@ def test_an_unknown_name_exits_4_and_changes_nothing(dsn: str, verb: str) -> Non
     result = cron(dsn, verb, "nope")
     assert result.exit_code == 4, result.output
     assert result.stderr.strip() == "Error: periodic job 'nope' not found"
-    assert audit(dsn) == []
+    assert audit_rows(dsn) == []
     with psycopg.connect(dsn) as conn:
         assert conn.execute("SELECT count(*) FROM awa.jobs").fetchone() == (0,)
         assert conn.execute("SELECT count(*) FROM awa.periodic_jobs").fetchone() == (2,)

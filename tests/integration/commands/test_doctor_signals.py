@@ -15,16 +15,22 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
 
 import psycopg
 import pytest
 from click.testing import CliRunner
-from psycopg import sql
 
 import awa_cli as awa
 from awa_cli.cli import cli
-from tests.helpers import ROOT, readme_grants, running_worker, wait_until, spawn_worker
+from tests.helpers import (
+    ROOT,
+    login_role,
+    readme_grants,
+    run_sql,
+    running_worker,
+    wait_until,
+    spawn_worker,
+)
 
 pytestmark = [pytest.mark.integration]
 ENV = {"NO_COLOR": "1", "COLUMNS": "200"}
@@ -47,30 +53,11 @@ def doctor(config: Path, dsn: str) -> tuple[int, dict[str, dict[str, Any]]]:
     return result.exit_code, {c["name"]: c for c in report["checks"]}
 
 
-def run_sql(dsn: str, statement: str, **names: str) -> None:
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        idents = {k: sql.Identifier(v) for k, v in names.items()}
-        conn.execute(sql.SQL(statement).format(**idents))  # type: ignore[arg-type]
-
-
 @pytest.fixture
 def role(dsn: str) -> Iterator[tuple[str, str]]:
     """A role with exactly the README's least-privilege grants, and its URL."""
-    name = f"awa_d_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute(
-            sql.SQL("CREATE ROLE {} LOGIN PASSWORD {}").format(
-                sql.Identifier(name), sql.Literal(PASSWORD)
-            )
-        )
-        for line in readme_grants():
-            conn.execute(
-                sql.SQL(line).format(db=sql.Identifier(conn.info.dbname), role=sql.Identifier(name))
-            )
-        db, host, port = conn.info.dbname, conn.info.host, conn.info.port
-    yield name, f"postgresql://{name}:{PASSWORD}@/{db}?host={quote(host, safe='/')}&port={port}"
-    run_sql(dsn, "DROP OWNED BY {r}", r=name)
-    run_sql(dsn, "DROP ROLE {r}", r=name)
+    with login_role(dsn, "awa_d", PASSWORD, readme_grants()) as role:
+        yield role
 
 
 def test_doctor_runs_with_the_readme_least_privilege_role(

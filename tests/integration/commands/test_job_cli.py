@@ -15,21 +15,8 @@ import psycopg
 import pytest
 from click.testing import Result
 
-from tests.helpers import AwaRunner
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-def awa(dsn: str, config_file: Path, runner: AwaRunner) -> Any:
-    """Run `awa --config <tmp> --database-url <dsn> ARGS...` in-process."""
-
-    def run(*args: str, database_url: str | None = None) -> Result:
-        return runner.awa(
-            "--config", str(config_file), "--database-url", database_url or dsn, *args
-        )
-
-    return run
 
 
 def _count(db: psycopg.Connection) -> int:

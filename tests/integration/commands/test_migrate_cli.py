@@ -193,24 +193,15 @@ def test_migrate_refuses_a_schema_newer_than_the_code(dsn: str, config_file: Pat
 def test_a_worker_refuses_a_schema_newer_than_the_code(dsn: str, tmp_path: Path) -> None:
     """A real `awa worker` exits 1 before it starts, naming both versions."""
     import os
-    import subprocess
-    import sys
 
-    from tests.helpers import ROOT
+    from tests.helpers import ROOT, run_python
 
     newest = from_the_future(dsn)
     config = tmp_path / "awa.toml"
     config.write_text('[app]\nmodules = ["tests.apps.outage"]\n')
     env = {**os.environ, "AWA_DATABASE_URL": dsn, "PYTHONPATH": str(ROOT), "NO_COLOR": "1"}
     env.pop("AWA_CONFIG", None)
-    done = subprocess.run(
-        [sys.executable, "-m", "awa_cli", "--config", str(config), "worker"],
-        env=env,
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    done = run_python("-m", "awa_cli", "--config", str(config), "worker", env=env)
     assert done.returncode == 1, done.stderr
     assert f"version {newest + 1:04d}, newer than this awa knows ({newest:04d})" in done.stderr
     assert "worker" not in done.stderr.split("Error:")[0] or "started" not in done.stderr

@@ -5,24 +5,14 @@ from __future__ import annotations
 
 import getpass
 import json
-from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
 from click.testing import Result
 
-from tests.helpers import AwaRunner
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-def awa(dsn: str, config_file: Path, runner: AwaRunner) -> Any:
-    def run(*args: str) -> Result:
-        return runner.awa("--config", str(config_file), "--database-url", dsn, *args)
-
-    return run
 
 
 def sql(dsn: str, statement: str, *params: object) -> list[tuple[Any, ...]]:

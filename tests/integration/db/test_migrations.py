@@ -3,7 +3,6 @@ SQL files shipped inside the wheel."""
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import shutil
 import subprocess
@@ -20,7 +19,7 @@ import pytest
 
 from awa_cli.db import migrations
 from awa_cli.db.migrations import migrate_dsn
-from tests.helpers import ROOT
+from tests.helpers import JOB_STATES, ROOT, build_wheel, run_captured
 
 
 # architecture §2: the columns of awa.jobs and their types (format_type spelling).
@@ -51,18 +50,6 @@ JOB_COLUMNS = {
     "attempted_at": "timestamp with time zone",
     "finalized_at": "timestamp with time zone",
 }
-
-JOB_STATES = [
-    "scheduled",
-    "available",
-    "running",
-    "waiting_external",
-    "retryable",
-    "completed",
-    "failed",
-    "cancelled",
-    "blocked",  # 0008: waiting for parents (architecture §16), appended to the enum
-]
 
 
 def _ledger(dsn: str) -> list[tuple[int, str]]:
@@ -392,43 +379,9 @@ def test_sql_is_found_through_importlib_resources() -> None:
     assert "CREATE TYPE awa.job_state" in entry.read_text(encoding="utf-8")
 
 
-def _copy_project(dest: Path) -> Path:
-    """A clean copy of the sources, so building leaves no build/ or egg-info in the checkout."""
-    ignore = shutil.ignore_patterns(
-        ".venv",
-        ".git",
-        "build",
-        "dist",
-        "*.egg-info",
-        "__pycache__",
-        ".awa",
-        "tests",
-        ".pytest_cache",
-    )
-    shutil.copytree(ROOT, dest, ignore=ignore)
-    return dest
-
-
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    src = _copy_project(tmp_path_factory.mktemp("src") / "awa")
-    out = tmp_path_factory.mktemp("dist")
-    cmd = [sys.executable, "-m", "build", "--wheel", "--outdir", str(out)]
-    # An isolated build fetches the pinned setuptools; offline, fall back to the venv's own
-    # (which needs setuptools >= 70.1 or the wheel package for bdist_wheel).
-    proc = subprocess.run(cmd, cwd=src, capture_output=True, text=True, timeout=300)
-    if proc.returncode != 0 and importlib.util.find_spec("setuptools") is not None:
-        proc = subprocess.run(
-            cmd + ["--no-isolation", "--skip-dependency-check"],
-            cwd=src,
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    wheels = list(out.glob("awa_worker-*.whl"))
-    assert len(wheels) == 1, list(out.iterdir())
-    return wheels[0]
+    return build_wheel(tmp_path_factory.mktemp("wheel"))
 
 
 def test_wheel_ships_the_migrations(wheel: Path) -> None:
@@ -457,14 +410,7 @@ def test_installed_wheel_finds_its_migrations(wheel: Path, tmp_path: Path) -> No
         " 'versions': [m.version for m in migrations.available()]}))"
     )
     env = {**os.environ, "PYTHONPATH": str(site)}
-    proc = subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=tmp_path,
-        timeout=60,
-    )
+    proc = run_captured([sys.executable, "-c", code], env=env, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     import json
 

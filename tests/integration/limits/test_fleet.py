@@ -113,6 +113,16 @@ def test_max_running_holds_across_processes(dsn: str, tmp_path: Path, processes:
     assert pids >= 2  # more than one process claimed
 
 
+def _big_started_before_the_last_small(dsn: str) -> int:
+    """How many "big" jobs started before the last "small" one did."""
+    (count,) = _query(
+        dsn,
+        "SELECT count(*) FROM awa_test.intervals WHERE tenant = 'big' AND started_at <"
+        " (SELECT max(started_at) FROM awa_test.intervals WHERE tenant = 'small')",
+    )[0]
+    return int(count)
+
+
 def test_a_later_key_is_not_queued_behind_a_backlog(dsn: str, tmp_path: Path) -> None:
     _side_tables(dsn)
     _enqueue(dsn, ["big"] * 500)
@@ -121,11 +131,7 @@ def test_a_later_key_is_not_queued_behind_a_backlog(dsn: str, tmp_path: Path) ->
     config = "[queues.default]\nconcurrency = 4\n" + _limit(100)
     with workers(dsn, tmp_path, config, 2) as procs:
         _wait(dsn, procs, "SELECT count(*) = 5 FROM awa_test.intervals WHERE tenant = 'small'")
-    (before,) = _query(
-        dsn,
-        "SELECT count(*) FROM awa_test.intervals WHERE tenant = 'big' AND started_at <"
-        " (SELECT max(started_at) FROM awa_test.intervals WHERE tenant = 'small')",
-    )[0]
+    before = _big_started_before_the_last_small(dsn)
     assert before <= 50, before  # in claim order "small" would come after all 500
 
 
@@ -137,11 +143,7 @@ def test_a_key_enqueued_during_a_backlog_is_served_at_once(dsn: str, tmp_path: P
         _wait(dsn, procs, "SELECT count(*) >= 16 FROM awa_test.intervals")
         _enqueue(dsn, ["small"] * 3)  # while the workers claim from their ranked candidates
         _wait(dsn, procs, "SELECT count(*) = 3 FROM awa_test.intervals WHERE tenant = 'small'")
-    (before,) = _query(
-        dsn,
-        "SELECT count(*) FROM awa_test.intervals WHERE tenant = 'big' AND started_at <"
-        " (SELECT max(started_at) FROM awa_test.intervals WHERE tenant = 'small')",
-    )[0]
+    before = _big_started_before_the_last_small(dsn)
     # The ranking is reused for at most 0.5 s: "small" waits that long, not for the backlog.
     assert before <= 500, before
 

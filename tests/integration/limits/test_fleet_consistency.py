@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.integration.limits.test_fleet import AWA, APP, _limit, _query, _wait, workers
-from tests.helpers import ROOT
+from tests.helpers import ROOT, run_captured
 
 pytestmark = [pytest.mark.integration]
 
@@ -24,14 +24,7 @@ def _run(dsn: str, tmp_path: Path, config: str, *args: str) -> subprocess.Comple
     path = tmp_path / "other.toml"
     path.write_text(APP + config)
     env = {**os.environ, "AWA_DATABASE_URL": dsn, "PYTHONPATH": str(ROOT)}
-    return subprocess.run(
-        [AWA, "--config", str(path), *args],
-        env=env,
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    return run_captured([AWA, "--config", str(path), *args], env=env)
 
 
 def _doctor(dsn: str, tmp_path: Path) -> tuple[int, dict[str, dict[str, str]]]:

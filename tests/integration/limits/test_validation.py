@@ -8,7 +8,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -16,11 +15,10 @@ import psycopg
 import pytest
 
 import awa_cli as awa
-from tests.helpers import ROOT
+from tests.helpers import AWA, ROOT, run_captured
 
 pytestmark = [pytest.mark.integration]
 
-AWA = str(Path(sys.executable).parent / "awa")
 APP = '[app]\nmodules = ["tests.apps.limited"]\n'
 
 
@@ -36,14 +34,7 @@ def _awa(
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     if dsn:
         env["AWA_DATABASE_URL"] = dsn
-    return subprocess.run(
-        [AWA, "--config", str(path), *args],
-        env=env,
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
+    return run_captured([AWA, "--config", str(path), *args], env=env, timeout=timeout)
 
 
 BAD = [

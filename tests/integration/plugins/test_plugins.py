@@ -5,7 +5,6 @@ real Worker and PostgreSQL, and ``awa plugins``."""
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import json
 import logging
 import textwrap
@@ -20,9 +19,9 @@ import pytest
 
 import awa_cli as awa
 from awa_cli.dispatch import Dispatcher
-from awa_cli.jobs import JobRow, JobState
+from awa_cli.jobs import JobRow
 from awa_cli.plugins.manager import ENTRY_POINT_GROUP, build_plugin_host
-from tests.helpers import AwaRunner, ROOT, job_row, running_worker, wait_until
+from tests.helpers import AwaRunner, ROOT, job_row, memory_row, running_worker, wait_until
 from tests.integration.plugins import ep_plugin, raising_plugin, sample_plugin, sync_plugin
 
 BUILTIN = "awa_cli.plugins.builtin_logging"
@@ -181,25 +180,9 @@ def test_hookimpl_is_the_public_marker() -> None:
 
 # -- call order and semantics (no database) ----------------------------------------------
 def fake_row(kind: str = "thing") -> JobRow:
-    values: dict[str, Any] = {f.name: None for f in dataclasses.fields(JobRow)}
-    now = datetime.now(UTC)
-    values.update(
-        id=1,
-        kind=kind,
-        queue="default",
-        args={"n": 1},
-        state=JobState.COMPLETED,
-        priority=2,
-        attempt=1,
-        max_attempts=25,
-        run_at=now,
-        run_lease=1,
-        errors=[],
-        metadata={},
-        tags=[],
-        created_at=now,
+    return memory_row(
+        datetime.now(UTC), id=1, kind=kind, queue="default", args={"n": 1}, state="completed"
     )
-    return JobRow(**values)
 
 
 @pytest.mark.asyncio

@@ -4,7 +4,6 @@ HTTP (one process, and ``--processes 2`` on two ports), and the Grafana dashboar
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 import os
@@ -27,10 +26,10 @@ from prometheus_client.parser import text_string_to_metric_families
 import awa_cli as awa
 from awa_cli.depth import QueueDepth
 from awa_cli.events import JobEvent, RescueReason
-from awa_cli.jobs import JobRow, JobState
+from awa_cli.jobs import JobRow
 from awa_cli.plugins.prometheus import NAME, SLOT_ENV, PrometheusPlugin
 from awa_cli.worker.services import WorkerStats
-from tests.helpers import AwaRunner, ROOT, spawn_worker
+from tests.helpers import AwaRunner, ROOT, memory_row, spawn_worker
 from tests.apps.metrics_app import (
     MetricsFail,
     MetricsOk,
@@ -51,25 +50,7 @@ HOOKS = [
 
 
 def row(kind: str = "send_email", queue: str = "email", **changes: Any) -> JobRow:
-    values: dict[str, Any] = {f.name: None for f in dataclasses.fields(JobRow)}
-    values.update(
-        id=7,
-        kind=kind,
-        queue=queue,
-        args={"to": "a@example.com"},
-        state=JobState.RUNNING,
-        priority=2,
-        attempt=1,
-        max_attempts=25,
-        run_at=NOW,
-        run_lease=1,
-        errors=[],
-        metadata={},
-        tags=[],
-        created_at=NOW,
-    )
-    values.update(changes)
-    return JobRow(**values)
+    return memory_row(NOW, kind=kind, queue=queue, **changes)
 
 
 class FakeWorker:

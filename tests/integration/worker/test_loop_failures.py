@@ -18,16 +18,14 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from urllib.parse import quote
 
 import psycopg
 import pytest
-from psycopg import sql
 
 import awa_cli as awa
 from tests.apps.lifecycle import SIDE_TABLE, Sleepy
 from tests.helpers import ROOT, job_row, running_worker, wait_until
-from tests.helpers import readme_grants
+from tests.helpers import login_role, readme_grants, run_sql
 from tests.integration.worker.test_notify import NotifySocket
 
 pytestmark = pytest.mark.integration
@@ -42,32 +40,13 @@ GRANTS = [
 ]
 
 
-def run_sql(dsn: str, statement: str, **names: str) -> None:
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute("SET default_transaction_read_only = off")  # even in the read-only window
-        idents = {k: sql.Identifier(v) for k, v in names.items()}
-        conn.execute(sql.SQL(statement).format(**idents))  # type: ignore[arg-type]
-
-
 @pytest.fixture
 def role(dsn: str) -> Iterator[tuple[str, str]]:
     """A least-privilege worker role (the README's grants) and its URL."""
-    name = f"awa_w_{uuid.uuid4().hex[:8]}"
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(SIDE_TABLE)
-        conn.execute(
-            sql.SQL("CREATE ROLE {} LOGIN PASSWORD {}").format(
-                sql.Identifier(name), sql.Literal(PASSWORD)
-            )
-        )
-        for line in GRANTS:
-            conn.execute(
-                sql.SQL(line).format(db=sql.Identifier(conn.info.dbname), role=sql.Identifier(name))
-            )
-        db, host, port = conn.info.dbname, conn.info.host, conn.info.port
-    yield name, f"postgresql://{name}:{PASSWORD}@/{db}?host={quote(host, safe='/')}&port={port}"
-    run_sql(dsn, "DROP OWNED BY {r}", r=name)
-    run_sql(dsn, "DROP ROLE {r}", r=name)
+    with login_role(dsn, "awa_w", PASSWORD, GRANTS) as role:
+        yield role
 
 
 @pytest.fixture
