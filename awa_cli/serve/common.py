@@ -167,6 +167,11 @@ def json_error(status: int, message: str) -> Response:
     return JSONResponse({"error": message}, status_code=status)
 
 
+def json_failure(exc: BaseException) -> Response:
+    """The API's answer to an error from the client: its status and one-line message."""
+    return json_error(status_for(exc), error_line(exc))
+
+
 def template_env() -> jinja2.Environment:
     import jinja2
 
