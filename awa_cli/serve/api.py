@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from awa_cli.errors import ValidationError
 from awa_cli.serve.chart import throughput_json
-from awa_cli.serve.common import client_of
+from awa_cli.serve.common import client_of, int_param
 from awa_cli.serve.pages import STATES, overview_table
 from awa_cli.serve.routing import RouteTable, json_read
 
@@ -23,15 +23,6 @@ PAGE_BYTES = 4 * 1024 * 1024  # a list page stops early (next_before set) past t
 CHUNK = 100  # rows fetched per query while a page is assembled
 RELATIVES = 1000  # parents and children listed by GET /api/jobs/{id} (the counts say the rest)
 ROUTES = RouteTable()
-
-
-def _optional_int(request: Request, name: str, default: int | None) -> int | None:
-    raw = (request.query_params.get(name) or "").strip()
-    if not raw:
-        return default
-    if not raw.isdigit() or len(raw) > 18:
-        raise ValidationError(name, f"expected a positive integer, got {raw[:40]!r}")
-    return int(raw)
 
 
 @ROUTES.get("/api/stats")
@@ -74,7 +65,7 @@ async def list_jobs(request: Request) -> dict[str, Any]:
     for the next page. ``limit`` is 1 to 1000 (100 by default); a page also stops once it
     holds about 4 MiB of JSON (jobs with big args), so one request's memory stays bounded."""
     q = request.query_params
-    limit = _optional_int(request, "limit", 100) or 100
+    limit = int_param(request, "limit") or 100
     if limit > MAX_LIMIT:
         raise ValidationError("limit", f"must be at most {MAX_LIMIT}")
     filters = {
@@ -83,9 +74,7 @@ async def list_jobs(request: Request) -> dict[str, Any]:
         "queue": q.get("queue") or None,
         "tag": q.get("tag") or None,
     }
-    jobs, next_before = await _bounded_page(
-        request, filters, _optional_int(request, "before", None), limit
-    )
+    jobs, next_before = await _bounded_page(request, filters, int_param(request, "before"), limit)
     return {"jobs": jobs, "next_before": next_before}
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from awa_cli.errors import ValidationError
-from awa_cli.serve.common import client_of
+from awa_cli.serve.common import client_of, limit_param
 from awa_cli.serve.routing import RouteTable, json_read, page
 
 if TYPE_CHECKING:
@@ -24,13 +24,7 @@ def _query(request: Request) -> tuple[str | None, int]:
     state = (q.get("state") or "").strip() or None
     if state is not None and state not in STATES:
         raise ValidationError("state", f"expected one of {', '.join(STATES)}")
-    raw = (q.get("limit") or "").strip()
-    limit = PAGE
-    if raw:
-        if not raw.isdigit() or not 1 <= int(raw) <= 1000:
-            raise ValidationError("limit", "must be an integer from 1 to 1000")
-        limit = int(raw)
-    return state, limit
+    return state, limit_param(request, PAGE)
 
 
 @ROUTES.get("/batches")

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
 
 from awa_cli.admin import QueueInfo
-from awa_cli.errors import QueueNotFound, ValidationError
+from awa_cli.errors import QueueNotFound
 from awa_cli.serve.common import (
     act,
     client_of,
@@ -27,6 +27,7 @@ from awa_cli.serve.common import (
     form_of,
     format_when,
     json_failure,
+    limit_param,
     principal_of,
     render,
 )
@@ -49,19 +50,10 @@ def _text_param(request: Request, name: str) -> str | None:
     return (request.query_params.get(name) or "").strip() or None
 
 
-def _limit(request: Request, default: int) -> int:
-    raw = (request.query_params.get("limit") or "").strip()
-    if not raw:
-        return default
-    if not raw.isdigit() or not 1 <= int(raw) <= MAX_LIMIT:
-        raise ValidationError("limit", f"must be an integer from 1 to {MAX_LIMIT}")
-    return int(raw)
-
-
 async def _dlq(request: Request, default_limit: int) -> dict[str, Any]:
     client = client_of(request)
     filters = {"queue": _text_param(request, "queue"), "kind": _text_param(request, "kind")}
-    letters = await client.list_dlq(**filters, limit=_limit(request, default_limit))
+    letters = await client.list_dlq(**filters, limit=limit_param(request, default_limit, MAX_LIMIT))
     return {"filters": filters, "letters": letters, "depth": await client.dlq_depth()}
 
 

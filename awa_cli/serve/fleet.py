@@ -7,7 +7,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from awa_cli.errors import ValidationError
-from awa_cli.serve.common import client_of
+from awa_cli.serve.common import client_of, limit_param
 from awa_cli.serve.routing import RouteTable, json_read, page
 
 if TYPE_CHECKING:
@@ -41,11 +41,9 @@ def _audit_query(request: Request) -> dict[str, Any]:
             raise ValidationError(
                 "since", f"expected an ISO 8601 time, got {since[:40]!r}"
             ) from None
-    raw = (q.get("limit") or "").strip()
-    if raw:
-        if not raw.isdigit() or not 1 <= int(raw) <= 1000:
-            raise ValidationError("limit", "must be an integer from 1 to 1000")
-        filters["limit"] = int(raw)
+    limit = limit_param(request, None)
+    if limit is not None:
+        filters["limit"] = limit
     return filters
 
 

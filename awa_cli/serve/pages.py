@@ -15,7 +15,7 @@ from urllib.parse import urlencode
 from awa_cli.callbacks import check_resolvable
 from awa_cli.jobs import JobState
 from awa_cli.errors import ValidationError
-from awa_cli.serve.common import act, client_of, error_page, form_of, render
+from awa_cli.serve.common import act, client_of, error_page, form_of, int_param, render
 from awa_cli.serve.routing import RouteTable, page
 
 if TYPE_CHECKING:
@@ -88,26 +88,17 @@ def _filters(request: Request) -> dict[str, str | None]:
     return {name: (q.get(name) or "").strip() or None for name in ("state", "kind", "queue", "tag")}
 
 
-def _int_param(request: Request, name: str) -> int | None:
-    raw = (request.query_params.get(name) or "").strip()
-    if not raw:
-        return None
-    if not raw.isdigit() or len(raw) > 18:
-        raise ValidationError(name, f"expected a job id, got {raw[:40]!r}")
-    return int(raw)
-
-
 @ROUTES.get("/jobs")
 async def jobs(request: Request) -> Response:
     from starlette.responses import RedirectResponse
 
     filters = _filters(request)
     try:
-        found = _int_param(request, "id")
+        found = int_param(request, "id", "a job id")
         if found is not None:
             return RedirectResponse(f"/jobs/{found}", status_code=303)
         rows = await client_of(request).list_jobs_page(
-            **filters, before_id=_int_param(request, "before"), limit=PAGE_SIZE + 1
+            **filters, before_id=int_param(request, "before", "a job id"), limit=PAGE_SIZE + 1
         )
     except Exception as exc:
         return error_page(request, exc)

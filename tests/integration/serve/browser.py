@@ -334,6 +334,13 @@ async def _store_schedule(dsn: str) -> None:
         await client.core.fire_periodic()  # computes its first fire time
 
 
+def heartbeat(dsn: str) -> None:
+    """The seeded worker heartbeats now, as a live one does (it counts as live for 30 s: a
+    long test on a loaded machine outlives the heartbeat the seed gave it)."""
+    with psycopg.connect(dsn) as conn:
+        conn.execute("UPDATE awa.workers SET heartbeat_at = now()")
+
+
 def claim(dsn: str, queue: str) -> list[int]:
     """What a worker's claim of ``queue`` takes now (the worker's own claim statement)."""
 

@@ -18,6 +18,7 @@ import awa_cli as awa
 from tests.helpers import job_row
 from tests.integration.serve.helpers import audit_rows
 from tests.integration.serve.browser import (
+    heartbeat,
     signed_in,
     LIST_PAGES,
     OPERATOR_TOKEN,
@@ -99,6 +100,7 @@ def test_every_page_shows_the_database_and_filters_work(dsn: str, tmp_path: Path
         for action in ("complete", "fail", "retry", "resume", "heartbeat"):
             assert f"{served.url}/callbacks/{callback_id}/{action}" in urls
         # Workers and kinds: the live worker, and the kind nobody runs flagged.
+        heartbeat(dsn)
         page.click("nav a[href='/workers']")
         row = page.locator("tbody tr").first.inner_text()
         assert "build-host" in row and "4242" in row and "email=10" in row
