@@ -7,104 +7,75 @@ database). Auth and CSRF are the guard's (``auth.Guard``).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from awa_cli.errors import ValidationError
-from awa_cli.serve.common import act, client_of, error_line, json_error, status_for
+from awa_cli.serve.chart import throughput_json
+from awa_cli.serve.common import client_of, int_param
 from awa_cli.serve.pages import STATES, overview_table
+from awa_cli.serve.routing import RouteTable, json_read
 
 if TYPE_CHECKING:
     from starlette.requests import Request
-    from starlette.responses import Response
-    from starlette.routing import BaseRoute
 
 MAX_LIMIT = 1000
 PAGE_BYTES = 4 * 1024 * 1024  # a list page stops early (next_before set) past this many bytes
 CHUNK = 100  # rows fetched per query while a page is assembled
 RELATIVES = 1000  # parents and children listed by GET /api/jobs/{id} (the counts say the rest)
+ROUTES = RouteTable()
 
 
-def _failed(exc: Exception) -> Response:
-    return json_error(status_for(exc), error_line(exc))
-
-
-def _optional_int(request: Request, name: str, default: int | None) -> int | None:
-    raw = (request.query_params.get(name) or "").strip()
-    if not raw:
-        return default
-    if not raw.isdigit() or len(raw) > 18:
-        raise ValidationError(name, f"expected a positive integer, got {raw[:40]!r}")
-    return int(raw)
-
-
-async def stats(request: Request) -> Response:
+@ROUTES.get("/api/stats")
+@json_read
+async def stats(request: Request) -> dict[str, Any]:
     """``{"total", "totals": {state: n}, "oldest_available_age_seconds", "queues": [{"queue",
     "counts": {state: n}, "oldest_available_age_seconds"}], "estimated": [state...],
     "throughput": [{"minute", "completed", "failed"}], "paused_queues": [name...],
     "dead_letters": {"total", "queues": {name: n}}}`` (estimated: states counted from a
     sample of a large table; throughput: the last hour, minutes with none left out)."""
-    from starlette.responses import JSONResponse
-
     client = client_of(request)
-    try:
-        table = overview_table(await client.job_counts())
-        throughput = await client.throughput()
-        paused = await client.paused_queues()
-        depth = await client.dlq_depth()
-    except Exception as exc:
-        return _failed(exc)
-    return JSONResponse(
-        {
-            "total": table["total"],
-            "totals": table["totals"],
-            "oldest_available_age_seconds": table["oldest_available_seconds"],
-            "queues": [
-                {
-                    "queue": q["queue"],
-                    "counts": q["counts"],
-                    "oldest_available_age_seconds": q["oldest"],
-                }
-                for q in table["queues"]
-            ],
-            "states": STATES,
-            "estimated": table["estimated"],
-            "throughput": [
-                {
-                    "minute": p["minute"].isoformat(),
-                    "completed": p["completed"],
-                    "failed": p["failed"],
-                }
-                for p in throughput
-            ],
-            "paused_queues": paused,
-            "dead_letters": depth.to_json(),
-        }
-    )
+    table = overview_table(await client.job_counts())
+    throughput = await client.throughput()
+    paused = await client.paused_queues()
+    depth = await client.dlq_depth()
+    return {
+        "total": table["total"],
+        "totals": table["totals"],
+        "oldest_available_age_seconds": table["oldest_available_seconds"],
+        "queues": [
+            {
+                "queue": q["queue"],
+                "counts": q["counts"],
+                "oldest_available_age_seconds": q["oldest"],
+            }
+            for q in table["queues"]
+        ],
+        "states": STATES,
+        "estimated": table["estimated"],
+        "throughput": throughput_json(throughput),
+        "paused_queues": paused,
+        "dead_letters": depth.to_json(),
+    }
 
 
-async def list_jobs(request: Request) -> Response:
+@ROUTES.get("/api/jobs")
+@json_read
+async def list_jobs(request: Request) -> dict[str, Any]:
     """``{"jobs": [...], "next_before": id | null}``: newest first; pass ``before=next_before``
     for the next page. ``limit`` is 1 to 1000 (100 by default); a page also stops once it
     holds about 4 MiB of JSON (jobs with big args), so one request's memory stays bounded."""
-    from starlette.responses import JSONResponse
-
     q = request.query_params
-    try:
-        limit = _optional_int(request, "limit", 100) or 100
-        if limit > MAX_LIMIT:
-            raise ValidationError("limit", f"must be at most {MAX_LIMIT}")
-        filters = {
-            "state": q.get("state") or None,
-            "kind": q.get("kind") or None,
-            "queue": q.get("queue") or None,
-            "tag": q.get("tag") or None,
-        }
-        jobs, next_before = await _bounded_page(
-            request, filters, _optional_int(request, "before", None), limit
-        )
-    except Exception as exc:
-        return _failed(exc)
-    return JSONResponse({"jobs": jobs, "next_before": next_before})
+    limit = int_param(request, "limit") or 100
+    if limit > MAX_LIMIT:
+        raise ValidationError("limit", f"must be at most {MAX_LIMIT}")
+    filters = {
+        "state": q.get("state") or None,
+        "kind": q.get("kind") or None,
+        "queue": q.get("queue") or None,
+        "tag": q.get("tag") or None,
+    }
+    jobs, next_before = await _bounded_page(request, filters, int_param(request, "before"), limit)
+    return {"jobs": jobs, "next_before": next_before}
 
 
 async def _bounded_page(
@@ -133,58 +104,18 @@ async def _bounded_page(
             return jobs, before
 
 
-async def get_job(request: Request) -> Response:
+@ROUTES.get("/api/jobs/{job_id:int}")
+@json_read
+async def get_job(request: Request) -> dict[str, Any]:
     """The row plus ``concurrency_key``, ``why_not_running``, ``limit``, ``timeline`` and
     the job's ``parents`` and ``children`` (the first 1,000 of each: id, kind, state, step;
     ``parent_count``, ``child_count``), ``workflow`` and ``batch`` (those six only for a job
     with parents, children, a workflow or a batch), as ``awa job show --json`` prints it."""
-    from starlette.responses import JSONResponse
-
     from awa_cli.history import show_json
 
     client = client_of(request)
     job_id = int(request.path_params["job_id"])
-    try:
-        history = await client.job_history(job_id)
-        status = await client.limit_status(job_id)
-        relations = await client.job_relations(job_id, limit=RELATIVES)
-        shown = show_json(history, status, relations)
-    except Exception as exc:
-        return _failed(exc)
-    return JSONResponse(shown)
-
-
-async def cancel_job(request: Request) -> Response:
-    from starlette.responses import JSONResponse
-
-    job_id = int(request.path_params["job_id"])
-    client = client_of(request)
-    try:
-        row = await act(request, "job.cancel", f"job:{job_id}", lambda: client.cancel(job_id))
-    except Exception as exc:
-        return _failed(exc)
-    return JSONResponse(row.to_json())
-
-
-async def retry_job(request: Request) -> Response:
-    from starlette.responses import JSONResponse
-
-    job_id = int(request.path_params["job_id"])
-    client = client_of(request)
-    try:
-        row = await act(request, "job.retry", f"job:{job_id}", lambda: client.retry(job_id))
-    except Exception as exc:
-        return _failed(exc)
-    return JSONResponse(row.to_json())
-
-
-def routes() -> list[BaseRoute]:
-    from starlette.routing import Route
-
-    return [
-        Route("/api/stats", stats, methods=["GET"]),
-        Route("/api/jobs", list_jobs, methods=["GET"]),
-        Route("/api/jobs/{job_id:int}", get_job, methods=["GET"]),
-        Route("/api/jobs/{job_id:int}/cancel", cancel_job, methods=["POST"]),
-        Route("/api/jobs/{job_id:int}/retry", retry_job, methods=["POST"]),
-    ]
+    history = await client.job_history(job_id)
+    status = await client.limit_status(job_id)
+    relations = await client.job_relations(job_id, limit=RELATIVES)
+    return show_json(history, status, relations)

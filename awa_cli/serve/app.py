@@ -131,10 +131,9 @@ def build_app(client: AsyncClient, settings: ServeSettings) -> Starlette:
     ]
     if not settings.callbacks_only:
         routes.append(Route("/metrics", metrics, methods=["GET"]))
-        routes += pages.routes() + api.routes() + fleet.routes() + controls.routes()
-        routes += queues.routes() + bulk.routes() + dead_letters_bulk.routes()
-        routes += batches.routes()
-        routes += workflows.routes()
+        for module in (pages, api, fleet, controls, queues, bulk, dead_letters_bulk, batches):
+            routes += module.ROUTES.routes()
+        routes += workflows.ROUTES.routes()
         routes.append(Mount("/static", StaticFiles(directory=str(STATIC)), name="static"))
 
     @contextlib.asynccontextmanager

@@ -22,18 +22,19 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
 
 from awa_cli.errors import ValidationError
-from awa_cli.serve.common import act, client_of, error_line, error_page, form_lists, json_error
-from awa_cli.serve.common import render, status_for
+from awa_cli.serve.common import act, client_of, error_line, error_page, form_lists
+from awa_cli.serve.common import json_failure, render, status_for
+from awa_cli.serve.routing import RouteTable
 
 if TYPE_CHECKING:
     from starlette.requests import Request
     from starlette.responses import Response
-    from starlette.routing import BaseRoute
 
     from awa_cli.client import AsyncClient
 
 MAX_SELECTED = 1000  # ids one request may name
 FILTERS = ("state", "kind", "queue", "tag")
+ROUTES = RouteTable()
 
 
 @dataclass(frozen=True)
@@ -194,6 +195,7 @@ def _audit_action(verb: str) -> str | None:
     return {"cancel": "job.cancel", "retry": "job.retry", "delete": "job.purge"}.get(verb)
 
 
+@ROUTES.post("/jobs/bulk")
 async def bulk_form(request: Request) -> Response:
     """The jobs list's bulk form: a confirmation page first, then the action and back to
     the list with a notice of how many jobs changed."""
@@ -249,6 +251,7 @@ def _from_json(verb: str, body: bytes) -> tuple[BulkAsk, bool]:
     return BulkAsk(verb, filters=filters, all=bool(data.get("all", False))), dry_run
 
 
+@ROUTES.post("/api/jobs/bulk/{verb}")
 async def bulk_api(request: Request) -> Response:
     """``{"count": n, "dry_run": bool}``; the body names ``ids`` or the filters (``state``,
     ``kind``, ``queue``, ``tag``; none at all needs ``"all": true``) and ``dry_run``."""
@@ -261,21 +264,12 @@ async def bulk_api(request: Request) -> Response:
         asked, dry_run = _from_json(verb, await request.body())
     except ValidationError as exc:
         await refused(request, _audit_action(verb), exc)
-        return json_error(status_for(exc), error_line(exc))
+        return json_failure(exc)
     try:
         if dry_run:
             count = await _count(client_of(request), asked)
         else:
             count = await _execute(request, asked)
     except Exception as exc:
-        return json_error(status_for(exc), error_line(exc))
+        return json_failure(exc)
     return JSONResponse({"count": count, "dry_run": dry_run})
-
-
-def routes() -> list[BaseRoute]:
-    from starlette.routing import Route
-
-    return [
-        Route("/jobs/bulk", bulk_form, methods=["POST"]),
-        Route("/api/jobs/bulk/{verb}", bulk_api, methods=["POST"]),
-    ]

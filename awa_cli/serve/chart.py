@@ -36,6 +36,15 @@ class Chart:
     height: int = HEIGHT
 
 
+def throughput_json(points: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``AsyncClient.throughput()`` points as the API gives them: ``{"minute" (ISO 8601),
+    "completed", "failed"}``."""
+    return [
+        {"minute": p["minute"].isoformat(), "completed": p["completed"], "failed": p["failed"]}
+        for p in points
+    ]
+
+
 def throughput_chart(points: list[dict[str, Any]], now: datetime | None = None) -> Chart:
     """Bars for the 60 minutes ending now from ``AsyncClient.throughput()`` points."""
     now = (now or datetime.now(UTC)).replace(second=0, microsecond=0)

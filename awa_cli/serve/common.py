@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from awa_cli.client import AsyncClient
 
 T = TypeVar("T")
+D = TypeVar("D", int, None)
 HERE = Path(__file__).resolve().parent
 TEMPLATES = HERE / "templates"
 STATIC = HERE / "static"
@@ -73,6 +74,31 @@ async def form_lists(request: Request) -> dict[str, list[str]]:
 
     body = (await request.body()).decode("utf-8", "replace")
     return parse_qs(body, keep_blank_values=True)
+
+
+def int_param(request: Request, name: str, expected: str = "a positive integer") -> int | None:
+    """A query parameter's positive integer (at most 18 digits), None when it is blank; a
+    ValidationError ``expected <expected>, got '...'`` for anything else."""
+    from awa_cli.errors import ValidationError
+
+    raw = (request.query_params.get(name) or "").strip()
+    if not raw:
+        return None
+    if not raw.isdigit() or len(raw) > 18:
+        raise ValidationError(name, f"expected {expected}, got {raw[:40]!r}")
+    return int(raw)
+
+
+def limit_param(request: Request, default: D, most: int = 1000) -> int | D:
+    """``?limit=``: an integer from 1 to ``most``; ``default`` when it is blank."""
+    from awa_cli.errors import ValidationError
+
+    raw = (request.query_params.get("limit") or "").strip()
+    if not raw:
+        return default
+    if not raw.isdigit() or not 1 <= int(raw) <= most:
+        raise ValidationError("limit", f"must be an integer from 1 to {most}")
+    return int(raw)
 
 
 def configured_queues(request: Request) -> tuple[str, ...]:
@@ -165,6 +191,11 @@ def json_error(status: int, message: str) -> Response:
     from starlette.responses import JSONResponse
 
     return JSONResponse({"error": message}, status_code=status)
+
+
+def json_failure(exc: BaseException) -> Response:
+    """The API's answer to an error from the client: its status and one-line message."""
+    return json_error(status_for(exc), error_line(exc))
 
 
 def template_env() -> jinja2.Environment:

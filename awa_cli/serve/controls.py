@@ -1,5 +1,6 @@
 """The operator pages: the dead-letter queue (retry, purge), periodic schedules (pause,
-resume, trigger) and the queue actions (pause, resume), with their API twins under ``/api/``.
+resume, trigger), the queue actions (pause, resume) and a job's cancel and retry, with their
+API twins under ``/api/``.
 
 Each action is one :class:`Action`: the client call it makes, the audit name and target
 the outcome core records it under, and what the form and the API answer. Both twins run it
@@ -17,31 +18,31 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
 
 from awa_cli.admin import QueueInfo
-from awa_cli.errors import QueueNotFound, ValidationError
+from awa_cli.errors import QueueNotFound
 from awa_cli.serve.common import (
     act,
     client_of,
     configured_queues,
-    error_line,
     error_page,
     form_of,
     format_when,
-    json_error,
+    json_failure,
+    limit_param,
     principal_of,
     render,
-    status_for,
 )
 from awa_cli.serve.queues import queue_rows
+from awa_cli.serve.routing import RouteTable, json_read, page
 
 if TYPE_CHECKING:
     from starlette.requests import Request
     from starlette.responses import Response
-    from starlette.routing import BaseRoute
 
     from awa_cli.client import AsyncClient
 
 DLQ_PAGE = 100
 MAX_LIMIT = 1000
+ROUTES = RouteTable()
 
 
 # -- reads -------------------------------------------------------------------------------
@@ -49,19 +50,10 @@ def _text_param(request: Request, name: str) -> str | None:
     return (request.query_params.get(name) or "").strip() or None
 
 
-def _limit(request: Request, default: int) -> int:
-    raw = (request.query_params.get("limit") or "").strip()
-    if not raw:
-        return default
-    if not raw.isdigit() or not 1 <= int(raw) <= MAX_LIMIT:
-        raise ValidationError("limit", f"must be an integer from 1 to {MAX_LIMIT}")
-    return int(raw)
-
-
 async def _dlq(request: Request, default_limit: int) -> dict[str, Any]:
     client = client_of(request)
     filters = {"queue": _text_param(request, "queue"), "kind": _text_param(request, "kind")}
-    letters = await client.list_dlq(**filters, limit=_limit(request, default_limit))
+    letters = await client.list_dlq(**filters, limit=limit_param(request, default_limit, MAX_LIMIT))
     return {"filters": filters, "letters": letters, "depth": await client.dlq_depth()}
 
 
@@ -70,68 +62,49 @@ def _done(request: Request) -> str | None:
     return request.query_params.get("done") or None
 
 
-async def dlq_page(request: Request) -> Response:
-    try:
-        found = await _dlq(request, DLQ_PAGE)
-    except Exception as exc:
-        return error_page(request, exc)
-    return render(request, "dlq.html", **found, done=_done(request))
+@ROUTES.get("/dlq")
+@page("dlq.html")
+async def dlq_page(request: Request) -> dict[str, Any]:
+    return await _dlq(request, DLQ_PAGE) | {"done": _done(request)}
 
 
-async def dead_letter_page(request: Request) -> Response:
-    try:
-        dead = await client_of(request).get_dlq_job(int(request.path_params["job_id"]))
-    except Exception as exc:
-        return error_page(request, exc)
-    return render(request, "dead_letter.html", job=dead)
+@ROUTES.get("/dlq/{job_id:int}")
+@page("dead_letter.html")
+async def dead_letter_page(request: Request) -> dict[str, Any]:
+    return {"job": await client_of(request).get_dlq_job(int(request.path_params["job_id"]))}
 
 
-async def periodic_page(request: Request) -> Response:
-    try:
-        schedules = await client_of(request).list_periodic()
-    except Exception as exc:
-        return error_page(request, exc)
-    return render(request, "periodic.html", schedules=schedules, done=_done(request))
+@ROUTES.get("/periodic")
+@page("periodic.html")
+async def periodic_page(request: Request) -> dict[str, Any]:
+    return {"schedules": await client_of(request).list_periodic(), "done": _done(request)}
 
 
 # -- API reads ---------------------------------------------------------------------------
-def _failed(exc: Exception) -> Response:
-    return json_error(status_for(exc), error_line(exc))
-
-
-async def api_dlq(request: Request) -> Response:
+@ROUTES.get("/api/dlq")
+@json_read
+async def api_dlq(request: Request) -> dict[str, Any]:
     """``{"dead_letters": [job fields + "dead_at", "dead_reason"], "depth": {"total",
     "queues": {name: n}}}``, newest first; ``?queue=&kind=&limit=`` (default 100)."""
-    from starlette.responses import JSONResponse
-
-    try:
-        found = await _dlq(request, 100)
-    except Exception as exc:
-        return _failed(exc)
+    found = await _dlq(request, 100)
     letters = [d.to_json() for d in found["letters"]]
-    return JSONResponse({"dead_letters": letters, "depth": found["depth"].to_json()})
+    return {"dead_letters": letters, "depth": found["depth"].to_json()}
 
 
-async def api_dead_letter(request: Request) -> Response:
-    from starlette.responses import JSONResponse
-
-    try:
-        dead = await client_of(request).get_dlq_job(int(request.path_params["job_id"]))
-    except Exception as exc:
-        return _failed(exc)
-    return JSONResponse(dead.to_json())
+@ROUTES.get("/api/dlq/{job_id:int}")
+@json_read
+async def api_dead_letter(request: Request) -> Any:
+    dead = await client_of(request).get_dlq_job(int(request.path_params["job_id"]))
+    return dead.to_json()
 
 
-async def api_periodic(request: Request) -> Response:
+@ROUTES.get("/api/periodic")
+@json_read
+async def api_periodic(request: Request) -> dict[str, Any]:
     """``{"periodic": [{"name", "cron", "timezone", "kind", "paused", "last_fire_at",
     "next_fire_at", "last_job_id", "last_job_state", ...}]}``."""
-    from starlette.responses import JSONResponse
-
-    try:
-        schedules = await client_of(request).list_periodic()
-    except Exception as exc:
-        return _failed(exc)
-    return JSONResponse({"periodic": [p.to_json() for p in schedules]})
+    schedules = await client_of(request).list_periodic()
+    return {"periodic": [p.to_json() for p in schedules]}
 
 
 # -- actions -----------------------------------------------------------------------------
@@ -227,7 +200,35 @@ def _periodic_target(name: str) -> str:
     return f"periodic:{name}"
 
 
+async def _cancel_job(t: Target) -> Any:
+    return await t.client.cancel(int(t.value))
+
+
+async def _retry_job(t: Target) -> Any:
+    return await t.client.retry(int(t.value))
+
+
+def _job_target(job_id: str) -> str:
+    return f"job:{job_id}"
+
+
 ACTIONS = [
+    Action(
+        "/jobs/{job_id:int}/cancel",
+        "job_id",
+        "job.cancel",
+        _job_target,
+        _cancel_job,
+        lambda i, _: _to(f"/jobs/{i}", "cancelled"),
+    ),
+    Action(
+        "/jobs/{job_id:int}/retry",
+        "job_id",
+        "job.retry",
+        _job_target,
+        _retry_job,
+        lambda i, _: _to(f"/jobs/{i}", "retried"),
+    ),
     Action(
         "/queues/{queue}/pause",
         "queue",
@@ -329,24 +330,17 @@ def api_handler(action: Action) -> Callable[[Request], Awaitable[Response]]:
         try:
             _, result = await _run(request, action)
         except Exception as exc:
-            return _failed(exc)
+            return json_failure(exc)
         return JSONResponse(_json_of(result))
 
     return handle
 
 
-def routes() -> list[BaseRoute]:
-    from starlette.routing import Route
+def add_actions(table: RouteTable, actions: list[Action]) -> None:
+    """Each action's form route below ``/`` and its API twin below ``/api/``."""
+    for action in actions:
+        table.add(action.path, form_handler(action), "POST")
+        table.add("/api" + action.path, api_handler(action), "POST")
 
-    found: list[BaseRoute] = [
-        Route("/dlq", dlq_page, methods=["GET"]),
-        Route("/dlq/{job_id:int}", dead_letter_page, methods=["GET"]),
-        Route("/periodic", periodic_page, methods=["GET"]),
-        Route("/api/dlq", api_dlq, methods=["GET"]),
-        Route("/api/dlq/{job_id:int}", api_dead_letter, methods=["GET"]),
-        Route("/api/periodic", api_periodic, methods=["GET"]),
-    ]
-    for action in ACTIONS:
-        found.append(Route(action.path, form_handler(action), methods=["POST"]))
-        found.append(Route("/api" + action.path, api_handler(action), methods=["POST"]))
-    return found
+
+add_actions(ROUTES, ACTIONS)

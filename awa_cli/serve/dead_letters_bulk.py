@@ -17,13 +17,12 @@ from urllib.parse import urlencode
 
 from awa_cli.errors import ValidationError
 from awa_cli.serve.bulk import refused
-from awa_cli.serve.common import act, client_of, error_line, error_page, form_of, json_error
-from awa_cli.serve.common import render, status_for
+from awa_cli.serve.common import act, client_of, error_page, form_of, json_failure, render
+from awa_cli.serve.routing import RouteTable
 
 if TYPE_CHECKING:
     from starlette.requests import Request
     from starlette.responses import Response
-    from starlette.routing import BaseRoute
 
     from awa_cli.client import AsyncClient
 
@@ -31,6 +30,7 @@ VERBS: dict[str, tuple[str, str]] = {
     "retry": ("dlq.retry", "retried"),
     "purge": ("dlq.purge", "purged"),
 }
+ROUTES = RouteTable()
 
 
 def _filters(source: dict[str, Any]) -> dict[str, str | None]:
@@ -83,6 +83,7 @@ async def _run(request: Request, verb: str, filters: dict[str, str | None]) -> i
     )
 
 
+@ROUTES.post("/dlq/bulk")
 async def bulk_form(request: Request) -> Response:
     """The DLQ page's Retry all / Purge all: a confirmation first, then back to the page."""
     from starlette.responses import RedirectResponse
@@ -120,6 +121,7 @@ def _parsed(verb: str, body: bytes) -> tuple[dict[str, str | None], bool]:
     return _filters(data), dry_run
 
 
+@ROUTES.post("/api/dlq/bulk/{verb}")
 async def bulk_api(request: Request) -> Response:
     """``{"count": n, "dry_run": bool}``; the body names ``queue`` and ``kind`` (none: every
     dead letter) and ``dry_run``."""
@@ -130,21 +132,12 @@ async def bulk_api(request: Request) -> Response:
         filters, dry_run = _parsed(verb, await request.body())
     except ValidationError as exc:
         await refused(request, VERBS[verb][0] if verb in VERBS else None, exc)
-        return json_error(status_for(exc), error_line(exc))
+        return json_failure(exc)
     try:
         if dry_run:
             count = await _apply(client_of(request), verb, filters, True)
         else:
             count = await _run(request, verb, filters)
     except Exception as exc:
-        return json_error(status_for(exc), error_line(exc))
+        return json_failure(exc)
     return JSONResponse({"count": count, "dry_run": dry_run})
-
-
-def routes() -> list[BaseRoute]:
-    from starlette.routing import Route
-
-    return [
-        Route("/dlq/bulk", bulk_form, methods=["POST"]),
-        Route("/api/dlq/bulk/{verb}", bulk_api, methods=["POST"]),
-    ]

@@ -1,8 +1,8 @@
 """The dashboard's HTML pages and form actions: one route and one template per page.
 
-Adding a page: a function here (read through the client, ``render(request, "x.html", ...)``),
-a ``Route`` in :func:`routes`, a template extending ``base.html``, and a ``NavItem`` in
-``common.NAV``. Auth, CSRF and the security headers are the guard's (``auth.Guard``).
+Adding a page: a function here under ``@ROUTES.get(path)`` (a read through the client under
+``@page("x.html")``, returning the template's context), a template extending ``base.html``,
+and a ``NavItem`` in ``common.NAV``. Auth, CSRF and the security headers are the guard's (``auth.Guard``).
 """
 
 from __future__ import annotations
@@ -15,12 +15,12 @@ from urllib.parse import urlencode
 from awa_cli.callbacks import check_resolvable
 from awa_cli.jobs import JobState
 from awa_cli.errors import ValidationError
-from awa_cli.serve.common import act, client_of, error_page, form_of, render
+from awa_cli.serve.common import act, client_of, error_page, form_of, int_param, render
+from awa_cli.serve.routing import RouteTable, page
 
 if TYPE_CHECKING:
     from starlette.requests import Request
     from starlette.responses import Response
-    from starlette.routing import BaseRoute
 
     from awa_cli.client import JobCount
     from awa_cli.jobs import JobRow
@@ -30,6 +30,7 @@ log = logging.getLogger("awa.serve")
 STATES = [s.value for s in JobState]
 PAGE_SIZE = 50
 RELATIVES = 100  # parents and children the job page lists (it says how many there are)
+ROUTES = RouteTable()
 
 
 def overview_table(counts: list[JobCount]) -> dict[str, Any]:
@@ -58,7 +59,9 @@ def overview_table(counts: list[JobCount]) -> dict[str, Any]:
     }
 
 
-async def overview(request: Request) -> Response:
+@ROUTES.get("/")
+@page("overview.html")
+async def overview(request: Request) -> dict[str, Any]:
     """Totals, the DLQ's depth, the paused queues, the last hour's chart, and every known
     queue (paused ones flagged; configured and paused queues listed even with no jobs)."""
     from awa_cli.serve.chart import throughput_chart
@@ -66,23 +69,18 @@ async def overview(request: Request) -> Response:
     from awa_cli.serve.queues import queue_table
 
     client = client_of(request)
-    try:
-        stats, queues = await queue_table(client, configured_queues(request))
-        chart = throughput_chart(await client.throughput())
-        depth = await client.dlq_depth()
-    except Exception as exc:
-        return error_page(request, exc)
+    stats, queues = await queue_table(client, configured_queues(request))
+    chart = throughput_chart(await client.throughput())
+    depth = await client.dlq_depth()
     paused = [q["queue"] for q in queues if q["paused"]]
-    return render(
-        request,
-        "overview.html",
-        stats=stats,
-        queues=queues,
-        paused=paused,
-        depth=depth,
-        states=STATES,
-        chart=chart,
-    )
+    return {
+        "stats": stats,
+        "queues": queues,
+        "paused": paused,
+        "depth": depth,
+        "states": STATES,
+        "chart": chart,
+    }
 
 
 def _filters(request: Request) -> dict[str, str | None]:
@@ -90,25 +88,17 @@ def _filters(request: Request) -> dict[str, str | None]:
     return {name: (q.get(name) or "").strip() or None for name in ("state", "kind", "queue", "tag")}
 
 
-def _int_param(request: Request, name: str) -> int | None:
-    raw = (request.query_params.get(name) or "").strip()
-    if not raw:
-        return None
-    if not raw.isdigit() or len(raw) > 18:
-        raise ValidationError(name, f"expected a job id, got {raw[:40]!r}")
-    return int(raw)
-
-
+@ROUTES.get("/jobs")
 async def jobs(request: Request) -> Response:
     from starlette.responses import RedirectResponse
 
     filters = _filters(request)
     try:
-        found = _int_param(request, "id")
+        found = int_param(request, "id", "a job id")
         if found is not None:
             return RedirectResponse(f"/jobs/{found}", status_code=303)
         rows = await client_of(request).list_jobs_page(
-            **filters, before_id=_int_param(request, "before"), limit=PAGE_SIZE + 1
+            **filters, before_id=int_param(request, "before", "a job id"), limit=PAGE_SIZE + 1
         )
     except Exception as exc:
         return error_page(request, exc)
@@ -136,7 +126,9 @@ def _job_id(request: Request) -> int:
     return int(request.path_params["job_id"])
 
 
-async def job(request: Request) -> Response:
+@ROUTES.get("/jobs/{job_id:int}")
+@page("job.html")
+async def job(request: Request) -> dict[str, Any]:
     """The job with its progress, timeline (attempts, callback, follow-ups, the job that
     produced it), its parents and children, workflow step and batch, and, for a runnable or
     blocked job, why it is not running (architecture §11, §13, §16)."""
@@ -144,25 +136,19 @@ async def job(request: Request) -> Response:
 
     client = client_of(request)
     job_id = _job_id(request)
-    try:
-        history = await client.job_history(job_id)
-        status = await client.limit_status(job_id)
-        relations = await client.job_relations(job_id, limit=RELATIVES)
-    except Exception as exc:
-        return error_page(request, exc)
+    history = await client.job_history(job_id)
+    status = await client.limit_status(job_id)
+    relations = await client.job_relations(job_id, limit=RELATIVES)
     row = history.job
-    done = request.query_params.get("done")
-    return render(
-        request,
-        "job.html",
-        job=row,
-        timeline=history,
-        relations=relations,
-        percent=percent_of(row.progress),
-        why_not_running=status["reason"],
-        done=done if done else None,
-        urls=_callback_urls(request, row),
-    )
+    return {
+        "job": row,
+        "timeline": history,
+        "relations": relations,
+        "percent": percent_of(row.progress),
+        "why_not_running": status["reason"],
+        "done": request.query_params.get("done") or None,
+        "urls": _callback_urls(request, row),
+    }
 
 
 def _callback_urls(request: Request, row: JobRow) -> list[tuple[str, str]]:
@@ -192,26 +178,6 @@ def _back_to_job(job_id: int, done: str) -> Response:
     return RedirectResponse(f"/jobs/{job_id}?{urlencode({'done': done})}", status_code=303)
 
 
-async def cancel_job(request: Request) -> Response:
-    job_id = _job_id(request)
-    client = client_of(request)
-    try:
-        await act(request, "job.cancel", f"job:{job_id}", lambda: client.cancel(job_id))
-    except Exception as exc:
-        return error_page(request, exc)
-    return _back_to_job(job_id, "cancelled")
-
-
-async def retry_job(request: Request) -> Response:
-    job_id = _job_id(request)
-    client = client_of(request)
-    try:
-        await act(request, "job.retry", f"job:{job_id}", lambda: client.retry(job_id))
-    except Exception as exc:
-        return error_page(request, exc)
-    return _back_to_job(job_id, "retried")
-
-
 def _payload(text: str) -> Any:
     if not text.strip():
         return None
@@ -221,6 +187,7 @@ def _payload(text: str) -> Any:
         raise ValidationError("payload", f"not valid JSON: {exc}") from None
 
 
+@ROUTES.post("/jobs/{job_id:int}/callback")
 async def resolve_callback(request: Request) -> Response:
     """The job page's callback form: complete, fail, retry or resume its current callback."""
     job_id = _job_id(request)
@@ -253,6 +220,7 @@ async def resolve_callback(request: Request) -> Response:
     return _back_to_job(job_id, f"callback {action}")
 
 
+@ROUTES.get("/login")
 async def login_page(request: Request, *, status: int = 200, failed: bool = False) -> Response:
     from starlette.responses import RedirectResponse
 
@@ -274,6 +242,7 @@ def _safe_next(target: str | None) -> str:
     return target
 
 
+@ROUTES.post("/login")
 async def login(request: Request) -> Response:
     from starlette.responses import RedirectResponse
 
@@ -303,6 +272,7 @@ async def login(request: Request) -> Response:
     return response
 
 
+@ROUTES.post("/logout")
 async def logout(request: Request) -> Response:
     """End the session on the server (its cookie is worthless from now on) and forget it."""
     from starlette.responses import RedirectResponse
@@ -313,19 +283,3 @@ async def logout(request: Request) -> Response:
     response = RedirectResponse("/login", status_code=303)
     response.headers.append("set-cookie", clear_session_header(bool(request.scope.get(SECURE_KEY))))
     return response
-
-
-def routes() -> list[BaseRoute]:
-    from starlette.routing import Route
-
-    return [
-        Route("/", overview, methods=["GET"]),
-        Route("/jobs", jobs, methods=["GET"]),
-        Route("/jobs/{job_id:int}", job, methods=["GET"]),
-        Route("/jobs/{job_id:int}/cancel", cancel_job, methods=["POST"]),
-        Route("/jobs/{job_id:int}/retry", retry_job, methods=["POST"]),
-        Route("/jobs/{job_id:int}/callback", resolve_callback, methods=["POST"]),
-        Route("/login", login_page, methods=["GET"]),
-        Route("/login", login, methods=["POST"]),
-        Route("/logout", logout, methods=["POST"]),
-    ]

@@ -15,27 +15,19 @@ from typing import TYPE_CHECKING, Any
 
 from awa_cli.admin import QueueInfo
 from awa_cli.errors import QueueNotFound
-from awa_cli.serve.chart import throughput_chart
-from awa_cli.serve.common import (
-    client_of,
-    configured_queues,
-    error_line,
-    error_page,
-    json_error,
-    render,
-    status_for,
-)
+from awa_cli.serve.chart import throughput_chart, throughput_json
+from awa_cli.serve.common import client_of, configured_queues
 from awa_cli.serve.pages import STATES, overview_table
+from awa_cli.serve.routing import RouteTable, json_read, page
 
 if TYPE_CHECKING:
     from starlette.requests import Request
-    from starlette.responses import Response
-    from starlette.routing import BaseRoute
 
     from awa_cli.client import AsyncClient
     from awa_cli.reads import WorkerInfo
 
 RECENT_FAILURES = 10  # the failed jobs the queue page lists
+ROUTES = RouteTable()
 
 
 def _served(workers: list[WorkerInfo]) -> dict[str, list[WorkerInfo]]:
@@ -116,79 +108,44 @@ async def one_queue(client: AsyncClient, name: str, configured: tuple[str, ...])
     }
 
 
-async def queues_page(request: Request) -> Response:
-    try:
-        rows = await queue_rows(client_of(request), configured_queues(request))
-    except Exception as exc:
-        return error_page(request, exc)
-    done = request.query_params.get("done") or None
-    return render(request, "queues.html", queues=rows, states=STATES, done=done)
+@ROUTES.get("/queues")
+@page("queues.html")
+async def queues_page(request: Request) -> dict[str, Any]:
+    rows = await queue_rows(client_of(request), configured_queues(request))
+    return {"queues": rows, "states": STATES, "done": request.query_params.get("done") or None}
 
 
-async def queue_page(request: Request) -> Response:
+@ROUTES.get("/queues/{queue}")
+@page("queue.html")
+async def queue_page(request: Request) -> dict[str, Any]:
     name = str(request.path_params["queue"])
-    try:
-        shown = await one_queue(client_of(request), name, configured_queues(request))
-    except Exception as exc:
-        return error_page(request, exc)
+    shown = await one_queue(client_of(request), name, configured_queues(request))
     done = request.query_params.get("done") or None
-    chart = throughput_chart(shown["throughput"])
-    return render(request, "queue.html", **shown, chart=chart, states=STATES, done=done)
+    return shown | {"chart": throughput_chart(shown["throughput"]), "states": STATES, "done": done}
 
 
-def _failed(exc: Exception) -> Response:
-    return json_error(status_for(exc), error_line(exc))
-
-
-async def api_queues(request: Request) -> Response:
+@ROUTES.get("/api/queues")
+@json_read
+async def api_queues(request: Request) -> dict[str, Any]:
     """``{"queues": [{"queue", "paused", "paused_at", "paused_by", "dead_letter",
     "updated_at", "counts": {state: n}, "oldest_available_age_seconds", "workers",
     "unserved", "did_you_mean"}]}``."""
-    from starlette.responses import JSONResponse
-
-    try:
-        rows = await queue_rows(client_of(request), configured_queues(request))
-    except Exception as exc:
-        return _failed(exc)
-    return JSONResponse({"queues": rows})
+    return {"queues": await queue_rows(client_of(request), configured_queues(request))}
 
 
-async def api_queue(request: Request) -> Response:
+@ROUTES.get("/api/queues/{queue}")
+@json_read
+async def api_queue(request: Request) -> dict[str, Any]:
     """One queue: its row plus ``"throughput": [{"minute", "completed", "failed"}]``,
     ``"workers": [{"id", "host", "pid", "concurrency", "running", "heartbeat_age_seconds"}]``,
     ``"kinds"``, ``"dead_letters"`` and ``"failures"`` (its latest failed jobs)."""
-    from starlette.responses import JSONResponse
-
     name = str(request.path_params["queue"])
-    try:
-        shown = await one_queue(client_of(request), name, configured_queues(request))
-    except Exception as exc:
-        return _failed(exc)
-    return JSONResponse(
-        shown["queue"]
-        | {
-            "throughput": [
-                {
-                    "minute": p["minute"].isoformat(),
-                    "completed": p["completed"],
-                    "failed": p["failed"],
-                }
-                for p in shown["throughput"]
-            ],
-            "workers": shown["workers"],
-            "kinds": [k.to_json() for k in shown["kinds"]],
-            "dead_letters": shown["dead_letters"],
-            "failures": [j.to_json() for j in shown["failures"]],
-        }
-    )
-
-
-def routes() -> list[BaseRoute]:
-    from starlette.routing import Route
-
-    return [
-        Route("/queues", queues_page, methods=["GET"]),
-        Route("/queues/{queue}", queue_page, methods=["GET"]),
-        Route("/api/queues", api_queues, methods=["GET"]),
-        Route("/api/queues/{queue}", api_queue, methods=["GET"]),
-    ]
+    shown = await one_queue(client_of(request), name, configured_queues(request))
+    row: dict[str, Any] = shown["queue"]
+    return row | {
+        "throughput": throughput_json(shown["throughput"]),
+        "workers": shown["workers"],
+        "kinds": [k.to_json() for k in shown["kinds"]],
+        "dead_letters": shown["dead_letters"],
+        "failures": [j.to_json() for j in shown["failures"]],
+    }

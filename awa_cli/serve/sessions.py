@@ -17,7 +17,7 @@ from __future__ import annotations
 import secrets
 import time
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 SESSION_IDLE = 30 * 60
 SESSION_LIFETIME = 8 * 3600
@@ -35,19 +35,16 @@ class Session:
     seen: float
 
 
+@dataclass(eq=False)
 class SessionStore:
     """The live sessions: ``create``, ``get`` (which refreshes the idle clock), ``revoke``."""
 
-    def __init__(
-        self,
-        idle: float = SESSION_IDLE,
-        lifetime: float = SESSION_LIFETIME,
-        limit: int = MAX_SESSIONS,
-    ) -> None:
-        self.idle = idle
-        self.lifetime = lifetime
-        self.limit = limit
-        self._sessions: OrderedDict[str, Session] = OrderedDict()
+    idle: float = SESSION_IDLE
+    lifetime: float = SESSION_LIFETIME
+    limit: int = MAX_SESSIONS
+    _sessions: OrderedDict[str, Session] = field(
+        default_factory=OrderedDict, init=False, repr=False
+    )
 
     def create(self, name: str) -> Session:
         now = time.monotonic()
@@ -82,22 +79,17 @@ class _Client:
     last: float = 0.0
 
 
+@dataclass(eq=False)
 class LoginThrottle:
     """Failed logins per client: ``wait(client)`` is how many seconds it must wait before
     its next try (0: it may try now)."""
 
-    def __init__(
-        self,
-        free: int = THROTTLE_FREE,
-        interval: float = THROTTLE_INTERVAL,
-        limit: int = MAX_CLIENTS,
-    ) -> None:
-        self.free = free
-        self.interval = interval
-        self.limit = limit
-        self.failures_total = 0  # the awa_serve_login_failures_total counter
-        self.throttled_total = 0  # the awa_serve_login_throttled_total counter
-        self._clients: OrderedDict[str, _Client] = OrderedDict()
+    free: int = THROTTLE_FREE
+    interval: float = THROTTLE_INTERVAL
+    limit: int = MAX_CLIENTS
+    failures_total: int = field(default=0, init=False)  # awa_serve_login_failures_total
+    throttled_total: int = field(default=0, init=False)  # awa_serve_login_throttled_total
+    _clients: OrderedDict[str, _Client] = field(default_factory=OrderedDict, init=False, repr=False)
 
     def wait(self, client: str) -> float:
         entry = self._clients.get(client)

@@ -172,6 +172,32 @@ def log_in(page: Any, served: Served, token: str, next_path: str = "/") -> None:
     page.wait_for_url(f"{served.url}{next_path}")
 
 
+@contextlib.contextmanager
+def signed_in(
+    dsn: str,
+    tmp: Path,
+    token: str,
+    next_path: str = "/",
+    *,
+    size: tuple[int, int] = (1440, 900),
+    csp_log: list[str] | None = None,
+    extra_config: str = "",
+) -> Iterator[tuple[Served, Any]]:
+    """The frame of every browser test: ``awa serve``, a Chromium page of ``size`` (width,
+    height) and a sign-in with ``token`` that lands on ``next_path``; the console's
+    Content-Security-Policy messages go to ``csp_log`` (from before the sign-in) when given;
+    ``extra_config`` is appended to the server's awa.toml."""
+    with awa_serve(dsn, tmp, extra_config) as served, chromium() as browser:
+        page = new_page(browser, served, *size)
+        if csp_log is not None:
+            page.on(
+                "console",
+                lambda m: csp_log.append(m.text) if "Content Security Policy" in m.text else None,
+            )
+        log_in(page, served, token, next_path)
+        yield served, page
+
+
 def no_horizontal_scroll(page: Any) -> bool:
     return bool(
         page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")
@@ -306,6 +332,13 @@ async def _store_schedule(dsn: str) -> None:
     async with awa.AsyncClient(dsn) as client:
         await client.core.register_schedules([SCHEDULE])
         await client.core.fire_periodic()  # computes its first fire time
+
+
+def heartbeat(dsn: str) -> None:
+    """The seeded worker heartbeats now, as a live one does (it counts as live for 30 s: a
+    long test on a loaded machine outlives the heartbeat the seed gave it)."""
+    with psycopg.connect(dsn) as conn:
+        conn.execute("UPDATE awa.workers SET heartbeat_at = now()")
 
 
 def claim(dsn: str, queue: str) -> list[int]:

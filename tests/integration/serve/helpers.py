@@ -5,7 +5,9 @@ from __future__ import annotations
 import contextlib
 import re
 from collections.abc import Iterator
+from typing import Any
 
+import psycopg
 from starlette.testclient import TestClient
 
 import awa_cli as awa
@@ -41,6 +43,10 @@ def bearer(token: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"}
 
 
+AS_VIEWER = bearer(VIEWER_TOKEN)  # the headers of an API call as vera (viewer)
+AS_OPERATOR = bearer(OPERATOR_TOKEN)  # the headers of an API call as otto (operator)
+
+
 def csrf_of(http: TestClient) -> str:
     """The CSRF token of this browser (the client keeps the awa_csrf cookie it was given)."""
     response = http.get("/login")
@@ -54,3 +60,23 @@ def log_in(http: TestClient, token: str) -> None:
     response = http.post("/login", data={"token": token, "csrf": csrf_of(http), "next": "/"})
     assert response.status_code == 303, response.text
     assert "awa_session" in http.cookies
+
+
+def session_csrf(http: TestClient, token: str) -> str:
+    """Sign in with ``token`` (:func:`log_in`); the session's CSRF token, the one every form of
+    the signed-in pages carries."""
+    log_in(http, token)
+    return csrf_of(http)
+
+
+def audit_rows(
+    dsn: str, *, detail: bool = False, logins: bool = False, like: str = "%"
+) -> list[tuple[Any, ...]]:
+    """The audit log, oldest first: ``(actor, action, target, result)``, and ``detail`` when
+    asked; the logins left out unless ``logins``; only the actions ``LIKE`` ``like``."""
+    columns = "actor, action, target, result, detail" if detail else "actor, action, target, result"
+    skip = "" if logins else " AND action <> 'login'"
+    with psycopg.connect(dsn) as conn:
+        return conn.execute(
+            f"SELECT {columns} FROM awa.audit_log WHERE action LIKE %s{skip} ORDER BY id", (like,)
+        ).fetchall()

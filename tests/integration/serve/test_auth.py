@@ -19,6 +19,8 @@ import awa_cli as awa
 from awa_cli.serve.auth import NON_ACTION_POSTS
 from tests.helpers import job_row
 from tests.integration.serve.helpers import (
+    AS_OPERATOR,
+    AS_VIEWER,
     CALLBACK_KEY,
     OPERATOR_TOKEN,
     VIEWER_TOKEN,
@@ -26,6 +28,7 @@ from tests.integration.serve.helpers import (
     csrf_of,
     log_in,
     serve,
+    session_csrf,
 )
 
 pytestmark = [pytest.mark.integration]
@@ -99,15 +102,12 @@ def test_every_mutating_route_refuses_the_unauthenticated_and_viewers(
         url = url_for(path, job.id)
         anonymous = form_post(http, url, None)
         assert anonymous.status_code == 401, (path, anonymous.status_code)
-        as_viewer = http.post(
-            url, headers=bearer(VIEWER_TOKEN) | {"content-type": "application/json"}
-        )
+        as_viewer = http.post(url, headers=AS_VIEWER | {"content-type": "application/json"})
         assert as_viewer.status_code == 403, (path, as_viewer.status_code)
         assert job_row(dsn, job.id).state == "available", path
 
     with serve(dsn) as browser:  # a viewer's browser session, with a valid CSRF token
-        log_in(browser, VIEWER_TOKEN)
-        csrf = csrf_of(browser)
+        csrf = session_csrf(browser, VIEWER_TOKEN)
         for path in routes:
             response = form_post(browser, url_for(path, job.id), csrf)
             assert response.status_code == 403, (path, response.status_code)
@@ -143,9 +143,9 @@ def test_a_cross_site_origin_is_refused_without_the_csrf_token(dsn: str) -> None
 
 def test_operator_bearer_acts_without_csrf(dsn: str, http: TestClient) -> None:
     job = insert_job(dsn)
-    response = http.post(f"/api/jobs/{job.id}/cancel", headers=bearer(OPERATOR_TOKEN))
+    response = http.post(f"/api/jobs/{job.id}/cancel", headers=AS_OPERATOR)
     assert response.status_code == 200 and response.json()["state"] == "cancelled"
-    response = http.post(f"/api/jobs/{job.id}/retry", headers=bearer(OPERATOR_TOKEN))
+    response = http.post(f"/api/jobs/{job.id}/retry", headers=AS_OPERATOR)
     assert response.status_code == 200 and response.json()["state"] == "available"
     assert (
         http.post(
@@ -162,7 +162,7 @@ def test_reading_needs_a_token_or_a_session(dsn: str, http: TestClient) -> None:
     assert page.headers["location"] == "/login?next=%2Fjobs%3Fstate%3Davailable"
     api = http.get("/api/jobs")
     assert api.status_code == 401 and api.headers["www-authenticate"] == "Bearer"
-    assert http.get(f"/api/jobs/{job.id}", headers=bearer(VIEWER_TOKEN)).json()["id"] == job.id
+    assert http.get(f"/api/jobs/{job.id}", headers=AS_VIEWER).json()["id"] == job.id
     assert http.get("/api/stats", headers=bearer("Bearer nonsense")).status_code == 401
     for public in ("/healthz", "/readyz", "/static/awa.css"):
         assert http.get(public).status_code == 200, public
@@ -205,8 +205,8 @@ def test_tokens_never_reach_the_logs(
     job = insert_job(dsn)
     log_in(http, OPERATOR_TOKEN)
     http.post("/login", data={"token": VIEWER_TOKEN + "x", "csrf": csrf_of(http)})
-    http.post(f"/api/jobs/{job.id}/cancel", headers=bearer(OPERATOR_TOKEN))
-    http.get("/api/jobs", headers=bearer(VIEWER_TOKEN))
+    http.post(f"/api/jobs/{job.id}/cancel", headers=AS_OPERATOR)
+    http.get("/api/jobs", headers=AS_VIEWER)
     text = "\n".join(r.getMessage() for r in caplog.records)
     assert "action=audit actor=serve:otto verb=job.cancel" in text
     for secret in (OPERATOR_TOKEN, VIEWER_TOKEN, CALLBACK_KEY, http.cookies["awa_session"]):
@@ -217,9 +217,9 @@ def test_read_only_refuses_every_action(dsn: str) -> None:
     job = insert_job(dsn)
     with serve(dsn, read_only=True) as http:
         for path in mutating_routes(http):
-            response = http.post(url_for(path, job.id), headers=bearer(OPERATOR_TOKEN))
+            response = http.post(url_for(path, job.id), headers=AS_OPERATOR)
             assert response.status_code == 403 and "read-only" in response.json()["error"], path
-        assert http.get("/api/jobs", headers=bearer(OPERATOR_TOKEN)).status_code == 200
+        assert http.get("/api/jobs", headers=AS_OPERATOR).status_code == 200
     with serve(dsn, tokens=False, read_only=True) as http:
         for path in mutating_routes(http):
             assert form_post(http, url_for(path, job.id), csrf_of(http)).status_code == 403, path
@@ -251,8 +251,8 @@ def test_without_tokens_the_local_browser_acts_with_csrf(dsn: str) -> None:
 def test_callbacks_only_serves_nothing_else(dsn: str) -> None:
     with serve(dsn, callbacks_only=True) as http:
         assert http.get("/healthz").status_code == 200
-        assert http.get("/", headers=bearer(OPERATOR_TOKEN)).status_code == 404
-        assert http.get("/api/jobs", headers=bearer(OPERATOR_TOKEN)).status_code == 404
+        assert http.get("/", headers=AS_OPERATOR).status_code == 404
+        assert http.get("/api/jobs", headers=AS_OPERATOR).status_code == 404
         assert http.post("/callbacks/x/complete").status_code == 401  # signed routes are there
 
 

@@ -8,11 +8,9 @@ import psycopg
 import pytest
 
 import awa_cli as awa
-from tests.integration.serve.helpers import VIEWER_TOKEN, bearer, serve
+from tests.integration.serve.helpers import AS_VIEWER, serve
 
 pytestmark = [pytest.mark.integration]
-
-VIEW = bearer(VIEWER_TOKEN)
 
 
 def _seed(dsn: str) -> int:
@@ -34,10 +32,10 @@ def _seed(dsn: str) -> int:
 def test_api_batch_and_list(dsn: str) -> None:
     batch_id = _seed(dsn)
     with serve(dsn) as http:
-        one = http.get(f"/api/batches/{batch_id}", headers=VIEW)
-        listed = http.get("/api/batches?state=running", headers=VIEW)
-        missing = http.get("/api/batches/987654", headers=VIEW)
-        bad = http.get("/api/batches?state=nope", headers=VIEW)
+        one = http.get(f"/api/batches/{batch_id}", headers=AS_VIEWER)
+        listed = http.get("/api/batches?state=running", headers=AS_VIEWER)
+        missing = http.get("/api/batches/987654", headers=AS_VIEWER)
+        bad = http.get("/api/batches?state=nope", headers=AS_VIEWER)
         anonymous = http.get(f"/api/batches/{batch_id}")
     assert one.status_code == 200
     data = one.json()
@@ -55,9 +53,9 @@ def test_api_batch_and_list(dsn: str) -> None:
 def test_batch_pages_show_the_progress(dsn: str) -> None:
     batch_id = _seed(dsn)
     with serve(dsn) as http:
-        listing = http.get("/batches", headers=VIEW)
-        page = http.get(f"/batches/{batch_id}", headers=VIEW)
-        missing = http.get("/batches/987654", headers=VIEW)
+        listing = http.get("/batches", headers=AS_VIEWER)
+        page = http.get(f"/batches/{batch_id}", headers=AS_VIEWER)
+        missing = http.get("/batches/987654", headers=AS_VIEWER)
     assert listing.status_code == 200
     assert f'<a href="/batches/{batch_id}">{batch_id}</a>' in listing.text
     assert '<progress max="100" value="75">' in listing.text

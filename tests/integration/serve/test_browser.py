@@ -16,16 +16,15 @@ import pytest
 
 import awa_cli as awa
 from tests.helpers import job_row
+from tests.integration.serve.helpers import audit_rows
 from tests.integration.serve.browser import (
+    heartbeat,
+    signed_in,
     LIST_PAGES,
     OPERATOR_TOKEN,
     VIEWER_TOKEN,
-    awa_serve,
-    chromium,
     claim,
     counts,
-    log_in,
-    new_page,
     no_horizontal_scroll,
     seed,
 )
@@ -65,9 +64,7 @@ def _ids_on(page: object) -> list[int]:
 def test_every_page_shows_the_database_and_filters_work(dsn: str, tmp_path: Path) -> None:
     data = seed(dsn)
     expected = counts(dsn)
-    with awa_serve(dsn, tmp_path) as served, chromium() as browser:
-        page = new_page(browser, served)
-        log_in(page, served, VIEWER_TOKEN)
+    with signed_in(dsn, tmp_path, VIEWER_TOKEN) as (served, page):
         # Overview: the cards and the per-queue table are the database's counts.
         assert page.inner_text("#total") == str(sum(expected.values()))
         for state in ("available", "failed", "waiting_external"):
@@ -103,6 +100,7 @@ def test_every_page_shows_the_database_and_filters_work(dsn: str, tmp_path: Path
         for action in ("complete", "fail", "retry", "resume", "heartbeat"):
             assert f"{served.url}/callbacks/{callback_id}/{action}" in urls
         # Workers and kinds: the live worker, and the kind nobody runs flagged.
+        heartbeat(dsn)
         page.click("nav a[href='/workers']")
         row = page.locator("tbody tr").first.inner_text()
         assert "build-host" in row and "4242" in row and "email=10" in row
@@ -141,9 +139,7 @@ def test_every_page_shows_the_database_and_filters_work(dsn: str, tmp_path: Path
 def test_an_operator_signs_in_and_cancels_then_retries(dsn: str, tmp_path: Path) -> None:
     data = seed(dsn)
     job_id = data.available[1]
-    with awa_serve(dsn, tmp_path) as served, chromium() as browser:
-        page = new_page(browser, served)
-        log_in(page, served, OPERATOR_TOKEN, f"/jobs/{job_id}")
+    with signed_in(dsn, tmp_path, OPERATOR_TOKEN, f"/jobs/{job_id}") as (served, page):
         page.click("button:has-text('Cancel')")
         page.wait_for_url(f"**/jobs/{job_id}?done=cancelled")
         assert job_row(dsn, job_id).state == awa.JobState.CANCELLED
@@ -154,11 +150,7 @@ def test_an_operator_signs_in_and_cancels_then_retries(dsn: str, tmp_path: Path)
         page.goto(f"{served.url}/audit?actor=serve:otto&action=job.cancel")
         rows = page.locator("tbody tr").all_inner_texts()
         assert len(rows) == 1 and f"job:{job_id}" in rows[0] and "ok" in rows[0]
-    with psycopg.connect(dsn) as conn:
-        entries = conn.execute(
-            "SELECT actor, action, target, result FROM awa.audit_log ORDER BY id"
-        ).fetchall()
-    assert entries == [
+    assert audit_rows(dsn, logins=True) == [
         ("serve:otto", "login", "session", "ok"),
         ("serve:otto", "job.cancel", f"job:{job_id}", "ok"),
         ("serve:otto", "job.retry", f"job:{job_id}", "ok"),
@@ -169,9 +161,7 @@ def test_an_operator_signs_in_and_cancels_then_retries(dsn: str, tmp_path: Path)
 def test_a_viewer_has_no_buttons_and_a_forged_post_is_refused(dsn: str, tmp_path: Path) -> None:
     data = seed(dsn)
     job_id = data.available[0]
-    with awa_serve(dsn, tmp_path) as served, chromium() as browser:
-        page = new_page(browser, served)
-        log_in(page, served, VIEWER_TOKEN, f"/jobs/{job_id}")
+    with signed_in(dsn, tmp_path, VIEWER_TOKEN, f"/jobs/{job_id}") as (served, page):
         assert page.locator("button:has-text('Cancel')").count() == 0
         assert page.locator("form[action$='/cancel']").count() == 0
         status = page.evaluate(
@@ -204,9 +194,7 @@ def test_an_operator_pauses_a_queue_retries_a_dead_letter_and_triggers_a_schedul
     dsn: str, tmp_path: Path
 ) -> None:
     data = seed(dsn)
-    with awa_serve(dsn, tmp_path) as served, chromium() as browser:
-        page = new_page(browser, served)
-        log_in(page, served, OPERATOR_TOKEN, "/queues")
+    with signed_in(dsn, tmp_path, OPERATOR_TOKEN, "/queues") as (served, page):
         email_row = page.locator("tbody tr", has=page.locator("a", has_text="email")).first
         email_row.locator("button:has-text('Pause')").click()
         page.wait_for_url("**/queues?done=paused+email")
@@ -234,11 +222,7 @@ def test_an_operator_pauses_a_queue_retries_a_dead_letter_and_triggers_a_schedul
         triggered = int(notice.rsplit("job ", 1)[1].rstrip("."))
         assert job_row(dsn, triggered).kind == "report"
         assert job_row(dsn, triggered).state == awa.JobState.AVAILABLE  # enqueued now
-    with psycopg.connect(dsn) as conn:
-        entries = conn.execute(
-            "SELECT actor, action, target, result FROM awa.audit_log ORDER BY id"
-        ).fetchall()
-    assert entries == [
+    assert audit_rows(dsn, logins=True) == [
         ("serve:otto", "login", "session", "ok"),
         ("serve:otto", "queue.pause", "email", "ok"),
         ("serve:otto", "queue.resume", "email", "ok"),
@@ -250,9 +234,7 @@ def test_an_operator_pauses_a_queue_retries_a_dead_letter_and_triggers_a_schedul
 
 def test_a_viewer_cannot_pause_a_queue(dsn: str, tmp_path: Path) -> None:
     data = seed(dsn)
-    with awa_serve(dsn, tmp_path) as served, chromium() as browser:
-        page = new_page(browser, served)
-        log_in(page, served, VIEWER_TOKEN, "/queues")
+    with signed_in(dsn, tmp_path, VIEWER_TOKEN, "/queues") as (served, page):
         for path in ("/queues", "/periodic", f"/dlq/{data.dead}"):
             page.goto(f"{served.url}{path}")
             assert page.locator("main form[method=post]").count() == 0, path
@@ -291,9 +273,7 @@ def test_a_viewer_cannot_pause_a_queue(dsn: str, tmp_path: Path) -> None:
 @pytest.mark.parametrize("width", [375, 1440])
 def test_no_page_scrolls_sideways(dsn: str, tmp_path: Path, width: int) -> None:
     data = seed(dsn)
-    with awa_serve(dsn, tmp_path) as served, chromium() as browser:
-        page = new_page(browser, served, width=width, height=800)
-        log_in(page, served, OPERATOR_TOKEN)
+    with signed_in(dsn, tmp_path, OPERATOR_TOKEN, size=(width, 800)) as (served, page):
         extra = [f"/jobs/{data.waiting}", f"/jobs/{data.failed[0]}", f"/dlq/{data.dead}"]
         extra += [f"/jobs/{data.importing}", f"/jobs/{data.follow_up}"]
         for path in [*LIST_PAGES, *extra]:
@@ -311,9 +291,8 @@ def test_no_page_scrolls_sideways(dsn: str, tmp_path: Path, width: int) -> None:
 
 def test_a_job_page_shows_its_progress_and_timeline(dsn: str, tmp_path: Path) -> None:
     data = seed(dsn)
-    with awa_serve(dsn, tmp_path) as served, chromium() as browser:
-        page = new_page(browser, served, width=375, height=800)
-        log_in(page, served, VIEWER_TOKEN, f"/jobs/{data.importing}")
+    browsing = signed_in(dsn, tmp_path, VIEWER_TOKEN, f"/jobs/{data.importing}", size=(375, 800))
+    with browsing as (served, page):
         bar = page.locator("#progress progress")
         assert bar.get_attribute("value") == "60" and bar.get_attribute("max") == "100"
         assert bar.is_visible() and bar.bounding_box()["width"] > 150  # type: ignore[index]
@@ -338,9 +317,7 @@ def test_a_job_page_shows_its_progress_and_timeline(dsn: str, tmp_path: Path) ->
 
 def test_the_overview_refreshes_itself(dsn: str, tmp_path: Path) -> None:
     seed(dsn)
-    with awa_serve(dsn, tmp_path) as served, chromium() as browser:
-        page = new_page(browser, served)
-        log_in(page, served, VIEWER_TOKEN)
+    with signed_in(dsn, tmp_path, VIEWER_TOKEN) as (served, page):
         before = int(page.inner_text("#total"))
         with psycopg.connect(dsn) as conn:
             awa.insert(conn, {"to": "late@example.com"}, kind="send_email", queue="email")

@@ -11,11 +11,8 @@ import pytest
 
 import awa_cli as awa
 from tests.integration.serve.browser import (
+    signed_in,
     VIEWER_TOKEN,
-    awa_serve,
-    chromium,
-    log_in,
-    new_page,
     no_horizontal_scroll,
 )
 
@@ -45,9 +42,7 @@ def _seed(dsn: str) -> tuple[int, int]:
 @pytest.mark.parametrize("width", [375, 1440])
 def test_batch_pages_show_progress_and_fit_the_screen(dsn: str, tmp_path: Path, width: int) -> None:
     running, done = _seed(dsn)
-    with awa_serve(dsn, tmp_path) as served, chromium() as browser:
-        page = new_page(browser, served, width=width, height=800)
-        log_in(page, served, VIEWER_TOKEN, "/batches")
+    with signed_in(dsn, tmp_path, VIEWER_TOKEN, "/batches", size=(width, 800)) as (served, page):
         assert page.locator("main h1").inner_text() == "Batches"
         assert no_horizontal_scroll(page), f"/batches scrolls sideways at {width} px"
         row = page.locator("tbody tr", has=page.locator(f"a[href='/batches/{running}']"))

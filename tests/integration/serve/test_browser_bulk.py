@@ -16,14 +16,12 @@ import pytest
 
 import awa_cli as awa
 from tests.helpers import job_row
+from tests.integration.serve.helpers import audit_rows
 from tests.integration.serve.browser import (
+    signed_in,
     LIST_PAGES,
     OPERATOR_TOKEN,
     VIEWER_TOKEN,
-    awa_serve,
-    chromium,
-    log_in,
-    new_page,
     no_horizontal_scroll,
     seed,
 )
@@ -31,24 +29,6 @@ from tests.integration.serve.browser import (
 pytestmark = [pytest.mark.integration]
 
 WIDTHS = [375, 1440]
-
-
-def audit_rows(dsn: str) -> list[tuple[Any, ...]]:
-    with psycopg.connect(dsn) as conn:
-        return conn.execute(
-            "SELECT actor, action, target, result, detail FROM awa.audit_log"
-            " WHERE action <> 'login' ORDER BY id"
-        ).fetchall()
-
-
-def watch_csp(page: Any) -> list[str]:
-    """Console messages that say the Content-Security-Policy blocked something."""
-    blocked: list[str] = []
-    page.on(
-        "console",
-        lambda m: blocked.append(m.text) if "Content Security Policy" in m.text else None,
-    )
-    return blocked
 
 
 def shot(page: Any, name: str, width: int) -> None:
@@ -65,10 +45,10 @@ def test_an_operator_cancels_selected_jobs_then_retries_all_matching(
 ) -> None:
     data = seed(dsn)
     chosen = data.available[:2]
-    with awa_serve(dsn, tmp_path) as served, chromium() as browser:
-        page = new_page(browser, served, width=width, height=900)
-        blocked = watch_csp(page)
-        log_in(page, served, OPERATOR_TOKEN, "/jobs?queue=email&state=available")
+    blocked: list[str] = []
+    listed = "/jobs?queue=email&state=available"
+    browsing = signed_in(dsn, tmp_path, OPERATOR_TOKEN, listed, size=(width, 900), csp_log=blocked)
+    with browsing as (served, page):
         for job_id in chosen:
             page.check(f"input[name=ids][value='{job_id}']")
         assert page.inner_text("#selected-count") == "2 jobs selected"  # awa.js counts them
@@ -108,11 +88,11 @@ def test_an_operator_cancels_selected_jobs_then_retries_all_matching(
         page.wait_for_url("**/jobs?state=available&queue=email")
         assert blocked == []
     ids = ",".join(map(str, sorted(chosen)))
-    assert [r[:4] for r in audit_rows(dsn)] == [
+    assert [r[:4] for r in audit_rows(dsn, detail=True)] == [
         ("serve:otto", "job.cancel", f"ids={ids}", "ok"),
         ("serve:otto", "job.retry", "state=cancelled queue=email", "ok"),
     ]
-    assert [r[4] for r in audit_rows(dsn)] == [{"count": 2}, {"count": 2}]
+    assert [r[4] for r in audit_rows(dsn, detail=True)] == [{"count": 2}, {"count": 2}]
     assert served.foreign() == []
 
 
@@ -120,9 +100,7 @@ def test_a_viewer_sees_no_checkboxes_and_a_forged_bulk_post_is_refused(
     dsn: str, tmp_path: Path
 ) -> None:
     data = seed(dsn)
-    with awa_serve(dsn, tmp_path) as served, chromium() as browser:
-        page = new_page(browser, served)
-        log_in(page, served, VIEWER_TOKEN, "/jobs")
+    with signed_in(dsn, tmp_path, VIEWER_TOKEN, "/jobs") as (_served, page):
         assert page.locator("input[name=ids]").count() == 0
         assert page.locator("form#bulk").count() == 0
         status = page.evaluate(
@@ -138,7 +116,7 @@ def test_a_viewer_sees_no_checkboxes_and_a_forged_bulk_post_is_refused(
         )
         assert status == 403
     assert job_row(dsn, data.available[0]).state == awa.JobState.AVAILABLE
-    assert [r[:4] for r in audit_rows(dsn)] == [
+    assert [r[:4] for r in audit_rows(dsn, detail=True)] == [
         ("serve:vera", "request", "POST /jobs/bulk", "refused")
     ]
 
@@ -153,9 +131,9 @@ def test_args_and_errors_show_in_the_list_and_expand(dsn: str, tmp_path: Path, w
             kind="sync_account",
             queue="sync",
         ).id
-    with awa_serve(dsn, tmp_path) as served, chromium() as browser:
-        page = new_page(browser, served, width=width, height=900)
-        log_in(page, served, VIEWER_TOKEN, "/jobs?state=failed&queue=reports")
+    with signed_in(
+        dsn, tmp_path, VIEWER_TOKEN, "/jobs?state=failed&queue=reports", size=(width, 900)
+    ) as (served, page):
         row = page.locator("tbody tr", has=page.locator(f"a[href='/jobs/{data.failed[0]}']"))
         assert "ReportError: no data" in row.locator("td[data-label='last error']").inner_text()
         assert '"report"' in row.locator("td[data-label=args]").inner_text()
@@ -182,9 +160,7 @@ def test_the_queue_page_has_its_chart_and_its_workers(dsn: str, tmp_path: Path, 
             " 'failed') FROM awa.jobs WHERE queue = 'email' AND finalized_at > now() - interval"
             " '1 hour'"
         ).fetchone()  # type: ignore[misc]
-    with awa_serve(dsn, tmp_path) as served, chromium() as browser:
-        page = new_page(browser, served, width=width, height=900)
-        log_in(page, served, VIEWER_TOKEN, "/queues")
+    with signed_in(dsn, tmp_path, VIEWER_TOKEN, "/queues", size=(width, 900)) as (served, page):
         page.click("tbody a:text-is('email')")
         page.wait_for_url("**/queues/email")
         title = page.locator("#queue-chart svg title").first.text_content() or ""
@@ -206,10 +182,8 @@ def _until(page: Any, script: str, arg: object) -> None:
 
 def test_every_list_page_updates_itself_without_a_reload(dsn: str, tmp_path: Path) -> None:
     seed(dsn)
-    with awa_serve(dsn, tmp_path) as served, chromium() as browser:
-        page = new_page(browser, served)
-        blocked = watch_csp(page)
-        log_in(page, served, OPERATOR_TOKEN, "/jobs")
+    blocked: list[str] = []
+    with signed_in(dsn, tmp_path, OPERATOR_TOKEN, "/jobs", csp_log=blocked) as (served, page):
         page.evaluate("window.__same = true")  # gone if the page were reloaded
         with psycopg.connect(dsn) as conn:
             new = awa.insert(conn, {"to": "late@example.com"}, kind="send_email", queue="email").id
@@ -266,9 +240,8 @@ def test_every_list_page_updates_itself_without_a_reload(dsn: str, tmp_path: Pat
 
 def test_purge_asks_first_in_the_browser(dsn: str, tmp_path: Path) -> None:
     data = seed(dsn)
-    with awa_serve(dsn, tmp_path) as served, chromium() as browser:
-        page = new_page(browser, served, width=375, height=800)
-        log_in(page, served, OPERATOR_TOKEN, f"/dlq/{data.dead}")
+    browsing = signed_in(dsn, tmp_path, OPERATOR_TOKEN, f"/dlq/{data.dead}", size=(375, 800))
+    with browsing as (_served, page):
         page.click("button:has-text('Purge')")
         page.wait_for_url(f"**/dlq/{data.dead}/purge")
         assert page.inner_text("h1") == f"Purge dead letter {data.dead}?"
@@ -282,19 +255,15 @@ def test_purge_asks_first_in_the_browser(dsn: str, tmp_path: Path) -> None:
         page.wait_for_url("**/dlq?done=**")
         with awa.Client(dsn) as client:
             assert client.dlq_depth().total == 0
-    assert [r[:4] for r in audit_rows(dsn)] == [
+    assert [r[:4] for r in audit_rows(dsn, detail=True)] == [
         ("serve:otto", "dlq.purge", f"id={data.dead}", "ok")
     ]
 
 
 def test_a_configured_queue_with_no_jobs_is_paused_from_the_page(dsn: str, tmp_path: Path) -> None:
     seed(dsn)
-    with (
-        awa_serve(dsn, tmp_path, "\n[queues.acc]\nconcurrency = 2\n") as served,
-        chromium() as browser,
-    ):
-        page = new_page(browser, served)
-        log_in(page, served, OPERATOR_TOKEN, "/queues")
+    config = "\n[queues.acc]\nconcurrency = 2\n"
+    with signed_in(dsn, tmp_path, OPERATOR_TOKEN, "/queues", extra_config=config) as (served, page):
         row = page.locator("tbody tr", has=page.locator("a:text-is('acc')"))
         row.locator("button:has-text('Pause')").click()
         page.wait_for_url("**/queues?done=paused+acc")
@@ -311,10 +280,9 @@ def test_a_configured_queue_with_no_jobs_is_paused_from_the_page(dsn: str, tmp_p
 @pytest.mark.parametrize("width", WIDTHS)
 def test_list_pages_fit_and_run_no_inline_script(dsn: str, tmp_path: Path, width: int) -> None:
     seed(dsn)
-    with awa_serve(dsn, tmp_path) as served, chromium() as browser:
-        page = new_page(browser, served, width=width, height=800)
-        blocked = watch_csp(page)
-        log_in(page, served, OPERATOR_TOKEN)
+    blocked: list[str] = []
+    browsing = signed_in(dsn, tmp_path, OPERATOR_TOKEN, size=(width, 800), csp_log=blocked)
+    with browsing as (served, page):
         for path in LIST_PAGES:
             response = page.goto(f"{served.url}{path}")
             csp = response.headers["content-security-policy"]  # type: ignore[union-attr]
@@ -332,9 +300,8 @@ def test_list_pages_fit_and_run_no_inline_script(dsn: str, tmp_path: Path, width
 @pytest.mark.parametrize("width", WIDTHS)
 def test_retry_all_dead_letters_from_the_dlq_page(dsn: str, tmp_path: Path, width: int) -> None:
     data = seed(dsn)
-    with awa_serve(dsn, tmp_path) as served, chromium() as browser:
-        page = new_page(browser, served, width=width, height=900)
-        log_in(page, served, OPERATOR_TOKEN, "/dlq?queue=reports")
+    browsing = signed_in(dsn, tmp_path, OPERATOR_TOKEN, "/dlq?queue=reports", size=(width, 900))
+    with browsing as (served, page):
         assert no_horizontal_scroll(page)
         page.click("#dlq-bulk button:has-text('Retry all')")
         page.wait_for_url("**/dlq/bulk")
@@ -345,5 +312,7 @@ def test_retry_all_dead_letters_from_the_dlq_page(dsn: str, tmp_path: Path, widt
         page.click("button[data-confirmed]")
         page.wait_for_url("**/dlq?queue=reports&done=1+dead+letter+retried")
         assert job_row(dsn, data.dead).state == awa.JobState.AVAILABLE
-    assert [r[:4] for r in audit_rows(dsn)] == [("serve:otto", "dlq.retry", "queue=reports", "ok")]
+    assert [r[:4] for r in audit_rows(dsn, detail=True)] == [
+        ("serve:otto", "dlq.retry", "queue=reports", "ok")
+    ]
     assert served.foreign() == []

@@ -15,12 +15,9 @@ import pytest
 import awa_cli as awa
 from awa_cli.testing import AwaTestClient
 from tests.integration.serve.browser import (
+    signed_in,
     VIEWER_TOKEN,
-    awa_serve,
-    chromium,
     claim,
-    log_in,
-    new_page,
     no_horizontal_scroll,
 )
 
@@ -90,9 +87,8 @@ def test_the_workflow_graph_links_steps_to_job_pages_with_parents_and_children(
         "load": "blocked",
         "report": "blocked",
     }
-    with awa_serve(dsn, tmp_path) as served, chromium() as browser:
-        page = new_page(browser, served, width=width, height=800)
-        log_in(page, served, VIEWER_TOKEN, f"/workflows/{run.id}")
+    browsing = signed_in(dsn, tmp_path, VIEWER_TOKEN, f"/workflows/{run.id}", size=(width, 800))
+    with browsing as (served, page):
         assert "etl-2026-12-01" in page.locator("main h1").inner_text()
         graph = page.locator(".wf-graph")
         assert graph.locator("svg").count() == 1

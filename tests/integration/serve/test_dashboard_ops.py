@@ -15,18 +15,17 @@ import pytest
 
 import awa_cli as awa
 from tests.integration.serve.helpers import (
+    audit_rows,
+    AS_OPERATOR,
+    AS_VIEWER,
     OPERATOR_TOKEN,
-    VIEWER_TOKEN,
-    bearer,
-    csrf_of,
-    log_in,
     serve,
+    session_csrf,
 )
 from tests.integration.serve.test_controls import dead_letter
 
 pytestmark = [pytest.mark.integration]
 
-OP = bearer(OPERATOR_TOKEN)
 FORM = {"Content-Type": "application/x-www-form-urlencoded"}
 
 
@@ -60,31 +59,24 @@ def states(dsn: str, ids: list[int]) -> dict[int, str]:
     return {int(i): str(s) for i, s in rows}
 
 
-def audit_rows(dsn: str) -> list[tuple[Any, ...]]:
-    with psycopg.connect(dsn) as conn:
-        return conn.execute(
-            "SELECT actor, action, target, result, detail FROM awa.audit_log"
-            " WHERE action <> 'login' ORDER BY id"
-        ).fetchall()
-
-
 # -- D13: pausing a queue the config names, before it has any job ---------------------------
 def test_a_configured_queue_with_no_jobs_can_be_paused(dsn: str) -> None:
     with serve(dsn, configured_queues=("acc",)) as http:
-        response = http.post("/api/queues/acc/pause", headers=OP)
+        response = http.post("/api/queues/acc/pause", headers=AS_OPERATOR)
         assert response.status_code == 200, response.text
         assert response.json()["queue"] == "acc" and response.json()["paused"] is True
         with awa.Client(dsn) as client:
             assert client.paused_queues() == ["acc"]
         listed = {
-            q["queue"]: q["paused"] for q in http.get("/api/queues", headers=OP).json()["queues"]
+            q["queue"]: q["paused"]
+            for q in http.get("/api/queues", headers=AS_OPERATOR).json()["queues"]
         }
         assert listed["acc"] is True
-        assert http.post("/api/queues/acc/resume", headers=OP).json()["paused"] is False
+        assert http.post("/api/queues/acc/resume", headers=AS_OPERATOR).json()["paused"] is False
         # A name nobody knows is still 404: a typo pauses nothing.
-        missing = http.post("/api/queues/acx/pause", headers=OP)
+        missing = http.post("/api/queues/acx/pause", headers=AS_OPERATOR)
         assert missing.status_code == 404 and missing.json() == {"error": "queue 'acx' not found"}
-    assert [r[:4] for r in audit_rows(dsn)] == [
+    assert [r[:4] for r in audit_rows(dsn, detail=True)] == [
         ("serve:otto", "queue.pause", "acc", "ok"),
         ("serve:otto", "queue.resume", "acc", "ok"),
         ("serve:otto", "queue.pause", "acx", "refused"),
@@ -93,10 +85,10 @@ def test_a_configured_queue_with_no_jobs_can_be_paused(dsn: str) -> None:
 
 def test_the_queue_page_lists_a_configured_queue_with_no_jobs(dsn: str) -> None:
     with serve(dsn, configured_queues=("acc",)) as http:
-        page = http.get("/queues/acc", headers=OP)
+        page = http.get("/queues/acc", headers=AS_OPERATOR)
         assert page.status_code == 200 and "Queue acc" in page.text
-        assert http.get("/queues/nope", headers=OP).status_code == 404
-        assert http.get("/api/queues/nope", headers=OP).json() == {
+        assert http.get("/queues/nope", headers=AS_OPERATOR).status_code == 404
+        assert http.get("/api/queues/nope", headers=AS_OPERATOR).json() == {
             "error": "queue 'nope' not found"
         }
 
@@ -111,8 +103,8 @@ def test_the_overview_shows_paused_queues_and_the_dead_letters(dsn: str) -> None
         client.pause_queue("mail")
         client.pause_queue("idle")  # paused, no job: listed all the same
     with serve(dsn) as http:
-        page = http.get("/", headers=OP).text
-        stats = http.get("/api/stats", headers=OP).json()
+        page = http.get("/", headers=AS_OPERATOR).text
+        stats = http.get("/api/stats", headers=AS_OPERATOR).json()
     assert stats["paused_queues"] == ["idle", "mail"]
     assert stats["dead_letters"] == {"total": 2, "queues": {"mail": 2}}
     assert re.search(r'id="dead-letters">2<', page)
@@ -131,8 +123,7 @@ def test_the_overview_shows_paused_queues_and_the_dead_letters(dsn: str) -> None
 def test_purge_from_the_page_asks_first_and_the_api_does_not(dsn: str) -> None:
     first, second = dead_letter(dsn), dead_letter(dsn)
     with serve(dsn) as http:
-        log_in(http, OPERATOR_TOKEN)
-        csrf = csrf_of(http)
+        csrf = session_csrf(http, OPERATOR_TOKEN)
         asked = http.post(f"/dlq/{first}/purge", data={"csrf": csrf})
         assert asked.status_code == 200
         assert f"Purge dead letter {first}?" in asked.text
@@ -142,10 +133,10 @@ def test_purge_from_the_page_asks_first_and_the_api_does_not(dsn: str) -> None:
             assert client.dlq_depth().total == 2  # nothing purged yet
         done = http.post(f"/dlq/{first}/purge", data={"csrf": csrf, "confirm": "yes"})
         assert done.status_code == 303 and done.headers["location"].startswith("/dlq?done=")
-        assert http.post(f"/api/dlq/{second}/purge", headers=OP).json() == {"purged": 1}
+        assert http.post(f"/api/dlq/{second}/purge", headers=AS_OPERATOR).json() == {"purged": 1}
     with awa.Client(dsn) as client:
         assert client.dlq_depth().total == 0
-    assert [r[:4] for r in audit_rows(dsn)] == [
+    assert [r[:4] for r in audit_rows(dsn, detail=True)] == [
         ("serve:otto", "dlq.purge", f"id={first}", "ok"),
         ("serve:otto", "dlq.purge", f"id={second}", "ok"),
     ]
@@ -159,7 +150,7 @@ def test_the_audit_page_shows_the_detail(dsn: str) -> None:
             "cli:root", "job.retry", "job:9", "refused", {"status": 404, "error": "job 9 not found"}
         )
     with serve(dsn) as http:
-        page = http.get("/audit", headers=OP).text
+        page = http.get("/audit", headers=AS_OPERATOR).text
     cells = re.findall(r'<td class="wrap clip-cell" data-label="detail">(.*?)</td>', page, re.S)
     assert any("count=1500" in c for c in cells), cells
     assert any("status=404" in c and "error=job 9 not found" in c for c in cells), cells
@@ -185,7 +176,7 @@ def test_a_queue_nothing_keeps_drops_off_after_a_day(dsn: str) -> None:
         conn.execute("DELETE FROM awa.workers WHERE id = 'h:2:1'")  # not the statement: no touch
     add(dsn, 1, queue="busy", state="running")
     with serve(dsn, configured_queues=("cfg",)) as http:
-        names = {q["queue"] for q in http.get("/api/queues", headers=OP).json()["queues"]}
+        names = {q["queue"] for q in http.get("/api/queues", headers=AS_OPERATOR).json()["queues"]}
         assert names == {"fresh", "held", "cfg", "busy", "served"}
         with psycopg.connect(dsn) as conn:  # a worker that stops marks its queues seen now
             conn.execute(
@@ -201,7 +192,7 @@ def test_a_queue_nothing_keeps_drops_off_after_a_day(dsn: str) -> None:
         import asyncio
 
         asyncio.run(stop())
-        names = {q["queue"] for q in http.get("/api/queues", headers=OP).json()["queues"]}
+        names = {q["queue"] for q in http.get("/api/queues", headers=AS_OPERATOR).json()["queues"]}
         assert "left" in names and "zzz" not in names
     with awa.Client(dsn) as client:  # `awa queue list` reads the same rule
         assert {q.queue for q in client.list_queues()} == {
@@ -223,13 +214,15 @@ def test_bulk_api_cancels_retries_and_deletes_by_ids_and_by_filter(dsn: str) -> 
     with serve(dsn) as http:
         # Selected ids: only the states the operation applies to change (running is left).
         body = {"ids": [*waiting[:2], *running], "dry_run": True}
-        assert http.post("/api/jobs/bulk/cancel", json=body, headers=OP).json() == {
+        assert http.post("/api/jobs/bulk/cancel", json=body, headers=AS_OPERATOR).json() == {
             "count": 2,
             "dry_run": True,
         }
         assert states(dsn, waiting) == dict.fromkeys(waiting, "available")
         body["dry_run"] = False
-        assert http.post("/api/jobs/bulk/cancel", json=body, headers=OP).json()["count"] == 2
+        assert (
+            http.post("/api/jobs/bulk/cancel", json=body, headers=AS_OPERATOR).json()["count"] == 2
+        )
         assert states(dsn, [*waiting, *running]) == {
             waiting[0]: "cancelled",
             waiting[1]: "cancelled",
@@ -238,35 +231,40 @@ def test_bulk_api_cancels_retries_and_deletes_by_ids_and_by_filter(dsn: str) -> 
         }
         # The list's filter: the tag and the queue and the state.
         tagged = {"state": "failed", "queue": "reports", "tag": "vip"}
-        assert http.post("/api/jobs/bulk/retry", json=tagged, headers=OP).json()["count"] == 2
+        assert (
+            http.post("/api/jobs/bulk/retry", json=tagged, headers=AS_OPERATOR).json()["count"] == 2
+        )
         assert set(states(dsn, vip).values()) == {"available"}
         assert set(states(dsn, failed).values()) == {"failed"}
         # Delete: finished jobs only.
-        gone = http.post("/api/jobs/bulk/delete", json={"ids": [*done, waiting[2]]}, headers=OP)
+        gone = http.post(
+            "/api/jobs/bulk/delete", json={"ids": [*done, waiting[2]]}, headers=AS_OPERATOR
+        )
         assert gone.json()["count"] == 2
         assert states(dsn, [*done, waiting[2]]) == {waiting[2]: "available"}
         # Refusals: no filter, a state the operation does not act on, bad ids, a viewer.
-        none = http.post("/api/jobs/bulk/cancel", json={}, headers=OP)
+        none = http.post("/api/jobs/bulk/cancel", json={}, headers=AS_OPERATOR)
         assert none.status_code == 422 and "needs a filter" in none.json()["error"]
-        wrong = http.post("/api/jobs/bulk/cancel", json={"state": "failed"}, headers=OP)
+        wrong = http.post("/api/jobs/bulk/cancel", json={"state": "failed"}, headers=AS_OPERATOR)
         assert wrong.status_code == 422 and wrong.json()["error"].startswith(
             "state: cancel acts on"
         )
-        bad = http.post("/api/jobs/bulk/retry", json={"ids": ["1; DROP"]}, headers=OP)
+        bad = http.post("/api/jobs/bulk/retry", json={"ids": ["1; DROP"]}, headers=AS_OPERATOR)
         assert bad.status_code == 422 and bad.json()["error"].startswith("ids:")
-        assert http.post("/api/jobs/bulk/purge", json={"ids": [1]}, headers=OP).status_code == 422
-        viewer = http.post(
-            "/api/jobs/bulk/cancel", json={"ids": waiting}, headers=bearer(VIEWER_TOKEN)
+        assert (
+            http.post("/api/jobs/bulk/purge", json={"ids": [1]}, headers=AS_OPERATOR).status_code
+            == 422
         )
+        viewer = http.post("/api/jobs/bulk/cancel", json={"ids": waiting}, headers=AS_VIEWER)
         assert viewer.status_code == 403
-    entries = [r[:4] for r in audit_rows(dsn)]
+    entries = [r[:4] for r in audit_rows(dsn, detail=True)]
     ids = ",".join(map(str, sorted([*waiting[:2], *running])))
     assert entries[:3] == [
         ("serve:otto", "job.cancel", f"ids={ids}", "ok"),
         ("serve:otto", "job.retry", "state=failed queue=reports tag=vip", "ok"),
         ("serve:otto", "job.purge", "ids=" + ",".join(map(str, sorted([*done, waiting[2]]))), "ok"),
     ]
-    assert audit_rows(dsn)[0][4] == {"count": 2}
+    assert audit_rows(dsn, detail=True)[0][4] == {"count": 2}
     assert [e[3] for e in entries[3:]] == ["refused"] * 5  # every refusal recorded too
 
 
@@ -274,8 +272,7 @@ def test_the_bulk_form_confirms_with_the_count_then_acts(dsn: str) -> None:
     failed = add(dsn, 3, state="failed")
     other = add(dsn, 2, state="failed", queue="reports")
     with serve(dsn) as http:
-        log_in(http, OPERATOR_TOKEN)
-        csrf = csrf_of(http)
+        csrf = session_csrf(http, OPERATOR_TOKEN)
         form = {"csrf": csrf, "do": "retry:matching", "state": "failed", "queue": "mail"}
         asked = http.post("/jobs/bulk", data=form)
         assert asked.status_code == 200, asked.text
@@ -318,7 +315,7 @@ def test_the_jobs_list_shows_args_and_errors_escaped_and_bounded(dsn: str) -> No
             (job.id,),
         )
     with serve(dsn) as http:
-        page = http.get("/jobs", headers=OP).text
+        page = http.get("/jobs", headers=AS_OPERATOR).text
     assert (
         "<script>alert(1)</script>" not in page and "&lt;script&gt;alert(1)&lt;/script&gt;" in page
     )
@@ -342,8 +339,8 @@ def test_the_queue_api_has_its_chart_workers_and_failures(dsn: str) -> None:
             " ('web-3:99:1', 'web-3', 99, '{\"reports\": 4}', '[]')"
         )
     with serve(dsn) as http:
-        shown = http.get("/api/queues/mail", headers=OP).json()
-        page = http.get("/queues/mail", headers=OP).text
+        shown = http.get("/api/queues/mail", headers=AS_OPERATOR).json()
+        page = http.get("/queues/mail", headers=AS_OPERATOR).text
     assert shown["queue"] == "mail" and shown["counts"]["running"] == 2
     assert sum(p["completed"] for p in shown["throughput"]) == 3
     assert sum(p["failed"] for p in shown["throughput"]) == 2  # one failed, one dead letter
@@ -362,8 +359,7 @@ def test_retry_all_and_purge_all_dead_letters_ask_with_the_count(dsn: str) -> No
     mail = [dead_letter(dsn, queue="mail", kind=f"k{i}") for i in range(3)]
     reports = dead_letter(dsn, queue="reports", kind="export")
     with serve(dsn) as http:
-        log_in(http, OPERATOR_TOKEN)
-        csrf = csrf_of(http)
+        csrf = session_csrf(http, OPERATOR_TOKEN)
         assert 'action="/dlq/bulk"' in http.get("/dlq?queue=mail").text
         form = {"csrf": csrf, "do": "retry", "queue": "mail"}
         asked = http.post("/dlq/bulk", data=form)
@@ -375,19 +371,19 @@ def test_retry_all_and_purge_all_dead_letters_ask_with_the_count(dsn: str) -> No
         assert done.headers["location"] == "/dlq?queue=mail&done=3+dead+letters+retried"
         assert set(states(dsn, mail).values()) == {"available"}
         # No filter: every dead letter; the API twin with a dry run first.
-        dry = http.post("/api/dlq/bulk/purge", json={"dry_run": True}, headers=OP)
+        dry = http.post("/api/dlq/bulk/purge", json={"dry_run": True}, headers=AS_OPERATOR)
         assert dry.json() == {"count": 1, "dry_run": True}
         asked = http.post("/dlq/bulk", data={"csrf": csrf, "do": "purge"})
         assert "Purge all 1 dead letter in the queue." in asked.text
-        assert http.post("/api/dlq/bulk/purge", json={}, headers=OP).json()["count"] == 1
-        bad = http.post("/api/dlq/bulk/move", json={}, headers=OP)
+        assert http.post("/api/dlq/bulk/purge", json={}, headers=AS_OPERATOR).json()["count"] == 1
+        bad = http.post("/api/dlq/bulk/move", json={}, headers=AS_OPERATOR)
         assert bad.status_code == 422
-        viewer = http.post("/api/dlq/bulk/retry", json={}, headers=bearer(VIEWER_TOKEN))
+        viewer = http.post("/api/dlq/bulk/retry", json={}, headers=AS_VIEWER)
         assert viewer.status_code == 403
     with awa.Client(dsn) as client:
         assert client.dlq_depth().total == 0
     assert reports not in states(dsn, [reports])
-    assert [r[:4] for r in audit_rows(dsn)] == [
+    assert [r[:4] for r in audit_rows(dsn, detail=True)] == [
         ("serve:otto", "dlq.retry", "queue=mail", "ok"),
         ("serve:otto", "dlq.purge", "all", "ok"),
         ("serve:otto", "request", "POST /api/dlq/bulk/move", "refused"),

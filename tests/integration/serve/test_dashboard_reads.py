@@ -12,12 +12,10 @@ import pytest
 import awa_cli as awa
 from awa_cli.db import dashboard
 from awa_cli.serve.chart import throughput_chart
-from tests.integration.serve.helpers import OPERATOR_TOKEN, VIEWER_TOKEN, bearer, serve
+from tests.integration.serve.helpers import AS_OPERATOR, AS_VIEWER, serve
 
 pytestmark = [pytest.mark.integration]
 
-VIEW = bearer(VIEWER_TOKEN)
-OPERATE = bearer(OPERATOR_TOKEN)
 STATES = ["available", "failed", "completed", "scheduled"]
 
 
@@ -125,25 +123,25 @@ def test_audit_is_listed_newest_first_with_filters(dsn: str) -> None:
     with psycopg.connect(dsn) as conn:
         job = awa.insert(conn, {}, kind="k")
     with serve(dsn) as http:
-        assert http.post(f"/api/jobs/{job.id}/cancel", headers=OPERATE).status_code == 200
-        assert http.post(f"/api/jobs/{job.id}/cancel", headers=OPERATE).status_code == 409
-        assert http.post(f"/api/jobs/{job.id}/retry", headers=VIEW).status_code == 403
-        entries = http.get("/api/audit", headers=VIEW).json()["entries"]
+        assert http.post(f"/api/jobs/{job.id}/cancel", headers=AS_OPERATOR).status_code == 200
+        assert http.post(f"/api/jobs/{job.id}/cancel", headers=AS_OPERATOR).status_code == 409
+        assert http.post(f"/api/jobs/{job.id}/retry", headers=AS_VIEWER).status_code == 403
+        entries = http.get("/api/audit", headers=AS_VIEWER).json()["entries"]
         assert [(e["actor"], e["action"], e["result"]) for e in entries] == [
             ("serve:vera", "request", "refused"),
             ("serve:otto", "job.cancel", "refused"),
             ("serve:otto", "job.cancel", "ok"),
         ]
         assert entries[1]["target"] == f"job:{job.id}" and entries[1]["detail"]["status"] == 409
-        mine = http.get("/api/audit?actor=serve:otto&action=job.cancel&limit=1", headers=VIEW)
+        mine = http.get("/api/audit?actor=serve:otto&action=job.cancel&limit=1", headers=AS_VIEWER)
         assert [e["result"] for e in mine.json()["entries"]] == ["refused"]
         later = (datetime.now(UTC) + timedelta(hours=1)).isoformat()
-        assert http.get("/api/audit", params={"since": later}, headers=VIEW).json() == {
+        assert http.get("/api/audit", params={"since": later}, headers=AS_VIEWER).json() == {
             "entries": []
         }
-        bad = http.get("/api/audit?since=yesterday", headers=VIEW)
+        bad = http.get("/api/audit?since=yesterday", headers=AS_VIEWER)
         assert bad.status_code == 422 and "since" in bad.json()["error"]
-        page = http.get("/audit?actor=serve:vera", headers=VIEW).text
+        page = http.get("/audit?actor=serve:vera", headers=AS_VIEWER).text
         assert f"POST /jobs/{job.id}/retry" not in page and f"POST /api/jobs/{job.id}/retry" in page
         assert "serve:otto" not in page.split("<tbody>")[1]
 
@@ -161,15 +159,15 @@ def test_workers_and_kinds_routes(dsn: str) -> None:
         )
         awa.insert(conn, {}, kind="lonely", queue="mail")
     with serve(dsn) as http:
-        workers = http.get("/api/workers", headers=VIEW).json()["workers"]
+        workers = http.get("/api/workers", headers=AS_VIEWER).json()["workers"]
         assert [(w["id"], w["queues"], w["kinds"], w["running"]) for w in workers] == [
             ("h:1:1", {"mail": 4}, ["greet"], 2)
         ]
-        kinds = http.get("/api/kinds", headers=VIEW).json()["kinds"]
+        kinds = http.get("/api/kinds", headers=AS_VIEWER).json()["kinds"]
         assert [(k["kind"], k["queue"], k["unhandled"], k["doc"]) for k in kinds] == [
             ("lonely", "mail", True, ""),
             ("greet", "mail", False, "Hello."),
         ]
-        page = http.get("/workers", headers=VIEW).text
+        page = http.get("/workers", headers=AS_VIEWER).text
         assert "mail=4" in page and ">old<" not in page
-        assert "no live worker" in http.get("/kinds", headers=VIEW).text
+        assert "no live worker" in http.get("/kinds", headers=AS_VIEWER).text

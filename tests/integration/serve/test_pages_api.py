@@ -11,19 +11,16 @@ import pytest
 import awa_cli as awa
 from tests.helpers import job_row
 from tests.integration.serve.helpers import (
+    audit_rows,
+    AS_OPERATOR,
+    AS_VIEWER,
     OPERATOR_TOKEN,
-    VIEWER_TOKEN,
-    bearer,
-    csrf_of,
-    log_in,
     serve,
+    session_csrf,
 )
 from tests.integration.test_callbacks_http import Hook, hook_app, park
 
 pytestmark = [pytest.mark.integration]
-
-VIEW = bearer(VIEWER_TOKEN)
-OPERATE = bearer(OPERATOR_TOKEN)
 
 
 def seed(dsn: str) -> dict[str, list[int]]:
@@ -45,8 +42,8 @@ def seed(dsn: str) -> dict[str, list[int]]:
 def test_stats_match_the_database(dsn: str) -> None:
     seed(dsn)
     with serve(dsn) as http:
-        data = http.get("/api/stats", headers=VIEW).json()
-        page = http.get("/", headers=VIEW).text
+        data = http.get("/api/stats", headers=AS_VIEWER).json()
+        page = http.get("/", headers=AS_VIEWER).text
     assert data["total"] == 8
     assert data["totals"]["available"] == 5 and data["totals"]["completed"] == 2
     assert data["totals"]["failed"] == 1
@@ -63,21 +60,21 @@ def test_job_list_filters_and_finds(dsn: str) -> None:
     with serve(dsn) as http:
 
         def listed(query: str) -> list[int]:
-            response = http.get(f"/api/jobs?{query}", headers=VIEW)
+            response = http.get(f"/api/jobs?{query}", headers=AS_VIEWER)
             assert response.status_code == 200, response.text
             return [j["id"] for j in response.json()["jobs"]]
 
         assert listed("queue=email") == sorted(ids["email"], reverse=True)
         assert listed("kind=report&state=failed") == [ids["reports"][0]]
         assert listed("state=completed&queue=reports") == []
-        assert http.get("/api/jobs?state=nope", headers=VIEW).status_code == 422
-        assert http.get("/api/jobs?limit=abc", headers=VIEW).status_code == 422
-        page = http.get("/jobs?queue=reports&state=failed", headers=VIEW).text
+        assert http.get("/api/jobs?state=nope", headers=AS_VIEWER).status_code == 422
+        assert http.get("/api/jobs?limit=abc", headers=AS_VIEWER).status_code == 422
+        page = http.get("/jobs?queue=reports&state=failed", headers=AS_VIEWER).text
         assert f'href="/jobs/{ids["reports"][0]}"' in page
         assert f'href="/jobs/{ids["reports"][1]}"' not in page
-        found = http.get(f"/jobs?id={ids['email'][3]}", headers=VIEW)
+        found = http.get(f"/jobs?id={ids['email'][3]}", headers=AS_VIEWER)
         assert found.status_code == 303 and found.headers["location"] == f"/jobs/{ids['email'][3]}"
-        assert http.get("/jobs?id=12x", headers=VIEW).status_code == 422
+        assert http.get("/jobs?id=12x", headers=AS_VIEWER).status_code == 422
 
 
 def test_keyset_pagination_walks_every_job_once(dsn: str) -> None:
@@ -92,15 +89,15 @@ def test_keyset_pagination_walks_every_job_once(dsn: str) -> None:
     with serve(dsn) as http:
         before = ""
         while True:
-            data = http.get(f"/api/jobs?limit=50{before}", headers=VIEW).json()
+            data = http.get(f"/api/jobs?limit=50{before}", headers=AS_VIEWER).json()
             seen += [j["id"] for j in data["jobs"]]
             if data["next_before"] is None:
                 break
             before = f"&before={data['next_before']}"
-        page = http.get("/jobs", headers=VIEW).text
+        page = http.get("/jobs", headers=AS_VIEWER).text
         older = re.search(r'<a href="(/jobs\?before=(\d+))" rel="next">', page)
         assert older and int(older[2]) == all_ids[49]
-        second = http.get(older[1].replace("&amp;", "&"), headers=VIEW).text
+        second = http.get(older[1].replace("&amp;", "&"), headers=AS_VIEWER).text
     assert seen == all_ids
     assert f'href="/jobs/{all_ids[50]}"' in second and f'href="/jobs/{all_ids[49]}"' not in second
 
@@ -117,20 +114,21 @@ def test_job_page_and_api_actions(dsn: str, caplog: pytest.LogCaptureFixture) ->
             ),
         )
     with serve(dsn) as http:
-        page = http.get(f"/jobs/{job.id}", headers=VIEW).text
+        page = http.get(f"/jobs/{job.id}", headers=AS_VIEWER).text
         assert "ada@example.com" in page and "&#34;m&#34;: 1" in page
         assert "SMTPError: &lt;b&gt;refused&lt;/b&gt;" in page  # escaped, never markup
         assert "&#34;sent&#34;: 0" in page
-        assert http.get("/jobs/999999", headers=VIEW).status_code == 404
-        assert http.get("/api/jobs/999999", headers=VIEW).json() == {
+        assert http.get("/jobs/999999", headers=AS_VIEWER).status_code == 404
+        assert http.get("/api/jobs/999999", headers=AS_VIEWER).json() == {
             "error": "job 999999 not found"
         }
-        cancelled = http.post(f"/api/jobs/{job.id}/cancel", headers=OPERATE)
+        cancelled = http.post(f"/api/jobs/{job.id}/cancel", headers=AS_OPERATOR)
         assert cancelled.status_code == 200 and cancelled.json()["state"] == "cancelled"
-        again = http.post(f"/api/jobs/{job.id}/cancel", headers=OPERATE)
+        again = http.post(f"/api/jobs/{job.id}/cancel", headers=AS_OPERATOR)
         assert again.status_code == 409 and "cannot be cancelled" in again.json()["error"]
-        log_in(http, OPERATOR_TOKEN)
-        retried = http.post(f"/jobs/{job.id}/retry", data={"csrf": csrf_of(http)})
+        retried = http.post(
+            f"/jobs/{job.id}/retry", data={"csrf": session_csrf(http, OPERATOR_TOKEN)}
+        )
         assert (
             retried.status_code == 303
             and retried.headers["location"] == f"/jobs/{job.id}?done=retried"
@@ -139,10 +137,7 @@ def test_job_page_and_api_actions(dsn: str, caplog: pytest.LogCaptureFixture) ->
     assert job_row(dsn, job.id).state == "available"
     lines = [r.getMessage() for r in caplog.records if r.name == "awa.audit"]
     assert f"action=audit actor=serve:otto verb=job.cancel target=job:{job.id} result=ok" in lines
-    with psycopg.connect(dsn) as conn:
-        entries = conn.execute(
-            "SELECT actor, action, target, result, detail FROM awa.audit_log ORDER BY id"
-        ).fetchall()
+    entries = audit_rows(dsn, detail=True, logins=True)
     target = f"job:{job.id}"
     assert entries[0] == ("serve:otto", "job.cancel", target, "ok", {})
     actor, action, where, result, detail = entries[1]
@@ -157,18 +152,16 @@ def test_resolve_a_callback_from_the_job_page(dsn: str) -> None:
     app = hook_app([])
     parked = park(dsn, app, n=3)
     with serve(dsn, app) as http:
-        log_in(http, OPERATOR_TOKEN)
+        csrf = session_csrf(http, OPERATOR_TOKEN)
         page = http.get(f"/jobs/{parked.id}").text
         assert str(parked.callback_id) in page and "Resolve callback" in page
         assert f"waiting on callback <code>{parked.callback_id}</code>" in page  # the timeline
         response = http.post(
             f"/jobs/{parked.id}/callback",
-            data={"csrf": csrf_of(http), "action": "complete", "payload": '{"by": "hand"}'},
+            data={"csrf": csrf, "action": "complete", "payload": '{"by": "hand"}'},
         )
         assert response.status_code == 303, response.text
-        bad = http.post(
-            f"/jobs/{parked.id}/callback", data={"csrf": csrf_of(http), "action": "complete"}
-        )
+        bad = http.post(f"/jobs/{parked.id}/callback", data={"csrf": csrf, "action": "complete"})
         assert bad.status_code == 404  # already resolved, as over HTTP
     row = job_row(dsn, parked.id)
     assert row.state == "completed" and row.callback_result == {"by": "hand"}
@@ -222,10 +215,10 @@ def seed_history(dsn: str) -> tuple[int, int]:
 def test_job_page_shows_progress_attempts_and_follow_ups(dsn: str) -> None:
     job_id, follow_id = seed_history(dsn)
     with serve(dsn) as http:
-        page = http.get(f"/jobs/{job_id}", headers=VIEW).text
-        data = http.get(f"/api/jobs/{job_id}", headers=VIEW).json()
-        follow_page = http.get(f"/jobs/{follow_id}", headers=VIEW).text
-        follow_data = http.get(f"/api/jobs/{follow_id}", headers=VIEW).json()
+        page = http.get(f"/jobs/{job_id}", headers=AS_VIEWER).text
+        data = http.get(f"/api/jobs/{job_id}", headers=AS_VIEWER).json()
+        follow_page = http.get(f"/jobs/{follow_id}", headers=AS_VIEWER).text
+        follow_data = http.get(f"/api/jobs/{follow_id}", headers=AS_VIEWER).json()
     # The page: a bar at 60 % with the (escaped) message, both attempts, the follow-up link.
     assert '<progress max="100" value="60">' in page
     assert "copying &lt;rows&gt;" in page and "copying <rows>" not in page
@@ -268,10 +261,10 @@ def test_a_job_in_a_paused_queue_says_why_it_is_not_running(dsn: str) -> None:
     with awa.Client(dsn) as client:
         client.pause_queue("reports")
     with serve(dsn) as http:
-        page = http.get(f"/jobs/{job.id}", headers=VIEW).text
-        data = http.get(f"/api/jobs/{job.id}", headers=VIEW).json()
-        scheduled = http.get(f"/api/jobs/{later.id}", headers=VIEW).json()
-        scheduled_page = http.get(f"/jobs/{later.id}", headers=VIEW).text
+        page = http.get(f"/jobs/{job.id}", headers=AS_VIEWER).text
+        data = http.get(f"/api/jobs/{job.id}", headers=AS_VIEWER).json()
+        scheduled = http.get(f"/api/jobs/{later.id}", headers=AS_VIEWER).json()
+        scheduled_page = http.get(f"/jobs/{later.id}", headers=AS_VIEWER).text
     assert "Not running: queue paused." in page
     assert data["why_not_running"] == "queue paused"
     assert scheduled["why_not_running"].startswith("scheduled for ")
@@ -285,8 +278,8 @@ def test_a_dead_lettered_follow_up_links_to_its_dead_letter_page(dsn: str) -> No
     with awa.Client(dsn) as client:
         assert client.move_failed_to_dlq(kind="notify_ops") == 1
     with serve(dsn) as http:
-        page = http.get(f"/jobs/{job_id}", headers=VIEW).text
-        data = http.get(f"/api/jobs/{job_id}", headers=VIEW).json()
+        page = http.get(f"/jobs/{job_id}", headers=AS_VIEWER).text
+        data = http.get(f"/api/jobs/{job_id}", headers=AS_VIEWER).json()
     assert f'<a href="/dlq/{follow_id}" data-follow-up="{follow_id}">' in page
     assert data["timeline"]["follow_ups"] == [
         {"id": follow_id, "kind": "notify_ops", "state": "failed (dead letter)"}
@@ -302,8 +295,8 @@ def test_a_rescued_attempt_shows_its_reason(dsn: str) -> None:
             ('[{"error": "heartbeat stale: worker presumed dead", "attempt": 1}]', job.id),
         )
     with serve(dsn) as http:
-        page = http.get(f"/jobs/{job.id}", headers=VIEW).text
-        data = http.get(f"/api/jobs/{job.id}", headers=VIEW).json()
+        page = http.get(f"/jobs/{job.id}", headers=AS_VIEWER).text
+        data = http.get(f"/api/jobs/{job.id}", headers=AS_VIEWER).json()
     assert data["timeline"]["attempts"][0]["outcome"] == "rescued"
     reason = data["timeline"]["attempts"][0]["rescue_reason"]
     assert reason and f'<span class="flag">rescued: {reason}</span>' in page

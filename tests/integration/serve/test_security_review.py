@@ -21,12 +21,13 @@ from awa_cli.config import ConfigError, ServeConfig, ServeToken
 from awa_cli.serve import api
 from awa_cli.serve.auth import Token
 from tests.integration.serve.helpers import (
+    AS_OPERATOR,
+    AS_VIEWER,
     OPERATOR_TOKEN,
-    VIEWER_TOKEN,
-    bearer,
     csrf_of,
     log_in,
     serve,
+    session_csrf,
 )
 
 pytestmark = [pytest.mark.integration]
@@ -94,7 +95,7 @@ def test_token_mode_answers_the_allowed_hosts(dsn: str) -> None:
     """`[serve] allowed_hosts` names the public names (any port, or the one given)."""
     hosts = ("jobs.example.com", "ops.example.com:8443")
     with serve(dsn, allowed_hosts=hosts) as http:
-        auth = bearer(VIEWER_TOKEN)
+        auth = AS_VIEWER
         for host, status in [
             ("jobs.example.com", 200),
             ("JOBS.example.com:443", 200),
@@ -208,9 +209,9 @@ def test_audit_retention_prunes_old_entries(dsn: str) -> None:
 def test_logout_ends_the_session_on_the_server(dsn: str) -> None:
     """L1 (attack 19): the cookie replayed after logout is worthless."""
     with serve(dsn) as http:
-        log_in(http, OPERATOR_TOKEN)
+        csrf = session_csrf(http, OPERATOR_TOKEN)
         stolen = http.cookies["awa_session"]
-        assert http.post("/logout", data={"csrf": csrf_of(http)}).status_code == 303
+        assert http.post("/logout", data={"csrf": csrf}).status_code == 303
         http.cookies.clear()
         http.cookies.set("awa_session", stolen, domain="127.0.0.1")
         assert http.get("/").status_code == 303
@@ -276,7 +277,7 @@ def test_authenticated_responses_are_no_store(dsn: str) -> None:
     """L7: every response but /static/* says Cache-Control: no-store."""
     job = insert_job(dsn)
     with serve(dsn) as http:
-        auth = bearer(VIEWER_TOKEN)
+        auth = AS_VIEWER
         for path in ("/api/jobs", f"/api/jobs/{job.id}", f"/jobs/{job.id}", "/"):
             assert http.get(path, headers=auth).headers["cache-control"] == "no-store", path
         assert http.get("/static/awa.css").headers.get("cache-control") != "no-store"
@@ -373,7 +374,7 @@ def test_bearer_form_posts_are_bounded(dsn: str) -> None:
         big = http.post(
             f"/jobs/{job.id}/cancel",
             content=b"x=" + b"y" * 10_000,
-            headers={**bearer(OPERATOR_TOKEN), "content-type": "application/x-www-form-urlencoded"},
+            headers={**AS_OPERATOR, "content-type": "application/x-www-form-urlencoded"},
         )
     assert big.status_code == 413
 

@@ -16,13 +16,13 @@ import pytest
 import awa_cli as awa
 from awa_cli.callbacks import SignatureError, sign, verify
 from tests.integration.serve.helpers import (
+    AS_OPERATOR,
     CALLBACK_KEY,
     OPERATOR_TOKEN,
     VIEWER_TOKEN,
-    bearer,
     csrf_of,
-    log_in,
     serve,
+    session_csrf,
 )
 
 pytestmark = [pytest.mark.integration]
@@ -52,7 +52,7 @@ def test_rows_5_6_malformed_tokens_and_tokens_in_the_query_string(dsn: str) -> N
 def test_row_7_other_methods_and_unauthenticated_head(dsn: str) -> None:
     job = insert_job(dsn)
     with serve(dsn) as http:
-        auth = bearer(OPERATOR_TOKEN)
+        auth = AS_OPERATOR
         for method in ("PUT", "DELETE", "PATCH"):
             response = http.request(method, f"/api/jobs/{job.id}/cancel", headers=auth)
             assert response.status_code == 405, method
@@ -121,10 +121,10 @@ def test_row_21_no_open_redirect_after_login(dsn: str, target: str) -> None:
 def test_rows_22_23_24_csrf_variants(dsn: str) -> None:
     job = insert_job(dsn)
     with serve(dsn) as http:
-        log_in(http, OPERATOR_TOKEN)
+        csrf = session_csrf(http, OPERATOR_TOKEN)
         url = f"/jobs/{job.id}/cancel"
         assert http.post(url, data={"csrf": "0" * 64}).status_code == 403
-        both = f"csrf={csrf_of(http)}&csrf={'0' * 64}"
+        both = f"csrf={csrf}&csrf={'0' * 64}"
         form = {"content-type": "application/x-www-form-urlencoded"}
         assert http.post(url, content=both, headers=form).status_code == 403  # last one wins
         multipart = http.post(url, files={"csrf": ("x", b"x")})

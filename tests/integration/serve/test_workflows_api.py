@@ -5,17 +5,19 @@ transaction), 404 for an unknown id, 403 for a viewer and in read-only mode."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
-import psycopg
 import pytest
 
 import awa_cli as awa
-from tests.integration.serve.helpers import OPERATOR_TOKEN, VIEWER_TOKEN, bearer, serve
+from tests.integration.serve.helpers import (
+    AS_OPERATOR,
+    AS_VIEWER,
+    OPERATOR_TOKEN,
+    audit_rows,
+    serve,
+)
 
 pytestmark = [pytest.mark.integration]
-
-OP = bearer(OPERATOR_TOKEN)
 
 
 @dataclass
@@ -31,30 +33,22 @@ def _insert(dsn: str) -> awa.WorkflowRun:
         return client.insert_workflow(wf)
 
 
-def audit_rows(dsn: str) -> list[tuple[Any, ...]]:
-    with psycopg.connect(dsn) as conn:
-        return conn.execute(
-            "SELECT actor, action, target, result FROM awa.audit_log"
-            " WHERE action LIKE 'workflow.%' ORDER BY id"
-        ).fetchall()
-
-
 def test_list_show_cancel_retry_audited_once(dsn: str) -> None:
     run = _insert(dsn)
     with serve(dsn) as http:
-        [listed] = http.get("/api/workflows", headers=OP).json()
+        [listed] = http.get("/api/workflows", headers=AS_OPERATOR).json()
         assert listed["id"] == run.id and listed["counts"] == {"available": 1, "blocked": 1}
-        one = http.get(f"/api/workflows/{run.id}", headers=OP).json()
+        one = http.get(f"/api/workflows/{run.id}", headers=AS_OPERATOR).json()
         assert one["steps"]["b"]["after"] == ["a"] and one["steps"]["b"]["state"] == "blocked"
-        assert http.get("/api/workflows?state=bogus", headers=OP).status_code == 422
-        missing = http.get("/api/workflows/999999", headers=OP)
+        assert http.get("/api/workflows?state=bogus", headers=AS_OPERATOR).status_code == 422
+        missing = http.get("/api/workflows/999999", headers=AS_OPERATOR)
         assert missing.status_code == 404 and "workflow 999999 not found" in missing.json()["error"]
-        done = http.post(f"/api/workflows/{run.id}/cancel", headers=OP)
+        done = http.post(f"/api/workflows/{run.id}/cancel", headers=AS_OPERATOR)
         assert done.status_code == 200 and done.json()["state"] == "cancelled"
-        again = http.post(f"/api/workflows/{run.id}/retry", headers=OP)
+        again = http.post(f"/api/workflows/{run.id}/retry", headers=AS_OPERATOR)
         assert again.status_code == 200 and again.json()["state"] == "running"
-        assert http.post("/api/workflows/999999/retry", headers=OP).status_code == 404
-    rows = audit_rows(dsn)
+        assert http.post("/api/workflows/999999/retry", headers=AS_OPERATOR).status_code == 404
+    rows = audit_rows(dsn, like="workflow.%")
     assert [r[1:3] for r in rows] == [
         ("workflow.cancel", f"workflow:{run.id}"),
         ("workflow.retry", f"workflow:{run.id}"),
@@ -70,11 +64,11 @@ def test_viewer_and_read_only_are_refused(dsn: str) -> None:
     with serve(dsn) as http:
         for verb in ("cancel", "retry"):
             url = f"/api/workflows/{run.id}/{verb}"
-            assert http.post(url, headers=bearer(VIEWER_TOKEN)).status_code == 403
-        assert http.get("/api/workflows", headers=bearer(VIEWER_TOKEN)).status_code == 200
+            assert http.post(url, headers=AS_VIEWER).status_code == 403
+        assert http.get("/api/workflows", headers=AS_VIEWER).status_code == 200
         assert http.post(f"/api/workflows/{run.id}/cancel").status_code in (401, 403)
     with serve(dsn, read_only=True) as http:
-        response = http.post(f"/api/workflows/{run.id}/cancel", headers=OP)
+        response = http.post(f"/api/workflows/{run.id}/cancel", headers=AS_OPERATOR)
         assert response.status_code == 403 and "read-only" in response.json()["error"]
 
 
