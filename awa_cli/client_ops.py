@@ -3,7 +3,7 @@ taking the client first that ``client.py`` binds as its methods: queue pause and
 retry / cancel / purge, cancel by unique key and the dead-letter queue.
 
 Each is one call into the outcome core (``awa_cli/outcomes/``: ``queues.py``, ``bulk.py``,
-``dlq.py``); nothing here holds SQL. Each action that changes something is recorded in
+``dead_letters.py``); nothing here holds SQL. Each action that changes something is recorded in
 ``awa.audit_log`` when there is an actor: ``with acting_as("serve:<token name>"):`` around the
 call (per task, for a server acting for many callers), else ``client.core.actor`` (the CLI
 sets ``cli:<os user>``). The bulk and DLQ actions refuse to run
@@ -20,10 +20,13 @@ from typing import TYPE_CHECKING, Any
 from awa_cli.db import dead_letters
 from awa_cli.db import queues as queue_rows
 from awa_cli.db import audit as audit_table
-from awa_cli.admin import AuditEntry, DeadLetterFilter, JobFilter, QueueInfo
+from awa_cli.audit import AuditEntry
+from awa_cli.bulk import JobFilter
+from awa_cli.dead_letters import DeadLetterFilter
+from awa_cli.queues import QueueInfo
 from awa_cli.app import prepare_job
 from awa_cli.enqueue import InsertOpts
-from awa_cli.deadletters import DeadLetter, DlqDepth
+from awa_cli.dead_letters import DeadLetter, DlqDepth
 from awa_cli.errors import JobNotFound, ValidationError
 from awa_cli.jobs import JobRow, JobState
 from awa_cli.durations import seconds

@@ -33,7 +33,7 @@ from awa_cli.db.channels import PERIODIC_CHANNEL
 from awa_cli.db.retry import Backoff, first_line
 from awa_cli.db import channels, leader
 from awa_cli.depth import QueueDepth, queue_depth
-from awa_cli.limit_status import waiting as limit_waiting
+from awa_cli.db.limits import waiting as limit_waiting
 from awa_cli.events import RescueReason
 from awa_cli.jobs import JobRow
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import click
 
-from awa_cli.admin import cli_actor
+from awa_cli.audit import cli_actor
 from awa_cli.commands.context import CliContext, json_option, pass_context, run_with_client
 from awa_cli.commands.job import show_row
 from awa_cli.periodic import PeriodicJob

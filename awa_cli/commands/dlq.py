@@ -17,7 +17,7 @@ from awa_cli.commands.operate import (
     refuse_mixed,
     run_counted,
 )
-from awa_cli.deadletters import DeadLetter
+from awa_cli.dead_letters import DeadLetter
 
 
 @click.group(name="dlq")

@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from awa_cli.admin import BULK_STATES, BulkOperation
+from awa_cli.bulk import BULK_STATES, BulkOperation
 from awa_cli.commands.context import CliContext, run_with_client
 from awa_cli.durations import parse_duration
 

@@ -1,7 +1,7 @@
 """Bulk operator actions on ``awa.jobs`` (architecture §10): retry, cancel and purge by filter, and
 cancel by unique key.
 
-Each is set statements in bounded batches (``admin.DEFAULT_BATCH`` rows), one short
+Each is set statements in bounded batches (``awa_cli.bulk.DEFAULT_BATCH`` rows), one short
 transaction per batch, so 100,000 jobs never hold one long lock or transaction. Retry and
 cancel select a batch of ids (``bulk_select_jobs``, SKIP LOCKED, an id cursor) and change
 them in the same transaction; purge is one DELETE per batch. A bulk cancel runs each
@@ -19,7 +19,7 @@ from typing import Any, LiteralString
 import psycopg
 from psycopg.rows import dict_row
 
-from awa_cli.admin import DEFAULT_BATCH, BulkOperation, JobFilter, bulk_states, require_filter
+from awa_cli.bulk import DEFAULT_BATCH, BulkOperation, JobFilter, bulk_states, require_filter
 from awa_cli.attempts import Finalized
 from awa_cli.db.statements import SQL
 from awa_cli.errors import FollowUpError, ValidationError
