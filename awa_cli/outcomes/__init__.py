@@ -68,7 +68,7 @@ from awa_cli.outcomes import (
     running,
 )
 from awa_cli.outcomes import rescue as rescues
-from awa_cli.outcomes.bulk import Progress
+from awa_cli.outcomes.bulk import BulkRun, Progress
 from awa_cli.periodic import PeriodicJob
 from awa_cli.errors import InvalidJobState
 from awa_cli.outcomes.attempts import FinalizeGroup
@@ -82,6 +82,7 @@ __all__ = [
     "MAX_BACKOFF_SECONDS",
     "RESCUE_ERRORS",
     "AttemptResult",
+    "BulkRun",
     "FinalizeGroup",
     "Finalized",
     "InvalidJobState",

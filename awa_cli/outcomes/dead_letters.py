@@ -41,11 +41,10 @@ from awa_cli.events import AnyEvent
 from awa_cli.jobs import JobRow, JobState
 from awa_cli.outcomes import audit, settle
 from awa_cli.outcomes.bulk import (
-    Progress,
+    BulkAction,
+    BulkRun,
     by_id_batches,
-    count,
     no_progress,
-    refusing,
     repeat_batches,
 )
 from awa_cli.outcomes.transaction import CoreState, Cursor
@@ -176,21 +175,14 @@ async def retry_one(
     raise UniqueConflict(str(dead["kind"]))
 
 
-async def retry_many(
-    core: CoreState,
-    where: DeadLetterFilter,
-    *,
-    dry_run: bool = False,
-    actor: str | None = None,
-    progress: Progress | None = None,
-) -> int:
+async def retry_many(core: CoreState, where: DeadLetterFilter, run: BulkRun) -> int:
     """Put every matching dead letter back (as :func:`retry_one`), in bounded batches; those
     whose unique key is held again stay in the DLQ."""
     queue, kind = where.queue, where.kind
-    await refusing(core, actor, "dlq.retry", "dlq retry", where.all, queue=queue, kind=kind)
+    act = BulkAction(core, run, "dlq.retry", "dlq retry", {"queue": queue, "kind": kind}, where.all)
     params: dict[str, Any] = {"ids": None, "queue": queue, "kind": kind, "older_than": None}
-    total = await count(core, "dead_letter_count", params) if dry_run or progress else 0
-    if dry_run:
+    total = await act.total("dead_letter_count", params)
+    if run.dry_run:
         return total
 
     async def apply(
@@ -201,49 +193,27 @@ async def retry_many(
         )
         return max(cur.rowcount, 0), []
 
-    done = await by_id_batches(
-        core, "dead_letter_select", params, apply, total, progress or no_progress
-    )
-    target = audit.describe(queue=queue, kind=kind)
-    await audit.record_alone(core, actor, "dlq.retry", target, detail={"count": done})
-    return done
+    done = await by_id_batches(core, "dead_letter_select", params, apply, total, act.progress)
+    return await act.record(done)
 
 
 async def move_many(
-    core: CoreState,
-    where: DeadLetterFilter,
-    *,
-    reason: str | None = None,
-    dry_run: bool = False,
-    actor: str | None = None,
-    progress: Progress | None = None,
+    core: CoreState, where: DeadLetterFilter, run: BulkRun, reason: str | None = None
 ) -> int:
     """Move failed jobs into the DLQ (reason ``manual``, an error entry saying so)."""
     queue, kind = where.queue, where.kind
-    await refusing(core, actor, "dlq.move", "dlq move", where.all, queue=queue, kind=kind)
+    act = BulkAction(core, run, "dlq.move", "dlq move", {"queue": queue, "kind": kind}, where.all)
     counted = {"states": ["failed"], "queue": queue, "kind": kind, "older_than": None}
     counted |= {"tag": None, "ids": None}
-    total = await count(core, "bulk_count_jobs", counted) if dry_run or progress else 0
-    if dry_run:
+    total = await act.total("bulk_count_jobs", counted)
+    if run.dry_run:
         return total
     params = {"queue": queue, "kind": kind, "note": reason}
-    done = await repeat_batches(
-        core, "dead_letter_move_failed", params, total, progress or no_progress
-    )
-    detail: dict[str, Any] = {"count": done, **({"reason": reason} if reason else {})}
-    target = audit.describe(queue=queue, kind=kind)
-    await audit.record_alone(core, actor, "dlq.move", target, detail=detail)
-    return done
+    done = await repeat_batches(core, "dead_letter_move_failed", params, total, act.progress)
+    return await act.record(done, detail={"reason": reason} if reason else None)
 
 
-async def purge(
-    core: CoreState,
-    where: DeadLetterFilter,
-    *,
-    dry_run: bool = False,
-    actor: str | None = None,
-    progress: Progress | None = None,
-) -> int:
+async def purge(core: CoreState, where: DeadLetterFilter, run: BulkRun) -> int:
     """Delete matching dead letters, in bounded batches."""
     filters = {
         "id": where.id,
@@ -251,16 +221,14 @@ async def purge(
         "kind": where.kind,
         "older_than": where.older_than,
     }
-    await refusing(core, actor, "dlq.purge", "dlq purge", where.all, **filters)
+    act = BulkAction(core, run, "dlq.purge", "dlq purge", filters, where.all)
     ids = None if where.id is None else [where.id]
     params = {"ids": ids, "queue": where.queue, "kind": where.kind, "older_than": where.older_than}
-    total = await count(core, "dead_letter_count", params) if dry_run or progress else 0
-    if dry_run:
+    total = await act.total("dead_letter_count", params)
+    if run.dry_run:
         return total
-    done = await repeat_batches(core, "dead_letter_purge", params, total, progress or no_progress)
-    target = audit.describe(**filters)
-    await audit.record_alone(core, actor, "dlq.purge", target, detail={"count": done})
-    return done
+    done = await repeat_batches(core, "dead_letter_purge", params, total, act.progress)
+    return await act.record(done)
 
 
 async def prune(core: CoreState, retention: float, batch: int = DEFAULT_BATCH) -> int:
