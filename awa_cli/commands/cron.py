@@ -12,7 +12,13 @@ from typing import Any
 import click
 
 from awa_cli.audit import cli_actor
-from awa_cli.commands.context import CliContext, json_option, pass_context, run_with_client
+from awa_cli.commands.context import (
+    CliContext,
+    json_option,
+    pass_context,
+    print_listing,
+    run_with_client,
+)
 from awa_cli.commands.job import show_row
 from awa_cli.periodic import PeriodicJob
 
@@ -46,10 +52,7 @@ def _summary(job: PeriodicJob) -> tuple[Any, ...]:
 
 
 def _show(ctx: CliContext, jobs: list[PeriodicJob], json_flag: bool) -> None:
-    if ctx.wants_json(json_flag):
-        ctx.terminal.json([job.to_json() for job in jobs])
-        return
-    ctx.terminal.table(COLUMNS, [_summary(job) for job in jobs])
+    print_listing(ctx, json_flag, COLUMNS, jobs, _summary)
 
 
 def _one(ctx: CliContext, job: PeriodicJob, json_flag: bool, verb: str) -> None:

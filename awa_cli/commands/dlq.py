@@ -7,7 +7,14 @@ from typing import Any
 
 import click
 
-from awa_cli.commands.context import CliContext, json_option, pass_context, run_with_client
+from awa_cli.commands.context import (
+    CliContext,
+    json_option,
+    limit_option,
+    pass_context,
+    print_listing,
+    run_with_client,
+)
 from awa_cli.commands.job import parse_run_at, print_errors
 from awa_cli.commands.operate import (
     Counted,
@@ -51,7 +58,7 @@ COLUMNS = ["id", "kind", "queue", "reason", "attempt", "dead_at", "last error"]
 @command.command(name="list")
 @click.option("--queue", help="Only dead letters of this queue.")
 @click.option("--kind", help="Only dead letters of this kind.")
-@click.option("--limit", type=click.IntRange(1, 100000), default=50, show_default=True)
+@limit_option()
 @json_option
 @pass_context
 def list_dead(
@@ -59,10 +66,7 @@ def list_dead(
 ) -> None:
     """Dead letters, newest first."""
     rows = run_with_client(ctx, lambda c: c.list_dlq(queue, kind, limit))
-    if ctx.wants_json(json_flag):
-        ctx.terminal.json([r.to_json() for r in rows])
-        return
-    ctx.terminal.table(COLUMNS, [_summary(r) for r in rows])
+    print_listing(ctx, json_flag, COLUMNS, rows, _summary)
 
 
 @command.command(name="show")

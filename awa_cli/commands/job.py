@@ -10,7 +10,14 @@ from typing import Any
 
 import click
 
-from awa_cli.commands.context import CliContext, json_option, pass_context, run_with_client
+from awa_cli.commands.context import (
+    CliContext,
+    json_option,
+    limit_option,
+    pass_context,
+    print_listing,
+    run_with_client,
+)
 from awa_cli.commands.operate import (
     Counted,
     JobSelection,
@@ -222,7 +229,7 @@ def unconfigured_queue_warning(queue: str, configured: Any) -> str:
 @click.option("--state", type=click.Choice(STATES), help="Only jobs in this state.")
 @click.option("--kind", help="Only jobs of this kind.")
 @click.option("--queue", help="Only jobs in this queue.")
-@click.option("--limit", type=click.IntRange(1, 100000), default=50, show_default=True)
+@limit_option()
 @json_option
 @pass_context
 def list_jobs(
@@ -237,11 +244,8 @@ def list_jobs(
     rows = run_with_client(
         ctx, lambda c: c.list_jobs(state=state, kind=kind, queue=queue, limit=limit)
     )
-    if ctx.wants_json(json_flag):
-        ctx.terminal.json([r.to_json() for r in rows])
-        return
-    ctx.terminal.table(
-        ["id", "kind", "queue", "state", "attempt", "run_at"], [_summary(r) for r in rows]
+    print_listing(
+        ctx, json_flag, ["id", "kind", "queue", "state", "attempt", "run_at"], rows, _summary
     )
 
 

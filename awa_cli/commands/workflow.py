@@ -11,7 +11,14 @@ from typing import Any
 
 import click
 
-from awa_cli.commands.context import CliContext, json_option, pass_context, run_with_client
+from awa_cli.commands.context import (
+    CliContext,
+    json_option,
+    limit_option,
+    pass_context,
+    print_listing,
+    run_with_client,
+)
 from awa_cli.workflows import WORKFLOW_STATES, WorkflowRun
 
 COLUMNS = ["id", "name", "state", "steps", "counts", "created_at", "finished_at"]
@@ -50,7 +57,7 @@ def command() -> None:
     "--state", type=click.Choice(WORKFLOW_STATES), default=None, help="Only workflows in STATE."
 )
 @click.option("--name", default=None, help="Only workflows named NAME.")
-@click.option("--limit", type=click.IntRange(1, 10_000), default=100, show_default=True)
+@limit_option(most=10_000, default=100)
 @json_option
 @pass_context
 def list_workflows(
@@ -58,10 +65,7 @@ def list_workflows(
 ) -> None:
     """Workflows newest first: id, name, state, number of steps, steps per state."""
     runs = run_with_client(ctx, lambda c: c.list_workflows(state=state, name=name, limit=limit))
-    if ctx.wants_json(json_flag):
-        ctx.terminal.json([run.to_json() for run in runs])
-        return
-    ctx.terminal.table(COLUMNS, [_summary(run) for run in runs])
+    print_listing(ctx, json_flag, COLUMNS, runs, _summary)
 
 
 async def _with_edges(client: Any, workflow_id: int) -> tuple[WorkflowRun, list[tuple[int, int]]]:

@@ -17,21 +17,23 @@ from awa_cli.limits import FLEET_LOCK_CLASS, Limit, wait_reason
 from awa_cli.workflows import blocked_reason
 
 
+# ``limit_publish``'s array parameters, one per Limit field.
+_PUBLISHED = (
+    ("names", "name"),
+    ("kinds", "kind"),
+    ("queues", "queue"),
+    ("keys", "key"),
+    ("max", "max_running"),
+    ("rate_n", "rate_count"),
+    ("rate_w", "rate_window"),
+)
+
+
 async def publish(conn: psycopg.AsyncConnection[Any], limits: Iterable[Limit]) -> None:
     """Replace ``awa.limits`` with ``limits``."""
     chosen = list(limits)
-    await conn.execute(
-        SQL["limit_publish"],
-        {
-            "names": [lim.name for lim in chosen],
-            "kinds": [lim.kind for lim in chosen],
-            "queues": [lim.queue for lim in chosen],
-            "keys": [lim.key for lim in chosen],
-            "max": [lim.max_running for lim in chosen],
-            "rate_n": [lim.rate_count for lim in chosen],
-            "rate_w": [lim.rate_window for lim in chosen],
-        },
-    )
+    params = {name: [getattr(lim, field) for lim in chosen] for name, field in _PUBLISHED}
+    await conn.execute(SQL["limit_publish"], params)
 
 
 async def announced(conn: psycopg.AsyncConnection[Any]) -> list[Limit]:
