@@ -7,14 +7,8 @@ from typing import Any
 import click
 
 from awa_cli.batches import BatchRow
-from awa_cli.commands.context import (
-    CliContext,
-    json_option,
-    limit_option,
-    pass_context,
-    print_listing,
-    run_with_client,
-)
+from awa_cli.commands.context import CliContext, json_option, pass_context, run_with_client
+from awa_cli.commands.listing import limit_option, print_listing
 
 
 @click.group(name="batch")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -167,27 +166,6 @@ def json_option(fn: Any) -> Any:
     return click.option("--json", "json_flag", is_flag=True, help="Machine-readable JSON output.")(
         fn
     )
-
-
-def limit_option(most: int = 100000, default: int = 50) -> Callable[[Any], Any]:
-    """``--limit``: how many rows a listing shows (1 to ``most``)."""
-    return click.option("--limit", type=click.IntRange(1, most), default=default, show_default=True)
-
-
-def print_listing(
-    ctx: CliContext,
-    json_flag: bool,
-    columns: Sequence[str],
-    rows: Iterable[Any],
-    summary: Callable[[Any], Sequence[Any]],
-    as_json: Callable[[Any], Any] = lambda row: row.to_json(),
-) -> None:
-    """A listing: a JSON list of ``as_json(row)`` with --json, else a table of
-    ``summary(row)`` under ``columns``."""
-    if ctx.wants_json(json_flag):
-        ctx.terminal.json([as_json(row) for row in rows])
-        return
-    ctx.terminal.table(columns, [summary(row) for row in rows])
 
 
 def run_with_client(
