@@ -30,7 +30,7 @@ import psycopg
 
 from awa_cli import defaults
 from awa_cli.db.channels import PERIODIC_CHANNEL
-from awa_cli.db.retry import Backoff, first_line
+from awa_cli.db.retry import Backoff, first_line, reconnect_later, sleep_unless
 from awa_cli.db import channels, leader
 from awa_cli.depth import QueueDepth, queue_depth
 from awa_cli.db.limits import waiting as limit_waiting
@@ -216,14 +216,7 @@ class Maintenance:
                 if self._worked:  # the connection did work before it failed: start over
                     backoff.reset()
                     self._worked = False
-                delay = backoff.next()
-                log.error(
-                    "maintenance failed, reconnecting in %.1fs: %s",
-                    delay,
-                    first_line(exc),
-                    extra={"action": "maintenance_reconnect", "retry_in": delay},
-                )
-                await _sleep_unless(stopping, delay)
+                await reconnect_later(log, "maintenance", exc, backoff, stopping)
 
     @property
     def grace(self) -> float:
@@ -274,7 +267,7 @@ class Maintenance:
                     await self._prune_workers(conn)
                     await self._periodic_until_next_sweep(conn, stopping)
                 else:
-                    await _sleep_unless(stopping, self.timings.leader_election_interval)
+                    await sleep_unless(stopping, self.timings.leader_election_interval)
         finally:
             if self.is_leader and not conn.closed:
                 try:
@@ -416,10 +409,3 @@ class Maintenance:
             return
         self._periodic_pruned_at = now
         await self.core.prune_periodic_fires()
-
-
-async def _sleep_unless(stopping: asyncio.Event, seconds: float) -> None:
-    try:
-        await asyncio.wait_for(stopping.wait(), timeout=seconds)
-    except TimeoutError:
-        pass
