@@ -24,7 +24,7 @@ import os
 import socket
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 
@@ -40,33 +40,13 @@ from awa_cli.jobs import JobRow
 if TYPE_CHECKING:
     from psycopg_pool import AsyncConnectionPool
 
+    from awa_cli.config import MaintenanceConfig
     from awa_cli.outcomes import OutcomeCore
 
 OnRescued = Callable[[list[JobRow]], None]
 OnDepth = Callable[[list[QueueDepth]], Awaitable[None]]
 OnLimits = Callable[[dict[str, int]], Awaitable[None]]  # limit name -> jobs waiting on it
 """Told of every committed rescue batch (a worker fences the attempts it still runs)."""
-
-
-class MaintenanceTimings(Protocol):
-    """The timings maintenance reads (``awa_cli.worker.runtime.Timings`` has them)."""
-
-    @property
-    def heartbeat_interval(self) -> float: ...
-    @property
-    def heartbeat_staleness(self) -> float: ...
-    @property
-    def rescue_interval(self) -> float: ...
-    @property
-    def leader_election_interval(self) -> float: ...
-    @property
-    def completed_retention(self) -> float: ...
-    @property
-    def failed_retention(self) -> float: ...
-    @property
-    def dead_letter_retention(self) -> float: ...
-    @property
-    def audit_retention(self) -> float: ...
 
 
 log = logging.getLogger("awa.maintenance")
@@ -164,7 +144,7 @@ class Maintenance:
         dsn: str,
         pool: AsyncConnectionPool,
         core: OutcomeCore,
-        timings: MaintenanceTimings,
+        timings: MaintenanceConfig,  # the [maintenance] timings (a worker's Timings has them)
         on_rescued: OnRescued | None = None,
         on_depth: OnDepth | None = None,
         on_limits: OnLimits | None = None,
