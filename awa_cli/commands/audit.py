@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 import click
 
 from awa_cli.commands.context import CliContext, json_option, pass_context, run_with_client
-from awa_cli.commands.listing import limit_option
+from awa_cli.commands.shared import limit_option
 from awa_cli.errors import ConfigError, ValidationError
 
 

@@ -8,7 +8,7 @@ import click
 
 from awa_cli.batches import BatchRow
 from awa_cli.commands.context import CliContext, json_option, pass_context, run_with_client
-from awa_cli.commands.listing import limit_option, print_listing
+from awa_cli.commands.shared import limit_option, print_listing
 
 
 @click.group(name="batch")

@@ -14,7 +14,7 @@ import click
 
 from awa_cli.audit import cli_actor
 from awa_cli.commands.context import CliContext, json_option, pass_context, run_with_client
-from awa_cli.commands.listing import print_listing
+from awa_cli.commands.shared import print_listing, target_command
 from awa_cli.commands.job import show_row
 from awa_cli.periodic import PeriodicJob
 
@@ -70,15 +70,8 @@ def command() -> None:
 
 
 def schedule_command(verb: str) -> Callable[[Any], Any]:
-    """`awa cron VERB NAME [--json]`: the command, its NAME argument and --json."""
-
-    def decorate(fn: Any) -> Any:
-        fn = pass_context(fn)
-        fn = json_option(fn)
-        fn = click.argument("name")(fn)
-        return command.command(name=verb)(fn)
-
-    return decorate
+    """`awa cron VERB NAME [--json]`."""
+    return target_command(command, verb, click.argument("name"))
 
 
 @command.command(name="list")

@@ -11,7 +11,7 @@ from typing import Any
 import click
 
 from awa_cli.commands.context import CliContext, json_option, pass_context, run_with_client
-from awa_cli.commands.listing import limit_option, print_listing
+from awa_cli.commands.shared import limit_option, print_listing
 from awa_cli.commands.operate import (
     Counted,
     JobSelection,

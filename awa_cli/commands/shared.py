@@ -1,5 +1,6 @@
-"""What the listing commands share (`awa job|dlq|batch|workflow|cron list`, `awa audit`): the
-``--limit`` option and printing the rows as a JSON list or a table."""
+"""The command shapes several groups share: a listing (`awa job|dlq|batch|workflow|cron list`,
+`awa audit`: the ``--limit`` option, the rows as a JSON list or a table) and a
+``GROUP VERB TARGET [--json]`` command (`awa cron pause NAME`, `awa workflow cancel ID`)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from typing import Any
 
 import click
 
-from awa_cli.commands.context import CliContext
+from awa_cli.commands.context import CliContext, json_option, pass_context
 
 
 def limit_option(most: int = 100000, default: int = 50) -> Callable[[Any], Any]:
@@ -30,3 +31,15 @@ def print_listing(
         ctx.terminal.json([as_json(row) for row in rows])
         return
     ctx.terminal.table(columns, [summary(row) for row in rows])
+
+
+def target_command(
+    group: click.Group, verb: str, argument: Callable[[Any], Any]
+) -> Callable[[Any], Any]:
+    """A ``GROUP VERB TARGET [--json]`` command: ``group``'s command ``verb``, its one
+    ``argument`` and --json; the function takes the CliContext first."""
+
+    def decorate(fn: Any) -> Any:
+        return group.command(name=verb)(argument(json_option(pass_context(fn))))
+
+    return decorate
