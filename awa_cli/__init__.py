@@ -16,7 +16,7 @@ from awa_cli.app import App
 from awa_cli.batches import Batch, BatchCounts, BatchRow
 from awa_cli.client import AsyncClient, ResolveResult, insert, insert_async
 from awa_cli.client_batches import insert_batch, insert_batch_async
-from awa_cli.deadletters import DeadLetter
+from awa_cli.dead_letters import DeadLetter
 from awa_cli.events import JobEvent, RescueReason
 from awa_cli.enqueue import DEFAULT_UNIQUE_STATES, EnqueueRequest, InsertOpts, UniqueOpts
 from awa_cli.jobs import CallbackToken, JobRow, JobState

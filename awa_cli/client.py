@@ -265,7 +265,7 @@ class AsyncClient:
         ``limit_name`` and ``key`` (the limit that selects it, as ``awa.limits`` announces
         it), ``running`` / ``max_running``, ``starts`` / ``rate_count`` in the rate window,
         ``paused``, and ``reason`` (:meth:`why_not_running`). ``JobNotFound`` if none."""
-        from awa_cli.limit_status import explain
+        from awa_cli.db.limits import explain
 
         pool = await self.ensure_open()
         async with pool.connection() as conn:

@@ -3,7 +3,7 @@ taking the client first that ``client.py`` binds as its methods: queue pause and
 retry / cancel / purge, cancel by unique key and the dead-letter queue.
 
 Each is one call into the outcome core (``awa_cli/outcomes/``: ``queues.py``, ``bulk.py``,
-``dlq.py``); nothing here holds SQL. Each action that changes something is recorded in
+``dead_letters.py``); nothing here holds SQL. Each action that changes something is recorded in
 ``awa.audit_log`` when there is an actor: ``with acting_as("serve:<token name>"):`` around the
 call (per task, for a server acting for many callers), else ``client.core.actor`` (the CLI
 sets ``cli:<os user>``). The bulk and DLQ actions refuse to run
@@ -20,14 +20,17 @@ from typing import TYPE_CHECKING, Any
 from awa_cli.db import dead_letters
 from awa_cli.db import queues as queue_rows
 from awa_cli.db import audit as audit_table
-from awa_cli.admin import AuditEntry, DeadLetterFilter, JobFilter, QueueInfo
+from awa_cli.audit import AuditEntry
+from awa_cli.bulk import JobFilter
+from awa_cli.dead_letters import DeadLetterFilter
+from awa_cli.queues import QueueInfo
 from awa_cli.app import prepare_job
 from awa_cli.enqueue import InsertOpts
-from awa_cli.deadletters import DeadLetter, DlqDepth
+from awa_cli.dead_letters import DeadLetter, DlqDepth
 from awa_cli.errors import JobNotFound, ValidationError
 from awa_cli.jobs import JobRow, JobState
 from awa_cli.durations import seconds
-from awa_cli.outcomes import Progress
+from awa_cli.outcomes import BulkRun, Progress
 from awa_cli.outcomes.audit import acting_as, current_actor
 
 if TYPE_CHECKING:
@@ -55,6 +58,11 @@ def _ids(ids: Iterable[int] | None) -> tuple[int, ...] | None:
     if any(isinstance(i, bool) or not isinstance(i, int) for i in found):
         raise ValidationError("ids", "must be job ids (integers)")
     return found
+
+
+def _run(self: AsyncClient, dry_run: bool, progress: Progress | None) -> BulkRun:
+    """How a bulk action of this client runs, its actor as :func:`current_actor` finds it."""
+    return BulkRun(dry_run, current_actor(self.core), progress)
 
 
 def _limit(limit: int) -> int:
@@ -131,9 +139,7 @@ async def retry_jobs(
     ``tag`` keeps jobs carrying it, ``ids`` those jobs only (each one a filter)."""
     await self.ensure_open()
     where = JobFilter(_states(state), queue, kind, all=all, tag=tag, ids=_ids(ids))
-    return await self.core.retry_jobs(
-        where, dry_run=dry_run, actor=current_actor(self.core), progress=progress
-    )
+    return await self.core.retry_jobs(where, _run(self, dry_run, progress))
 
 
 async def cancel_jobs(
@@ -153,9 +159,7 @@ async def cancel_jobs(
     ``tag`` keeps jobs carrying it, ``ids`` those jobs only (each one a filter)."""
     await self.ensure_open()
     where = JobFilter(_states(state), queue, kind, all=all, tag=tag, ids=_ids(ids))
-    return await self.core.cancel_jobs(
-        where, dry_run=dry_run, actor=current_actor(self.core), progress=progress
-    )
+    return await self.core.cancel_jobs(where, _run(self, dry_run, progress))
 
 
 async def purge_jobs(
@@ -176,9 +180,7 @@ async def purge_jobs(
     age = _age(older_than, "older_than")
     await self.ensure_open()
     where = JobFilter(_states(state), queue, kind, older_than=age, all=all, tag=tag, ids=_ids(ids))
-    return await self.core.purge_jobs(
-        where, dry_run=dry_run, actor=current_actor(self.core), progress=progress
-    )
+    return await self.core.purge_jobs(where, _run(self, dry_run, progress))
 
 
 async def cancel_by_unique_key(
@@ -247,9 +249,7 @@ async def bulk_retry_from_dlq(
     """Retry every matching dead letter; the number put back."""
     await self.ensure_open()
     where = DeadLetterFilter(queue=queue, kind=kind, all=all)
-    return await self.core.retry_dead_letters(
-        where, dry_run=dry_run, actor=current_actor(self.core), progress=progress
-    )
+    return await self.core.retry_dead_letters(where, _run(self, dry_run, progress))
 
 
 async def move_failed_to_dlq(
@@ -265,9 +265,7 @@ async def move_failed_to_dlq(
     """Move failed jobs into the DLQ (reason ``manual``); the number moved."""
     await self.ensure_open()
     where = DeadLetterFilter(queue=queue, kind=kind, all=all)
-    return await self.core.move_to_dlq(
-        where, reason=reason, dry_run=dry_run, actor=current_actor(self.core), progress=progress
-    )
+    return await self.core.move_to_dlq(where, _run(self, dry_run, progress), reason)
 
 
 async def purge_dlq(
@@ -285,6 +283,4 @@ async def purge_dlq(
     age = _age(older_than, "older_than")
     await self.ensure_open()
     where = DeadLetterFilter(id, queue, kind, older_than=age, all=all)
-    return await self.core.purge_dead_letters(
-        where, dry_run=dry_run, actor=current_actor(self.core), progress=progress
-    )
+    return await self.core.purge_dead_letters(where, _run(self, dry_run, progress))

@@ -10,6 +10,10 @@ the kind limit is the more specific one.
 :class:`ClaimPlan` is what one queue's claim needs: the limits that can select its jobs and
 its priority aging, turned into the array parameters of the ``claim_limited_*`` statements
 (``awa_cli/db/sql/claim_limits.sql``).
+
+From outside the claim: :func:`wait_reason` says why a runnable job is not running (from the
+``limit_explain`` row that ``db/limits.py:explain`` reads), and :class:`LimitGauges` holds the
+leader's last count of jobs waiting on each limit for a metrics plugin.
 """
 
 from __future__ import annotations
@@ -21,10 +25,12 @@ import hashlib
 import inspect
 import json
 import re
+import time
 import types
 import typing
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from awa_cli.durations import format_duration, parse_duration
@@ -418,14 +424,67 @@ class Candidates:
         self._rows = []
 
 
+RUNNABLE = ("available", "scheduled", "retryable")
+
+
+def _stamp(at: datetime) -> str:
+    return at.isoformat(timespec="seconds")
+
+
+def wait_reason(record: Mapping[str, Any], now: datetime) -> str | None:
+    """The first thing keeping a runnable job from running, from a ``limit_explain`` row
+    (None: nothing does; it waits for a free worker slot, or is not runnable at all)."""
+    if record["state"] not in RUNNABLE:
+        return None
+    if record["run_at"] > now:
+        return f"scheduled for {_stamp(record['run_at'])}"
+    if record["paused"]:
+        return "queue paused"
+    name = record["limit_name"]
+    if name is None:
+        return None
+    key = record["key"]
+    if record["running"] >= record["max_running"]:
+        return (
+            f"key {key!r} of limit {name} at max_running "
+            f"({record['running']}/{record['max_running']} running)"
+        )
+    if record["rate_count"] is not None and record["starts"] >= record["rate_count"]:
+        until = record["rate_until"]
+        return f"key {key!r} of limit {name} rate-limited until {_stamp(until)}"
+    return None
+
+
+class LimitGauges:
+    """The leader's last counts of jobs waiting on each limit (``db/limits.py:waiting``), for a
+    metrics plugin; stale (reported as nothing) after ``stale_after`` seconds without a new
+    one: leadership moved elsewhere."""
+
+    def __init__(self, stale_after: float = 60.0) -> None:
+        self.stale_after = stale_after
+        self.values: dict[str, int] = {}
+        self.taken_at: float | None = None
+
+    def update(self, snapshot: Mapping[str, int]) -> None:
+        self.values = {name: 0 for name in self.values} | dict(snapshot)
+        self.taken_at = time.monotonic()
+
+    def current(self) -> dict[str, int]:
+        if self.taken_at is None or time.monotonic() - self.taken_at > self.stale_after:
+            return {}
+        return dict(sorted(self.values.items()))
+
+
 __all__ = [
     "FLEET_LOCK_CLASS",
     "LIMIT_LOCK_CLASS",
     "MAX_CONCURRENCY_KEY_LENGTH",
+    "RUNNABLE",
     "Candidate",
     "Candidates",
     "ClaimPlan",
     "Limit",
+    "LimitGauges",
     "args_have_path",
     "check_limits",
     "limit_for",
@@ -434,4 +493,5 @@ __all__ = [
     "parse_key",
     "parse_rate",
     "validate_limits",
+    "wait_reason",
 ]

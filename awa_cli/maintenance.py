@@ -24,49 +24,29 @@ import os
 import socket
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 
 from awa_cli import defaults
 from awa_cli.db.channels import PERIODIC_CHANNEL
-from awa_cli.db.retry import Backoff, first_line
+from awa_cli.db.retry import Backoff, first_line, reconnect_later, sleep_unless
 from awa_cli.db import channels, leader
 from awa_cli.depth import QueueDepth, queue_depth
-from awa_cli.limit_status import waiting as limit_waiting
+from awa_cli.db.limits import waiting as limit_waiting
 from awa_cli.events import RescueReason
 from awa_cli.jobs import JobRow
 
 if TYPE_CHECKING:
     from psycopg_pool import AsyncConnectionPool
 
+    from awa_cli.config import MaintenanceConfig
     from awa_cli.outcomes import OutcomeCore
 
 OnRescued = Callable[[list[JobRow]], None]
 OnDepth = Callable[[list[QueueDepth]], Awaitable[None]]
 OnLimits = Callable[[dict[str, int]], Awaitable[None]]  # limit name -> jobs waiting on it
 """Told of every committed rescue batch (a worker fences the attempts it still runs)."""
-
-
-class MaintenanceTimings(Protocol):
-    """The timings maintenance reads (``awa_cli.worker.runtime.Timings`` has them)."""
-
-    @property
-    def heartbeat_interval(self) -> float: ...
-    @property
-    def heartbeat_staleness(self) -> float: ...
-    @property
-    def rescue_interval(self) -> float: ...
-    @property
-    def leader_election_interval(self) -> float: ...
-    @property
-    def completed_retention(self) -> float: ...
-    @property
-    def failed_retention(self) -> float: ...
-    @property
-    def dead_letter_retention(self) -> float: ...
-    @property
-    def audit_retention(self) -> float: ...
 
 
 log = logging.getLogger("awa.maintenance")
@@ -164,7 +144,7 @@ class Maintenance:
         dsn: str,
         pool: AsyncConnectionPool,
         core: OutcomeCore,
-        timings: MaintenanceTimings,
+        timings: MaintenanceConfig,  # the [maintenance] timings (a worker's Timings has them)
         on_rescued: OnRescued | None = None,
         on_depth: OnDepth | None = None,
         on_limits: OnLimits | None = None,
@@ -216,14 +196,7 @@ class Maintenance:
                 if self._worked:  # the connection did work before it failed: start over
                     backoff.reset()
                     self._worked = False
-                delay = backoff.next()
-                log.error(
-                    "maintenance failed, reconnecting in %.1fs: %s",
-                    delay,
-                    first_line(exc),
-                    extra={"action": "maintenance_reconnect", "retry_in": delay},
-                )
-                await _sleep_unless(stopping, delay)
+                await reconnect_later(log, "maintenance", exc, backoff, stopping)
 
     @property
     def grace(self) -> float:
@@ -274,7 +247,7 @@ class Maintenance:
                     await self._prune_workers(conn)
                     await self._periodic_until_next_sweep(conn, stopping)
                 else:
-                    await _sleep_unless(stopping, self.timings.leader_election_interval)
+                    await sleep_unless(stopping, self.timings.leader_election_interval)
         finally:
             if self.is_leader and not conn.closed:
                 try:
@@ -416,10 +389,3 @@ class Maintenance:
             return
         self._periodic_pruned_at = now
         await self.core.prune_periodic_fires()
-
-
-async def _sleep_unless(stopping: asyncio.Event, seconds: float) -> None:
-    try:
-        await asyncio.wait_for(stopping.wait(), timeout=seconds)
-    except TimeoutError:
-        pass

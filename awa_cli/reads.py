@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 
 from awa_cli import defaults
-from awa_cli.admin import AuditEntry
+from awa_cli.audit import AuditEntry
 from awa_cli.db import audit as audit_table
 from awa_cli.db import dashboard
 from awa_cli.db import workers as workers_table

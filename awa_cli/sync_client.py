@@ -19,16 +19,17 @@ if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
     from datetime import datetime, timedelta
     from psycopg_pool import AsyncConnectionPool
-    from awa_cli.admin import AuditEntry, QueueInfo
+    from awa_cli.audit import AuditEntry
     from awa_cli.batches import BatchRow
     from awa_cli.client import DefaultAction, ResolveResult
     from awa_cli.client_ops import States
     from awa_cli.db.migrations import Migration
-    from awa_cli.deadletters import DeadLetter, DlqDepth
+    from awa_cli.dead_letters import DeadLetter, DlqDepth
     from awa_cli.history import JobTimeline
     from awa_cli.jobs import JobRow, JobState
     from awa_cli.outcomes import Progress
     from awa_cli.periodic import PeriodicJob
+    from awa_cli.queues import QueueInfo
     from awa_cli.reads import JobCount, KindInfo, WorkerInfo
     from awa_cli.workflows import JobRelations, Workflow, WorkflowRun
 

@@ -9,6 +9,7 @@ from datetime import UTC, datetime, timedelta
 import click
 
 from awa_cli.commands.context import CliContext, json_option, pass_context, run_with_client
+from awa_cli.commands.shared import limit_option
 from awa_cli.errors import ConfigError, ValidationError
 
 
@@ -35,7 +36,7 @@ def parse_since(text: str) -> datetime:
 @click.option("--action", help="Only this action (job.cancel, queue.pause, dlq.purge, login...).")
 @click.option("--actor", help="Only this actor (cli:alice, serve:ops, callback).")
 @click.option("--job", "job_id", type=int, metavar="ID", help="Only the entries of job ID.")
-@click.option("--limit", type=click.IntRange(1, 1000), default=50, show_default=True)
+@limit_option(most=1000)
 @json_option
 @pass_context
 def command(

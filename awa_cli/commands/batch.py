@@ -8,6 +8,7 @@ import click
 
 from awa_cli.batches import BatchRow
 from awa_cli.commands.context import CliContext, json_option, pass_context, run_with_client
+from awa_cli.commands.shared import limit_option, print_listing
 
 
 @click.group(name="batch")
@@ -43,16 +44,13 @@ def _summary(row: BatchRow) -> tuple[Any, ...]:
     type=click.Choice(["open", "running", "completed"]),
     help="Only batches in this state (open: not sealed; running: sealed, members pending).",
 )
-@click.option("--limit", type=click.IntRange(1, 100000), default=50, show_default=True)
+@limit_option()
 @json_option
 @pass_context
 def list_batches(ctx: CliContext, state: str | None, limit: int, json_flag: bool) -> None:
     """Batches, newest first, with their progress."""
     rows = run_with_client(ctx, lambda c: c.list_batches(state, limit))
-    if ctx.wants_json(json_flag):
-        ctx.terminal.json([r.to_dict() for r in rows])
-        return
-    ctx.terminal.table(COLUMNS, [_summary(r) for r in rows])
+    print_listing(ctx, json_flag, COLUMNS, rows, _summary, as_json=lambda r: r.to_dict())
 
 
 @command.command(name="show")

@@ -175,7 +175,7 @@ def run_with_client(
     (waiting briefly for dispatched hooks)."""
     import asyncio
 
-    from awa_cli.admin import cli_actor
+    from awa_cli.audit import cli_actor
     from awa_cli.client import AsyncClient
 
     dsn = ctx.dsn()

@@ -6,13 +6,15 @@ exits 4.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
 import click
 
-from awa_cli.admin import cli_actor
+from awa_cli.audit import cli_actor
 from awa_cli.commands.context import CliContext, json_option, pass_context, run_with_client
+from awa_cli.commands.shared import print_listing, target_command
 from awa_cli.commands.job import show_row
 from awa_cli.periodic import PeriodicJob
 
@@ -46,10 +48,7 @@ def _summary(job: PeriodicJob) -> tuple[Any, ...]:
 
 
 def _show(ctx: CliContext, jobs: list[PeriodicJob], json_flag: bool) -> None:
-    if ctx.wants_json(json_flag):
-        ctx.terminal.json([job.to_json() for job in jobs])
-        return
-    ctx.terminal.table(COLUMNS, [_summary(job) for job in jobs])
+    print_listing(ctx, json_flag, COLUMNS, jobs, _summary)
 
 
 def _one(ctx: CliContext, job: PeriodicJob, json_flag: bool, verb: str) -> None:
@@ -70,6 +69,11 @@ def command() -> None:
     """
 
 
+def schedule_command(verb: str) -> Callable[[Any], Any]:
+    """`awa cron VERB NAME [--json]`."""
+    return target_command(command, verb, click.argument("name"))
+
+
 @command.command(name="list")
 @json_option
 @pass_context
@@ -78,40 +82,28 @@ def list_schedules(ctx: CliContext, json_flag: bool) -> None:
     _show(ctx, run_with_client(ctx, lambda c: c.list_periodic()), json_flag)
 
 
-@command.command(name="pause")
-@click.argument("name")
-@json_option
-@pass_context
+@schedule_command("pause")
 def pause(ctx: CliContext, name: str, json_flag: bool) -> None:
     """Stop firing NAME until it is resumed (no fire times are caught up)."""
     job = run_with_client(ctx, lambda c: c.pause_periodic(name, actor=cli_actor()))
     _one(ctx, job, json_flag, "paused")
 
 
-@command.command(name="resume")
-@click.argument("name")
-@json_option
-@pass_context
+@schedule_command("resume")
 def resume(ctx: CliContext, name: str, json_flag: bool) -> None:
     """Fire NAME again from its next fire time (the times while paused are skipped)."""
     job = run_with_client(ctx, lambda c: c.resume_periodic(name, actor=cli_actor()))
     _one(ctx, job, json_flag, "resumed")
 
 
-@command.command(name="trigger")
-@click.argument("name")
-@json_option
-@pass_context
+@schedule_command("trigger")
 def trigger(ctx: CliContext, name: str, json_flag: bool) -> None:
     """Enqueue NAME's job now (metadata awa.fire_at = now); the schedule is unchanged."""
     row = run_with_client(ctx, lambda c: c.trigger_periodic(name, actor=cli_actor()))
     show_row(ctx, row, json_flag, verb=f"enqueued for periodic job {name}")
 
 
-@command.command(name="delete")
-@click.argument("name")
-@json_option
-@pass_context
+@schedule_command("delete")
 def delete(ctx: CliContext, name: str, json_flag: bool) -> None:
     """Drop NAME and its fire history. A worker whose app still defines it stores it again
     when it starts: remove it from the code or awa.toml first."""

@@ -8,16 +8,17 @@ from typing import Any
 import click
 
 from awa_cli.commands.context import CliContext, json_option, pass_context, run_with_client
+from awa_cli.commands.shared import limit_option, print_listing
 from awa_cli.commands.job import parse_run_at, print_errors
 from awa_cli.commands.operate import (
+    Counted,
     age,
-    all_option,
-    dry_run_option,
+    counted_options,
     older_than_option,
     refuse_mixed,
     run_counted,
 )
-from awa_cli.deadletters import DeadLetter
+from awa_cli.dead_letters import DeadLetter
 
 
 @click.group(name="dlq")
@@ -51,7 +52,7 @@ COLUMNS = ["id", "kind", "queue", "reason", "attempt", "dead_at", "last error"]
 @command.command(name="list")
 @click.option("--queue", help="Only dead letters of this queue.")
 @click.option("--kind", help="Only dead letters of this kind.")
-@click.option("--limit", type=click.IntRange(1, 100000), default=50, show_default=True)
+@limit_option()
 @json_option
 @pass_context
 def list_dead(
@@ -59,10 +60,7 @@ def list_dead(
 ) -> None:
     """Dead letters, newest first."""
     rows = run_with_client(ctx, lambda c: c.list_dlq(queue, kind, limit))
-    if ctx.wants_json(json_flag):
-        ctx.terminal.json([r.to_json() for r in rows])
-        return
-    ctx.terminal.table(COLUMNS, [_summary(r) for r in rows])
+    print_listing(ctx, json_flag, COLUMNS, rows, _summary)
 
 
 @command.command(name="show")
@@ -111,10 +109,7 @@ def depth(ctx: CliContext, queue: str | None, json_flag: bool) -> None:
 @click.option("--to-queue", help="ID only: put it back into this queue instead.")
 @click.option("--priority", type=int, help="ID only: with this priority (1-4).")
 @click.option("--run-at", help="ID only: run at this ISO 8601 time or +DURATION.")
-@all_option
-@dry_run_option
-@json_option
-@pass_context
+@counted_options
 def retry(
     ctx: CliContext,
     job_id: int | None,
@@ -123,25 +118,23 @@ def retry(
     to_queue: str | None,
     priority: int | None,
     run_at: str | None,
-    all_: bool,
-    dry_run: bool,
-    json_flag: bool,
+    counted: Counted,
 ) -> None:
     """Put dead letter ID (or every one matching --queue / --kind / --all) back into the job
     table under the same id: available, attempt 0, errors kept plus 'retried from the
     dead-letter queue'. Exit 4 for an unknown ID; exit 1 when its unique key is held again."""
-    refuse_mixed(job_id, queue=queue, kind=kind, all=all_)
+    refuse_mixed(job_id, queue=queue, kind=kind, all=counted.all)
     if job_id is not None:
         when = parse_run_at(run_at) if run_at else None
-        if dry_run:
+        if counted.dry_run:
             dead = run_with_client(ctx, lambda c: c.get_dlq_job(job_id))
-            _print_count(ctx, 1 if dead else 0, json_flag, "would be retried")
+            _print_count(ctx, 1 if dead else 0, counted.json, "would be retried")
             return
         row = run_with_client(
             ctx,
             lambda c: c.retry_from_dlq(job_id, queue=to_queue, priority=priority, run_at=when),
         )
-        if ctx.wants_json(json_flag):
+        if ctx.wants_json(counted.json):
             ctx.terminal.json(row.to_json())
             return
         ctx.terminal.data(f"job {row.id} retried from the dead-letter queue ({row.state})")
@@ -151,12 +144,9 @@ def retry(
     run_counted(
         ctx,
         "retrying dead letters",
-        lambda c, progress: c.bulk_retry_from_dlq(
-            queue, kind, all_, dry_run=dry_run, progress=progress
-        ),
-        json_flag=json_flag,
-        dry_run=dry_run,
-        done_text="dead letters retried",
+        lambda c, progress: c.bulk_retry_from_dlq(queue, kind, **counted.bulk(progress)),
+        counted,
+        "dead letters retried",
     )
 
 
@@ -171,18 +161,9 @@ def _print_count(ctx: CliContext, n: int, json_flag: bool, text: str) -> None:
 @click.option("--queue", help="The failed jobs of this queue.")
 @click.option("--kind", help="The failed jobs of this kind.")
 @click.option("--reason", help="A note kept in the moved jobs' errors.")
-@all_option
-@dry_run_option
-@json_option
-@pass_context
+@counted_options
 def move(
-    ctx: CliContext,
-    queue: str | None,
-    kind: str | None,
-    reason: str | None,
-    all_: bool,
-    dry_run: bool,
-    json_flag: bool,
+    ctx: CliContext, queue: str | None, kind: str | None, reason: str | None, counted: Counted
 ) -> None:
     """Move failed jobs into the dead-letter queue (reason 'manual'); a filter or --all is
     required (exit 2)."""
@@ -190,11 +171,10 @@ def move(
         ctx,
         "moving failed jobs",
         lambda c, progress: c.move_failed_to_dlq(
-            queue=queue, kind=kind, all=all_, reason=reason, dry_run=dry_run, progress=progress
+            queue=queue, kind=kind, reason=reason, **counted.bulk(progress)
         ),
-        json_flag=json_flag,
-        dry_run=dry_run,
-        done_text="failed jobs moved to the dead-letter queue",
+        counted,
+        "failed jobs moved to the dead-letter queue",
     )
 
 
@@ -203,19 +183,14 @@ def move(
 @click.option("--queue", help="The dead letters of this queue.")
 @click.option("--kind", help="The dead letters of this kind.")
 @older_than_option
-@all_option
-@dry_run_option
-@json_option
-@pass_context
+@counted_options
 def purge(
     ctx: CliContext,
     job_id: int | None,
     queue: str | None,
     kind: str | None,
     older_than: str | None,
-    all_: bool,
-    dry_run: bool,
-    json_flag: bool,
+    counted: Counted,
 ) -> None:
     """Delete dead letter ID, or those matching the filters (--older-than: dead longer than
     this). A filter, an ID or --all is required (exit 2); an ID that is not a dead letter
@@ -224,13 +199,7 @@ def purge(
 
     async def purging(c: Any, progress: Any) -> int:
         n: int = await c.purge_dlq(
-            id=job_id,
-            queue=queue,
-            kind=kind,
-            older_than=seconds,
-            all=all_,
-            dry_run=dry_run,
-            progress=progress,
+            id=job_id, queue=queue, kind=kind, older_than=seconds, **counted.bulk(progress)
         )
         if job_id is not None and n == 0:  # as every one-id command: exit 4
             from awa_cli.errors import JobNotFound
@@ -238,11 +207,4 @@ def purge(
             raise JobNotFound(f"dead letter {job_id} not found")
         return n
 
-    run_counted(
-        ctx,
-        "purging dead letters",
-        purging,
-        json_flag=json_flag,
-        dry_run=dry_run,
-        done_text="dead letters purged",
-    )
+    run_counted(ctx, "purging dead letters", purging, counted, "dead letters purged")

@@ -11,10 +11,12 @@ from typing import Any
 import click
 
 from awa_cli.commands.context import CliContext, json_option, pass_context, run_with_client
+from awa_cli.commands.shared import limit_option, print_listing
 from awa_cli.commands.operate import (
+    Counted,
+    JobSelection,
     age,
-    all_option,
-    dry_run_option,
+    counted_options,
     job_filter_options,
     older_than_option,
     refuse_mixed,
@@ -221,7 +223,7 @@ def unconfigured_queue_warning(queue: str, configured: Any) -> str:
 @click.option("--state", type=click.Choice(STATES), help="Only jobs in this state.")
 @click.option("--kind", help="Only jobs of this kind.")
 @click.option("--queue", help="Only jobs in this queue.")
-@click.option("--limit", type=click.IntRange(1, 100000), default=50, show_default=True)
+@limit_option()
 @json_option
 @pass_context
 def list_jobs(
@@ -236,11 +238,8 @@ def list_jobs(
     rows = run_with_client(
         ctx, lambda c: c.list_jobs(state=state, kind=kind, queue=queue, limit=limit)
     )
-    if ctx.wants_json(json_flag):
-        ctx.terminal.json([r.to_json() for r in rows])
-        return
-    ctx.terminal.table(
-        ["id", "kind", "queue", "state", "attempt", "run_at"], [_summary(r) for r in rows]
+    print_listing(
+        ctx, json_flag, ["id", "kind", "queue", "state", "attempt", "run_at"], rows, _summary
     )
 
 
@@ -361,9 +360,10 @@ def print_errors(ctx: CliContext, errors: list[dict[str, Any]]) -> None:
         )
 
 
-def _no_id_no_filter(job_id: int | None, all_: bool, **filters: Any) -> bool:
+def _no_id_no_filter(job_id: int | None, where: JobSelection, counted: Counted) -> bool:
     """True when the single action is asked for (an ID, no filter)."""
-    refuse_mixed(job_id, all=all_, **filters)
+    filters = {"state": where.states, "kind": where.kind, "queue": where.queue}
+    refuse_mixed(job_id, all=counted.all, **filters, dry_run=counted.dry_run)
     return job_id is not None
 
 
@@ -406,20 +406,8 @@ def wait(ctx: CliContext, job_id: int, timeout: str | None, json_flag: bool) -> 
 @command.command(name="cancel")
 @click.argument("job_id", type=int, required=False)
 @job_filter_options("cancel", "Bulk: only", "all four")
-@all_option
-@dry_run_option
-@json_option
-@pass_context
-def cancel(
-    ctx: CliContext,
-    job_id: int | None,
-    states: tuple[str, ...],
-    kind: str | None,
-    queue: str | None,
-    all_: bool,
-    dry_run: bool,
-    json_flag: bool,
-) -> None:
+@counted_options
+def cancel(ctx: CliContext, job_id: int | None, where: JobSelection, counted: Counted) -> None:
     """Cancel job ID (pending, running or waiting), or every job matching the filters
     (available, scheduled, retryable, waiting_external; running jobs are not bulk-cancelled).
 
@@ -427,21 +415,18 @@ def cancel(
     with its follow-ups. Bulk: a filter or --all is required (exit 2); prints the count.
     """
     app = ctx.app if ctx.config.app.modules else None
-    if _no_id_no_filter(job_id, all_, state=states, kind=kind, queue=queue, dry_run=dry_run):
+    if _no_id_no_filter(job_id, where, counted):
         row = run_with_client(
             ctx, lambda c: c.cancel(job_id), app=app, plugin_hooks=ctx.plugins.event_hooks()
         )
-        show_row(ctx, row, json_flag, verb="cancelled")
+        show_row(ctx, row, counted.json, verb="cancelled")
         return
     run_counted(
         ctx,
         "cancelling",
-        lambda c, progress: c.cancel_jobs(
-            list(states) or None, kind, queue, all=all_, dry_run=dry_run, progress=progress
-        ),
-        json_flag=json_flag,
-        dry_run=dry_run,
-        done_text="jobs cancelled",
+        lambda c, progress: c.cancel_jobs(*where.filters, **counted.bulk(progress)),
+        counted,
+        "jobs cancelled",
         app=app,
     )
 
@@ -449,71 +434,35 @@ def cancel(
 @command.command(name="retry")
 @click.argument("job_id", type=int, required=False)
 @job_filter_options("retry", "Bulk: only", "failed and cancelled")
-@all_option
-@dry_run_option
-@json_option
-@pass_context
-def retry(
-    ctx: CliContext,
-    job_id: int | None,
-    states: tuple[str, ...],
-    kind: str | None,
-    queue: str | None,
-    all_: bool,
-    dry_run: bool,
-    json_flag: bool,
-) -> None:
+@counted_options
+def retry(ctx: CliContext, job_id: int | None, where: JobSelection, counted: Counted) -> None:
     """Make job ID available again, attempts reset (fires nothing), or every failed or
     cancelled job matching the filters. Bulk: a filter or --all is required (exit 2)."""
-    if _no_id_no_filter(job_id, all_, state=states, kind=kind, queue=queue, dry_run=dry_run):
+    if _no_id_no_filter(job_id, where, counted):
         row = run_with_client(ctx, lambda c: c.retry(job_id))
-        show_row(ctx, row, json_flag, verb="made available")
+        show_row(ctx, row, counted.json, verb="made available")
         return
     run_counted(
         ctx,
         "retrying",
-        lambda c, progress: c.retry_jobs(
-            list(states) or None, kind, queue, all=all_, dry_run=dry_run, progress=progress
-        ),
-        json_flag=json_flag,
-        dry_run=dry_run,
-        done_text="jobs retried",
+        lambda c, progress: c.retry_jobs(*where.filters, **counted.bulk(progress)),
+        counted,
+        "jobs retried",
     )
 
 
 @command.command(name="purge")
 @job_filter_options("purge", "Only", "completed, failed and cancelled")
 @older_than_option
-@all_option
-@dry_run_option
-@json_option
-@pass_context
-def purge(
-    ctx: CliContext,
-    states: tuple[str, ...],
-    kind: str | None,
-    queue: str | None,
-    older_than: str | None,
-    all_: bool,
-    dry_run: bool,
-    json_flag: bool,
-) -> None:
+@counted_options
+def purge(ctx: CliContext, where: JobSelection, older_than: str | None, counted: Counted) -> None:
     """Delete finished jobs (completed, failed, cancelled) matching the filters, finished
     more than --older-than ago. A filter or --all is required (exit 2); prints the count."""
     seconds = age(older_than)
     run_counted(
         ctx,
         "purging",
-        lambda c, progress: c.purge_jobs(
-            list(states) or None,
-            kind,
-            queue,
-            seconds,
-            all=all_,
-            dry_run=dry_run,
-            progress=progress,
-        ),
-        json_flag=json_flag,
-        dry_run=dry_run,
-        done_text="jobs purged",
+        lambda c, progress: c.purge_jobs(*where.filters, seconds, **counted.bulk(progress)),
+        counted,
+        "jobs purged",
     )

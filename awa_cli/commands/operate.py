@@ -3,13 +3,15 @@ the filter options, running a counted action with a progress bar, and printing i
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import click
 
-from awa_cli.admin import BULK_STATES, BulkOperation
-from awa_cli.commands.context import CliContext, run_with_client
+from awa_cli.bulk import BULK_STATES, BulkOperation
+from awa_cli.commands.context import CliContext, json_option, pass_context, run_with_client
 from awa_cli.durations import parse_duration
 
 EXIT_USAGE = 2
@@ -33,23 +35,68 @@ def older_than_option(fn: Any) -> Any:
     )(fn)
 
 
+@dataclass(frozen=True)
+class JobSelection:
+    """The ``--state``, ``--kind`` and ``--queue`` of `awa job cancel|retry|purge`."""
+
+    states: tuple[str, ...]
+    kind: str | None
+    queue: str | None
+
+    @property
+    def filters(self) -> tuple[list[str] | None, str | None, str | None]:
+        """The first three arguments of the client's bulk methods: states, kind, queue."""
+        return list(self.states) or None, self.kind, self.queue
+
+
 def job_filter_options(operation: BulkOperation, lead: str, default: str) -> Callable[[Any], Any]:
     """``--state`` (one of the states ``operation`` acts on, repeatable), ``--kind`` and
-    ``--queue`` of `awa job cancel|retry|purge`; each help starts with ``lead`` ("Bulk: only"
-    or "Only"), and ``default`` names the states taken without ``--state``."""
+    ``--queue`` of `awa job cancel|retry|purge`, handed to the command as one
+    ``where: JobSelection``; each help starts with ``lead`` ("Bulk: only" or "Only"), and
+    ``default`` names the states taken without ``--state``."""
 
     def decorate(fn: Any) -> Any:
-        fn = click.option("--queue", help=f"{lead} jobs in this queue.")(fn)
-        fn = click.option("--kind", help=f"{lead} jobs of this kind.")(fn)
+        @functools.wraps(fn)
+        def selecting(*args: Any, states: Any, kind: Any, queue: Any, **kwargs: Any) -> Any:
+            return fn(*args, where=JobSelection(states, kind, queue), **kwargs)
+
+        selecting = click.option("--queue", help=f"{lead} jobs in this queue.")(selecting)
+        selecting = click.option("--kind", help=f"{lead} jobs of this kind.")(selecting)
         return click.option(
             "--state",
             "states",
             multiple=True,
             type=click.Choice(sorted(s.value for s in BULK_STATES[operation])),
             help=f"{lead} jobs in this state (repeatable; default: {default}).",
-        )(fn)
+        )(selecting)
 
     return decorate
+
+
+@dataclass(frozen=True)
+class Counted:
+    """The flags of a counted operator command: ``--all``, ``--dry-run`` and ``--json``."""
+
+    all: bool
+    dry_run: bool
+    json: bool
+
+    def bulk(self, progress: Any) -> dict[str, Any]:
+        """The keyword arguments a bulk client method takes from these flags."""
+        return {"all": self.all, "dry_run": self.dry_run, "progress": progress}
+
+
+def counted_options(fn: Any) -> Any:
+    """``--all``, ``--dry-run`` and ``--json`` (after the options above it) and the CliContext:
+    ``fn(ctx, ..., counted=Counted(...))``."""
+
+    @functools.wraps(fn)
+    def counting(
+        ctx: CliContext, *args: Any, all_: bool, dry_run: bool, json_flag: bool, **kwargs: Any
+    ) -> Any:
+        return fn(ctx, *args, counted=Counted(all_, dry_run, json_flag), **kwargs)
+
+    return all_option(dry_run_option(json_option(pass_context(counting))))
 
 
 def age(text: str | None) -> float | None:
@@ -73,9 +120,7 @@ def run_counted(
     ctx: CliContext,
     description: str,
     action: Callable[[Any, Any], Any],
-    *,
-    json_flag: bool,
-    dry_run: bool,
+    counted: Counted,
     done_text: str,
     app: Any = None,
 ) -> None:
@@ -84,10 +129,10 @@ def run_counted(
     plugin_hooks = bulk_event_hooks(ctx) if app is not None else ()
     with ctx.terminal.progress(description) as progress:
         n = run_with_client(ctx, lambda c: action(c, progress), app=app, plugin_hooks=plugin_hooks)
-    if ctx.wants_json(json_flag):
+    if ctx.wants_json(counted.json):
         ctx.terminal.json({"count": n})
         return
-    if dry_run:  # "1500 jobs would be cancelled", "6 dead letters would be retried"
+    if counted.dry_run:  # "1500 jobs would be cancelled", "6 dead letters would be retried"
         noun, verb = done_text.rsplit(" ", 1)
         ctx.terminal.data(f"{n} {noun} would be {verb}")
     else:

@@ -6,12 +6,14 @@ transaction of the change. An unknown id exits 4.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from datetime import datetime
 from typing import Any
 
 import click
 
 from awa_cli.commands.context import CliContext, json_option, pass_context, run_with_client
+from awa_cli.commands.shared import limit_option, print_listing, target_command
 from awa_cli.workflows import WORKFLOW_STATES, WorkflowRun
 
 COLUMNS = ["id", "name", "state", "steps", "counts", "created_at", "finished_at"]
@@ -50,7 +52,7 @@ def command() -> None:
     "--state", type=click.Choice(WORKFLOW_STATES), default=None, help="Only workflows in STATE."
 )
 @click.option("--name", default=None, help="Only workflows named NAME.")
-@click.option("--limit", type=click.IntRange(1, 10_000), default=100, show_default=True)
+@limit_option(most=10_000, default=100)
 @json_option
 @pass_context
 def list_workflows(
@@ -58,10 +60,7 @@ def list_workflows(
 ) -> None:
     """Workflows newest first: id, name, state, number of steps, steps per state."""
     runs = run_with_client(ctx, lambda c: c.list_workflows(state=state, name=name, limit=limit))
-    if ctx.wants_json(json_flag):
-        ctx.terminal.json([run.to_json() for run in runs])
-        return
-    ctx.terminal.table(COLUMNS, [_summary(run) for run in runs])
+    print_listing(ctx, json_flag, COLUMNS, runs, _summary)
 
 
 async def _with_edges(client: Any, workflow_id: int) -> tuple[WorkflowRun, list[tuple[int, int]]]:
@@ -87,47 +86,46 @@ def _show(ctx: CliContext, run: WorkflowRun, edges: list[tuple[int, int]], json_
     ctx.terminal.table(STEP_COLUMNS, rows)
 
 
-@command.command(name="show")
-@click.argument("workflow_id", metavar="ID", type=int)
-@json_option
-@pass_context
+def workflow_command(verb: str) -> Callable[[Any], Any]:
+    """`awa workflow VERB ID [--json]`."""
+    return target_command(command, verb, click.argument("workflow_id", metavar="ID", type=int))
+
+
+def _change(
+    ctx: CliContext,
+    workflow_id: int,
+    json_flag: bool,
+    change: Callable[[Any], Awaitable[Any]],
+    verb: str,
+) -> None:
+    """Run ``change(client)`` on workflow ID, then show the workflow as it is now."""
+
+    async def act(client: Any) -> tuple[WorkflowRun, list[tuple[int, int]]]:
+        await change(client)
+        return await _with_edges(client, workflow_id)
+
+    run, edges = run_with_client(ctx, act)
+    if not ctx.wants_json(json_flag):
+        ctx.terminal.status(f"workflow {workflow_id} {verb}")
+    _show(ctx, run, edges, json_flag)
+
+
+@workflow_command("show")
 def show(ctx: CliContext, workflow_id: int, json_flag: bool) -> None:
     """One workflow and its steps: job id, kind, queue, state and the steps each waits for."""
     run, edges = run_with_client(ctx, lambda c: _with_edges(c, workflow_id))
     _show(ctx, run, edges, json_flag)
 
 
-@command.command(name="cancel")
-@click.argument("workflow_id", metavar="ID", type=int)
-@json_option
-@pass_context
+@workflow_command("cancel")
 def cancel(ctx: CliContext, workflow_id: int, json_flag: bool) -> None:
     """Cancel every unfinished step of workflow ID (running handlers are told) and the
     workflow itself."""
-
-    async def act(client: Any) -> tuple[WorkflowRun, list[tuple[int, int]]]:
-        await client.cancel_workflow(workflow_id)
-        return await _with_edges(client, workflow_id)
-
-    run, edges = run_with_client(ctx, act)
-    if not ctx.wants_json(json_flag):
-        ctx.terminal.status(f"workflow {workflow_id} cancelled")
-    _show(ctx, run, edges, json_flag)
+    _change(ctx, workflow_id, json_flag, lambda c: c.cancel_workflow(workflow_id), "cancelled")
 
 
-@command.command(name="retry")
-@click.argument("workflow_id", metavar="ID", type=int)
-@json_option
-@pass_context
+@workflow_command("retry")
 def retry(ctx: CliContext, workflow_id: int, json_flag: bool) -> None:
     """Re-run the failed and cancelled steps of workflow ID and the steps that depend on
     them; the workflow is running again."""
-
-    async def act(client: Any) -> tuple[WorkflowRun, list[tuple[int, int]]]:
-        await client.retry_workflow(workflow_id)
-        return await _with_edges(client, workflow_id)
-
-    run, edges = run_with_client(ctx, act)
-    if not ctx.wants_json(json_flag):
-        ctx.terminal.status(f"workflow {workflow_id} retried")
-    _show(ctx, run, edges, json_flag)
+    _change(ctx, workflow_id, json_flag, lambda c: c.retry_workflow(workflow_id), "retried")

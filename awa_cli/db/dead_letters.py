@@ -1,5 +1,5 @@
 """The gateway of ``awa.dead_letters`` for readers: one dead letter, the newest ones, the
-depth per queue. Moving jobs in and out is the outcome core's (``outcomes/dlq.py``)."""
+depth per queue. Moving jobs in and out is the outcome core's (``outcomes/dead_letters.py``)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
 
 from awa_cli.db.statements import SQL
-from awa_cli.deadletters import DeadLetter, DlqDepth
+from awa_cli.dead_letters import DeadLetter, DlqDepth
 
 
 async def get(pool: AsyncConnectionPool, job_id: int) -> DeadLetter | None:

@@ -1,7 +1,7 @@
 """The gateway of ``awa.limits``, ``awa.limit_starts`` as read from outside the claim, and the
 limits digest of ``awa.workers`` (statements in ``sql/claim_limits.sql``): the announcement
-(write and read), why one job waits, the leader's waiting counts, and the fleet's digests
-(architecture §13). The claim's own statements run in ``outcomes/claims.py``."""
+(write and read), why one job waits (``AsyncClient.limit_status``), the leader's waiting
+counts, and the fleet's digests (architecture §13). The claim's own statements run in ``outcomes/claims.py``."""
 
 from __future__ import annotations
 
@@ -11,25 +11,29 @@ from typing import Any
 import psycopg
 from psycopg.rows import DictRow, dict_row, tuple_row
 
+from awa_cli.db.dependencies import parents_of
 from awa_cli.db.statements import SQL
-from awa_cli.limits import FLEET_LOCK_CLASS, Limit
+from awa_cli.limits import FLEET_LOCK_CLASS, Limit, wait_reason
+from awa_cli.workflows import blocked_reason
+
+
+# ``limit_publish``'s array parameters, one per Limit field.
+_PUBLISHED = (
+    ("names", "name"),
+    ("kinds", "kind"),
+    ("queues", "queue"),
+    ("keys", "key"),
+    ("max", "max_running"),
+    ("rate_n", "rate_count"),
+    ("rate_w", "rate_window"),
+)
 
 
 async def publish(conn: psycopg.AsyncConnection[Any], limits: Iterable[Limit]) -> None:
     """Replace ``awa.limits`` with ``limits``."""
     chosen = list(limits)
-    await conn.execute(
-        SQL["limit_publish"],
-        {
-            "names": [lim.name for lim in chosen],
-            "kinds": [lim.kind for lim in chosen],
-            "queues": [lim.queue for lim in chosen],
-            "keys": [lim.key for lim in chosen],
-            "max": [lim.max_running for lim in chosen],
-            "rate_n": [lim.rate_count for lim in chosen],
-            "rate_w": [lim.rate_window for lim in chosen],
-        },
-    )
+    params = {name: [getattr(lim, field) for lim in chosen] for name, field in _PUBLISHED}
+    await conn.execute(SQL["limit_publish"], params)
 
 
 async def announced(conn: psycopg.AsyncConnection[Any]) -> list[Limit]:
@@ -65,11 +69,21 @@ async def live_digests(conn: psycopg.AsyncConnection[Any], stale: float) -> list
 
 
 async def explain(conn: psycopg.AsyncConnection[Any], job_id: int) -> dict[str, Any] | None:
-    """The ``limit_explain`` row of ``job_id`` (None: no such job)."""
+    """The ``limit_explain`` row of ``job_id`` plus its ``reason`` (None: no such job): what
+    keeps it waiting (:func:`~awa_cli.limits.wait_reason`), or for a blocked job the parents
+    not yet completed (architecture §16)."""
     async with conn.cursor(row_factory=dict_row) as cur:
         await cur.execute(SQL["limit_explain"], {"id": job_id})
         record = await cur.fetchone()
-    return None if record is None else dict(record)
+    if record is None:
+        return None
+    out = dict(record)
+    out["reason"] = wait_reason(out, out.pop("now"))
+    if out["state"] == "blocked":
+        parents = await parents_of(conn, job_id)
+        waiting_on = [(p["id"], p["state"]) for p in parents if p["state"] != "completed"]
+        out["reason"] = blocked_reason(waiting_on)
+    return out
 
 
 async def waiting(conn: psycopg.AsyncConnection[Any]) -> dict[str, int]:

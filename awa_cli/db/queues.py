@@ -10,7 +10,7 @@ from typing import Any
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
 
-from awa_cli.admin import QueueInfo
+from awa_cli.queues import QueueInfo
 from awa_cli.db.statements import SQL
 
 

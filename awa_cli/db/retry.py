@@ -7,6 +7,9 @@ and logs one ERROR line per step with a stable ``action=`` key.
 
 from __future__ import annotations
 
+import asyncio
+import logging
+
 from awa_cli import defaults
 from awa_cli.db.dsn import redact
 
@@ -36,3 +39,27 @@ class Backoff:
 
     def reset(self) -> None:
         self.delay = self.first
+
+
+async def sleep_unless(stopping: asyncio.Event, seconds: float) -> None:
+    """Wait ``seconds``, or until ``stopping`` is set if that comes first."""
+    try:
+        await asyncio.wait_for(stopping.wait(), timeout=seconds)
+    except TimeoutError:
+        pass
+
+
+async def reconnect_later(
+    log: logging.Logger, loop: str, exc: BaseException, backoff: Backoff, stopping: asyncio.Event
+) -> None:
+    """A loop's connection failed: log it as one ERROR line (``action=<loop>_reconnect``),
+    then wait the backoff's next delay (less if ``stopping`` is set)."""
+    delay = backoff.next()
+    log.error(
+        "%s failed, reconnecting in %.1fs: %s",
+        loop,
+        delay,
+        first_line(exc),
+        extra={"action": f"{loop}_reconnect", "retry_in": delay},
+    )
+    await sleep_unless(stopping, delay)

@@ -27,7 +27,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from awa_cli import defaults
 from awa_cli.db.statements import SQL
-from awa_cli.deadletters import DeadLetter
+from awa_cli.dead_letters import DeadLetter
 from awa_cli.errors import JobNotFound
 from awa_cli.jobs import JobRow, JobState
 

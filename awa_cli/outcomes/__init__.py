@@ -19,13 +19,13 @@ Where each transition lives:
 * ``running.py`` — heartbeat, callback registration and the in-handler wait;
 * ``callbacks.py`` — callback resolution (complete, fail, retry, resume, heartbeat, lookup);
 * ``rescue.py`` — the rescue sweeps, rescued jobs' follow-ups, retention;
-* ``admin.py`` — operator cancel and retry;
+* ``job_actions.py`` — the operator's cancel and retry of one job;
 * ``periodic.py`` — firing the due periodic schedules (the leader's sweep), a worker's
   registration of its schedules, and pause, resume, trigger and delete;
 * ``bulk.py`` — bulk retry, cancel and purge by filter in bounded batches, cancel by unique key;
 * ``queues.py`` — pause and resume (the claim statements check the pause), queue registration;
-* ``deadletters.py`` — the move to the dead-letter queue inside the transitions that fail a job;
-* ``dlq.py`` — the dead-letter queue's operator actions and its retention;
+* ``dead_letters.py`` — the move to the dead-letter queue inside the transitions that fail a
+  job, the dead-letter queue's operator actions and its retention;
 * ``audit.py`` — the audit log of operator actions;
 * ``follow_ups.py`` — the specs' follow-ups and their one-statement insert.
 
@@ -57,18 +57,18 @@ from awa_cli.events import JobEvent
 from awa_cli.jobs import JobRow
 from awa_cli.limits import ClaimPlan
 from awa_cli.outcomes import (
-    admin,
     attempts,
     bulk,
     callbacks,
     claims,
-    dlq,
+    dead_letters,
+    job_actions,
     periodic,
     queues,
     running,
 )
 from awa_cli.outcomes import rescue as rescues
-from awa_cli.outcomes.bulk import Progress
+from awa_cli.outcomes.bulk import BulkRun, Progress
 from awa_cli.periodic import PeriodicJob
 from awa_cli.errors import InvalidJobState
 from awa_cli.outcomes.attempts import FinalizeGroup
@@ -82,6 +82,7 @@ __all__ = [
     "MAX_BACKOFF_SECONDS",
     "RESCUE_ERRORS",
     "AttemptResult",
+    "BulkRun",
     "FinalizeGroup",
     "Finalized",
     "InvalidJobState",
@@ -165,9 +166,9 @@ class OutcomeCore(CoreState):
     register_callback = running.register_callback
     begin_wait = running.begin_wait
 
-    # -- operator actions (outcomes/admin.py) ----------------------------------------------
-    cancel = admin.cancel
-    retry = admin.retry
+    # -- operator actions on one job (outcomes/job_actions.py) -----------------------------
+    cancel = job_actions.cancel
+    retry = job_actions.retry
 
     # -- callback resolution (outcomes/callbacks.py) ---------------------------------------
     resolve_external = callbacks.resolve_external
@@ -201,7 +202,7 @@ class OutcomeCore(CoreState):
 
         return await repeat_batches(self, "audit_prune", {"retention": retention}, 0, no_progress)
 
-    prune_dlq = dlq.prune
+    prune_dlq = dead_letters.prune
 
     # -- queue controls (outcomes/queues.py) -------------------------------------------------
     set_paused = queues.set_paused
@@ -213,8 +214,8 @@ class OutcomeCore(CoreState):
     purge_jobs = bulk.purge_jobs
     cancel_by_unique_key = bulk.cancel_by_unique_key
 
-    # -- the dead-letter queue (outcomes/dlq.py) -------------------------------------------
-    retry_dead_letter = dlq.retry_one
-    retry_dead_letters = dlq.retry_many
-    move_to_dlq = dlq.move_failed
-    purge_dead_letters = dlq.purge
+    # -- the dead-letter queue (outcomes/dead_letters.py) ----------------------------------
+    retry_dead_letter = dead_letters.retry_one
+    retry_dead_letters = dead_letters.retry_many
+    move_to_dlq = dead_letters.move_many
+    purge_dead_letters = dead_letters.purge

@@ -23,7 +23,7 @@ from awa_cli.db.params import finalize_params
 from awa_cli.db.statements import SQL
 from awa_cli.jobs import PreparedJob
 from awa_cli.outcomes import settle
-from awa_cli.outcomes.deadletters import bound_for_dlq, finalize_into_dlq
+from awa_cli.outcomes.dead_letters import bound_for_dlq, finalize_into_dlq
 from awa_cli.outcomes.follow_ups import insert_counted, spec_follow_ups
 from awa_cli.outcomes.transaction import CoreState
 
@@ -134,7 +134,7 @@ async def apply_attempts(
         async with conn.cursor(row_factory=dict_row) as cur:
             await cur.execute(SQL["finalize_changed"], finalize_params(plain))
             changed = {r["id"]: r for r in await cur.fetchall()}
-    if dead:  # failed and moved to the DLQ in one statement (outcomes/deadletters.py)
+    if dead:  # failed and moved to the DLQ in one statement (outcomes/dead_letters.py)
         dying = [r for r in results if r.job.id in dead]
         changed.update(await finalize_into_dlq(conn, dying, dead))
     done = []

@@ -1,7 +1,7 @@
 """Bulk operator actions on ``awa.jobs`` (architecture §10): retry, cancel and purge by filter, and
 cancel by unique key.
 
-Each is set statements in bounded batches (``admin.DEFAULT_BATCH`` rows), one short
+Each is set statements in bounded batches (``awa_cli.bulk.DEFAULT_BATCH`` rows), one short
 transaction per batch, so 100,000 jobs never hold one long lock or transaction. Retry and
 cancel select a batch of ids (``bulk_select_jobs``, SKIP LOCKED, an id cursor) and change
 them in the same transaction; purge is one DELETE per batch. A bulk cancel runs each
@@ -13,13 +13,14 @@ per transaction, and a job whose spec still raises is left as it was and reporte
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, LiteralString
 
 import psycopg
 from psycopg.rows import dict_row
 
-from awa_cli.admin import DEFAULT_BATCH, BulkOperation, JobFilter, bulk_states, require_filter
+from awa_cli.bulk import DEFAULT_BATCH, BulkOperation, JobFilter, bulk_states, require_filter
 from awa_cli.attempts import Finalized
 from awa_cli.db.statements import SQL
 from awa_cli.errors import FollowUpError, ValidationError
@@ -41,16 +42,55 @@ def no_progress(done: int, total: int) -> None:
     return None
 
 
-async def refusing(
-    core: CoreState, actor: str | None, action: str, operation: str, all_: bool, **filters: Any
-) -> None:
-    """Refuse an action with no filter and no ``all`` (recorded as refused), else return."""
-    try:
-        require_filter(operation, all_=all_, **filters)
-    except ValidationError as exc:
-        detail = {"reason": str(exc)}
-        await audit.record_alone(core, actor, action, audit.describe(**filters), "refused", detail)
-        raise
+@dataclass(frozen=True)
+class BulkRun:
+    """How a bulk action runs: ``dry_run`` only counts the matches, ``actor`` is whom the audit
+    log names, ``progress`` is told ``(done, total)`` batch by batch."""
+
+    dry_run: bool = False
+    actor: str | None = None
+    progress: Progress | None = None
+
+
+@dataclass(frozen=True)
+class BulkAction:
+    """The frame every action by filter shares: the refusal of one with no filter, the count
+    (a dry run's answer, a progress bar's total) and the audit row with the number changed.
+    ``action`` is the audit log's name ("job.retry"), ``operation`` the refusal's words
+    ("retry", "dlq retry"), ``filters`` the filters by name as both show them."""
+
+    core: CoreState
+    run: BulkRun
+    action: str
+    operation: str
+    filters: dict[str, Any]
+    all: bool
+
+    async def total(self, statement: LiteralString, params: Mapping[str, Any]) -> int:
+        """Refuse the action with no filter and no ``all`` (recorded as refused); else the
+        number of matches when a dry run or a progress bar needs it (0 when neither does)."""
+        try:
+            require_filter(self.operation, all_=self.all, **self.filters)
+        except ValidationError as exc:
+            await self.record(None, "refused", {"reason": str(exc)})
+            raise
+        if not (self.run.dry_run or self.run.progress):
+            return 0
+        return await count(self.core, statement, params)
+
+    @property
+    def progress(self) -> Progress:
+        return self.run.progress or no_progress
+
+    async def record(
+        self, done: int | None, result: str = "ok", detail: Mapping[str, Any] | None = None
+    ) -> int:
+        """The action's audit row (``count``: ``done``, unless refused), in a statement of its
+        own; returns ``done``."""
+        entry = dict(detail or {}) if done is None else {"count": done, **(detail or {})}
+        target = audit.describe(**self.filters)
+        await audit.record_alone(self.core, self.run.actor, self.action, target, result, entry)
+        return done or 0
 
 
 async def count(core: CoreState, statement: LiteralString, params: Mapping[str, Any]) -> int:
@@ -147,21 +187,13 @@ def _named(where: JobFilter) -> dict[str, Any]:
     return named
 
 
-async def retry_jobs(
-    core: CoreState,
-    where: JobFilter,
-    *,
-    dry_run: bool = False,
-    actor: str | None = None,
-    progress: Progress | None = None,
-) -> int:
+async def retry_jobs(core: CoreState, where: JobFilter, run: BulkRun) -> int:
     """Operator retry (architecture §5.9) of every matching failed or cancelled job, in bounded
     batches; fires nothing. The number retried (with ``dry_run``: the number that would be)."""
     params = _filters("retry", where)
-    filters = _named(where)
-    await refusing(core, actor, "job.retry", "retry", where.all, **filters)
-    total = await count(core, "bulk_count_jobs", params) if dry_run or progress else 0
-    if dry_run:
+    act = BulkAction(core, run, "job.retry", "retry", _named(where), where.all)
+    total = await act.total("bulk_count_jobs", params)
+    if run.dry_run:
         return total
 
     async def apply(conn: psycopg.AsyncConnection[Any], ids: list[int]) -> tuple[int, list[Any]]:
@@ -174,29 +206,17 @@ async def retry_jobs(
                 await cur.execute(SQL["notify_queues"], {"queues": queues})
         return len(rows), []
 
-    done = await by_id_batches(
-        core, "bulk_select_jobs", params, apply, total, progress or no_progress
-    )
-    target = audit.describe(**filters)
-    await audit.record_alone(core, actor, "job.retry", target, detail={"count": done})
-    return done
+    done = await by_id_batches(core, "bulk_select_jobs", params, apply, total, act.progress)
+    return await act.record(done)
 
 
-async def cancel_jobs(
-    core: CoreState,
-    where: JobFilter,
-    *,
-    dry_run: bool = False,
-    actor: str | None = None,
-    progress: Progress | None = None,
-) -> int:
+async def cancel_jobs(core: CoreState, where: JobFilter, run: BulkRun) -> int:
     """Operator cancel of every matching available, scheduled, retryable or waiting job:
     Cancelled fires and ``on_cancelled`` specs run, atomically per job (see the module)."""
     params = _filters("cancel", where)
-    filters = _named(where)
-    await refusing(core, actor, "job.cancel", "cancel", where.all, **filters)
-    total = await count(core, "bulk_count_jobs", params) if dry_run or progress else 0
-    if dry_run:
+    act = BulkAction(core, run, "job.cancel", "cancel", _named(where), where.all)
+    total = await act.total("bulk_count_jobs", params)
+    if run.dry_run:
         return total
     left: list[int] = []
 
@@ -206,13 +226,8 @@ async def cancel_jobs(
         items = await _cancel_batch(core, conn, ids, left)
         return len(items), items
 
-    done = await by_id_batches(
-        core, "bulk_select_jobs", params, apply, total, progress or no_progress
-    )
-    target = audit.describe(**filters)
-    result = "failed" if left else "ok"
-    detail: dict[str, Any] = {"count": done, **({"left": left} if left else {})}
-    await audit.record_alone(core, actor, "job.cancel", target, result, detail)
+    done = await by_id_batches(core, "bulk_select_jobs", params, apply, total, act.progress)
+    await act.record(done, "failed" if left else "ok", {"left": left} if left else None)
     if left:
         raise FollowUpError(
             f"{done} jobs cancelled; {len(left)} left uncancelled because an on_cancelled "
@@ -268,26 +283,16 @@ async def _cancel_ids(
     return items
 
 
-async def purge_jobs(
-    core: CoreState,
-    where: JobFilter,
-    *,
-    dry_run: bool = False,
-    actor: str | None = None,
-    progress: Progress | None = None,
-) -> int:
+async def purge_jobs(core: CoreState, where: JobFilter, run: BulkRun) -> int:
     """Delete matching finished jobs (completed, failed, cancelled) in bounded batches."""
     params = _filters("purge", where)
     filters = _named(where) | {"older_than": where.older_than}
-    await refusing(core, actor, "job.purge", "purge", where.all, **filters)
-    total = await count(core, "bulk_count_jobs", params) if dry_run or progress else 0
-    if dry_run:
+    act = BulkAction(core, run, "job.purge", "purge", filters, where.all)
+    total = await act.total("bulk_count_jobs", params)
+    if run.dry_run:
         return total
-    done = await repeat_batches(core, "bulk_purge_jobs", params, total, progress or no_progress)
-    await audit.record_alone(
-        core, actor, "job.purge", audit.describe(**filters), detail={"count": done}
-    )
-    return done
+    done = await repeat_batches(core, "bulk_purge_jobs", params, total, act.progress)
+    return await act.record(done)
 
 
 async def cancel_by_unique_key(

@@ -13,11 +13,11 @@ from psycopg.rows import DictRow
 from awa_cli.attempts import error_entry
 from awa_cli.db.channels import CALLBACK_CHANNEL
 from awa_cli.db.statements import SQL
-from awa_cli.deadletters import DeadReason
+from awa_cli.dead_letters import DeadReason
 from awa_cli.events import AnyEvent, JobEvent
 from awa_cli.jobs import JobRow, JobState, parse_callback_id, to_json
 from awa_cli.outcomes.audit import audited
-from awa_cli.outcomes.deadletters import then_move
+from awa_cli.outcomes.dead_letters import then_move
 from awa_cli.outcomes.transaction import (
     CoreState,
     Cursor,

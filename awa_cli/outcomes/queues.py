@@ -9,7 +9,7 @@ from collections.abc import Mapping
 
 from psycopg.rows import dict_row
 
-from awa_cli.admin import QueueInfo
+from awa_cli.queues import QueueInfo
 from awa_cli.db.statements import SQL
 from awa_cli.enqueue import check_name
 from awa_cli.outcomes import audit

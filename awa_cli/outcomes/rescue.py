@@ -17,11 +17,11 @@ from psycopg.rows import DictRow, dict_row
 from awa_cli import defaults
 from awa_cli.attempts import BACKOFF_JITTER, MAX_BACKOFF_EXPONENT, MAX_BACKOFF_SECONDS
 from awa_cli.db.statements import SQL
-from awa_cli.deadletters import DeadReason
+from awa_cli.dead_letters import DeadReason
 from awa_cli.events import AnyEvent, JobEvent, Outcome, RescueReason
 from awa_cli.jobs import JobRow
 from awa_cli.outcomes import settle
-from awa_cli.outcomes.deadletters import move_failed
+from awa_cli.outcomes.dead_letters import move_failed
 from awa_cli.outcomes.transaction import CoreState, Cursor, Transition, transition
 
 log = logging.getLogger("awa.outcomes")

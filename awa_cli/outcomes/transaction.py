@@ -89,7 +89,7 @@ class CoreState:
         self.defer_notify = defer_notify
         self._pending_queues: set[str] = set()
         # Dead-lettering of the queues this core knows from its config (a worker's own queues);
-        # for any other queue the flag announced in awa.queues decides (outcomes/deadletters.py).
+        # for any other queue the flag announced in awa.queues decides (outcomes/dead_letters.py).
         self.dead_letter_flags: dict[str, bool] = {}
         # Who operator actions are recorded as in awa.audit_log (None: not recorded): the CLI
         # sets cli:<os user>, awa serve serve:<token name>.

@@ -95,15 +95,23 @@ async def cancel(core: CoreState, workflow_id: int, actor: str | None) -> DictRo
             )
             head = await cur.fetchone()
             assert head is not None
-            await audit.record(
-                conn,
-                audit.current_actor(core) if actor is None else actor,
-                "workflow.cancel",
-                f"workflow:{workflow_id}",
-                detail={"count": len(records)},
-            )
+            await _record(conn, core, actor, "workflow.cancel", workflow_id, len(records))
     core.after_commit(items)
     return head
+
+
+async def _record(
+    conn: psycopg.AsyncConnection[Any],
+    core: CoreState,
+    actor: str | None,
+    action: str,
+    workflow_id: int,
+    count: int,
+) -> None:
+    """The audit row of a workflow action (``actor`` None: the current one), in its
+    transaction."""
+    actor = audit.current_actor(core) if actor is None else actor
+    await audit.record(conn, actor, action, f"workflow:{workflow_id}", detail={"count": count})
 
 
 async def retry(core: CoreState, workflow_id: int, actor: str | None) -> DictRow:
@@ -126,11 +134,5 @@ async def retry(core: CoreState, workflow_id: int, actor: str | None) -> DictRow
                 await cur.execute(SQL["wf_lock"], {"ids": [workflow_id]})
                 await cur.execute(SQL["wf_finish"], {"ids": [workflow_id]})
                 head = await _head(cur, workflow_id)
-            await audit.record(
-                conn,
-                audit.current_actor(core) if actor is None else actor,
-                "workflow.retry",
-                f"workflow:{workflow_id}",
-                detail={"count": len(rows)},
-            )
+            await _record(conn, core, actor, "workflow.retry", workflow_id, len(rows))
     return head

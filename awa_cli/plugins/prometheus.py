@@ -48,7 +48,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from awa_cli.depth import DepthGauges
-from awa_cli.limit_status import LimitGauges
+from awa_cli.limits import LimitGauges
 from awa_cli.events import RescueReason
 from awa_cli.plugins.marker import hookimpl
 

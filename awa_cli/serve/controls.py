@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
 
-from awa_cli.admin import QueueInfo
+from awa_cli.queues import QueueInfo
 from awa_cli.errors import QueueNotFound
 from awa_cli.serve.common import (
     act,

@@ -13,7 +13,7 @@ from __future__ import annotations
 import difflib
 from typing import TYPE_CHECKING, Any
 
-from awa_cli.admin import QueueInfo
+from awa_cli.queues import QueueInfo
 from awa_cli.errors import QueueNotFound
 from awa_cli.serve.chart import throughput_chart, throughput_json
 from awa_cli.serve.common import client_of, configured_queues

@@ -22,7 +22,7 @@ from awa_cli.db.channels import (
     listen,
     queue_channels,
 )
-from awa_cli.db.retry import Backoff, first_line
+from awa_cli.db.retry import Backoff, reconnect_later
 from awa_cli.db.roundtrip import notifications_work
 
 if TYPE_CHECKING:
@@ -92,14 +92,7 @@ class Listener:
                 self.connected.clear()
                 if stopping.is_set():
                     return
-                delay = backoff.next()
-                log.error(
-                    "listener failed, reconnecting in %.1fs: %s",
-                    delay,
-                    first_line(exc),
-                    extra={"action": "listener_reconnect", "retry_in": delay},
-                )
-                await _sleep_unless(stopping, delay)
+                await reconnect_later(log, "listener", exc, backoff, stopping)
 
     def _on_notify(self, notify: Any) -> None:
         if notify.channel == CANCEL_CHANNEL:
@@ -120,10 +113,3 @@ class Listener:
     def _wake_all(self) -> None:
         for runner in self.runners:
             runner.wake()
-
-
-async def _sleep_unless(stopping: asyncio.Event, seconds: float) -> None:
-    try:
-        await asyncio.wait_for(stopping.wait(), timeout=seconds)
-    except TimeoutError:
-        pass

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 
 from awa_cli import defaults
+from awa_cli.config import MaintenanceConfig
 from awa_cli.db import jobs
 from awa_cli.app import prepare_job
 from awa_cli.db.channels import limit_payload, notify_limits
@@ -60,17 +61,12 @@ __all__ = ["POOL_WAIT_SECONDS", "Timings", "Worker", "WorkerStats"]
 
 
 @dataclass(frozen=True)
-class Timings:
-    heartbeat_interval: float = defaults.HEARTBEAT_INTERVAL
-    heartbeat_staleness: float = defaults.HEARTBEAT_STALENESS
-    rescue_interval: float = defaults.RESCUE_INTERVAL
-    leader_election_interval: float = defaults.LEADER_ELECTION_INTERVAL
+class Timings(MaintenanceConfig):
+    """The ``[maintenance]`` timings (what :class:`~awa_cli.maintenance.Maintenance` reads) and
+    the worker's own: how often it polls, how long it waits for running jobs at shutdown."""
+
     poll_interval: float = defaults.POLL_INTERVAL
     shutdown_timeout: float = defaults.SHUTDOWN_TIMEOUT
-    completed_retention: float = defaults.COMPLETED_RETENTION
-    failed_retention: float = defaults.FAILED_RETENTION
-    dead_letter_retention: float = defaults.DEAD_LETTER_RETENTION
-    audit_retention: float = defaults.AUDIT_RETENTION
 
 
 class Worker:

@@ -1,4 +1,5 @@
-"""The operator layer's pure models (awa_cli/deadletters.py, awa_cli/admin.py), no database."""
+"""The operator layer's pure models (awa_cli/dead_letters.py, queues.py, audit.py, bulk.py), no
+database."""
 
 from __future__ import annotations
 
@@ -10,9 +11,11 @@ from typing import Any
 import pytest
 
 import awa_cli as awa
-from awa_cli import admin
-from awa_cli.admin import AuditEntry, QueueInfo, bulk_states, cli_actor, require_filter
-from awa_cli.deadletters import DEAD_LETTER_FIELDS, DeadLetter, DeadReason, DlqDepth
+from awa_cli import audit
+from awa_cli.audit import AuditEntry, cli_actor
+from awa_cli.bulk import bulk_states, require_filter
+from awa_cli.queues import QueueInfo
+from awa_cli.dead_letters import DEAD_LETTER_FIELDS, DeadLetter, DeadReason, DlqDepth
 from awa_cli.jobs import JOB_ROW_FIELDS, JobRow, JobState
 
 AT = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
@@ -128,13 +131,13 @@ def test_queue_info_and_audit_entry_json() -> None:
 
 
 def test_cli_actor_names_the_os_user(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(admin.getpass, "getuser", lambda: "alice")
+    monkeypatch.setattr(audit.getpass, "getuser", lambda: "alice")
     assert cli_actor() == "cli:alice"
 
     def nobody() -> str:
         raise OSError("no user")
 
-    monkeypatch.setattr(admin.getpass, "getuser", nobody)
+    monkeypatch.setattr(audit.getpass, "getuser", nobody)
     assert cli_actor() == "cli:unknown"
 
 

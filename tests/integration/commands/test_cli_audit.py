@@ -12,7 +12,7 @@ import pytest
 from click.testing import Result
 
 import awa_cli as awa
-from awa_cli.admin import cli_actor
+from awa_cli.audit import cli_actor
 from tests.helpers import ROOT, audit_rows, job_row, run_python
 from tests.integration.commands.test_callback_cli import invoke, park
 

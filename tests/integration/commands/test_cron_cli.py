@@ -13,7 +13,7 @@ import pytest
 from tests.helpers import AwaRunner, audit_rows
 
 import awa_cli as awa
-from awa_cli.admin import cli_actor
+from awa_cli.audit import cli_actor
 from awa_cli.periodic import Schedule, next_fire_after
 
 pytestmark = pytest.mark.integration

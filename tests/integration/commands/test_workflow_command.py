@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import pytest
 
 import awa_cli as awa
-from awa_cli.admin import AuditEntry
+from awa_cli.audit import AuditEntry
 from awa_cli.cli import cli
 from tests.helpers import AwaRunner
 

@@ -9,7 +9,8 @@ import psycopg
 import pytest
 from psycopg.types.json import Jsonb
 
-from awa_cli.admin import AuditEntry, QueueInfo
+from awa_cli.audit import AuditEntry
+from awa_cli.queues import QueueInfo
 from awa_cli.db.statements import SQL
 from awa_cli.jobs import JobRow, JobState
 from tests.integration.db.rows import add_jobs, fail, ids_in, job_record, rowcount, run

@@ -12,7 +12,7 @@ import pytest
 from psycopg.types.json import Jsonb
 
 from awa_cli.db.statements import SQL
-from awa_cli.deadletters import DeadLetter, DeadReason, DlqDepth
+from awa_cli.dead_letters import DeadLetter, DeadReason, DlqDepth
 from awa_cli.jobs import JobRow, JobState
 from tests.integration.db.rows import add_jobs, dead_record, fail, ids_in, job_record, rowcount, run
 

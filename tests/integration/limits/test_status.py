@@ -13,7 +13,7 @@ import pytest
 from prometheus_client import generate_latest
 
 import awa_cli as awa
-from awa_cli.limit_status import publish, waiting
+from awa_cli.db.limits import publish, waiting
 from awa_cli.limits import Limit
 from awa_cli.plugins.manager import build_plugin_host
 from awa_cli.plugins.prometheus import PrometheusPlugin

@@ -1,13 +1,12 @@
-"""The operator layer's models (architecture §10, §15.4): queue controls, audit entries and the
-filters of bulk operations. Pure: nothing here does I/O beyond asking who the OS user is.
+"""Bulk operations' model (architecture §10): the batch size, the states each operation acts
+on, the filter of a bulk retry, cancel or purge of jobs, and the refusal of an unfiltered one.
+Pure: no I/O.
 """
 
 from __future__ import annotations
 
-import getpass
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any, Literal
 
 from awa_cli.jobs import JobState
@@ -27,89 +26,6 @@ BULK_STATES: dict[BulkOperation, frozenset[JobState]] = {
     ),
     "purge": frozenset({JobState.COMPLETED, JobState.FAILED, JobState.CANCELLED}),
 }
-
-
-def _show(value: datetime | None) -> str | None:
-    return None if value is None else value.isoformat()
-
-
-@dataclass(frozen=True)
-class QueueInfo:
-    """A queue's control state (``awa.queues``; a queue without a row is not paused)."""
-
-    queue: str
-    paused: bool = False
-    paused_at: datetime | None = None
-    paused_by: str | None = None
-    dead_letter: bool = False  # as the last worker that announced the queue configured it
-    updated_at: datetime | None = None
-
-    @classmethod
-    def from_record(cls, record: Mapping[str, Any]) -> QueueInfo:
-        """From a ``queue_*`` statement's row (columns ``queue, paused, paused_at, ...``)."""
-        return cls(
-            queue=record["queue"],
-            paused=bool(record["paused"]),
-            paused_at=record.get("paused_at"),
-            paused_by=record.get("paused_by"),
-            dead_letter=bool(record.get("dead_letter")),
-            updated_at=record.get("updated_at"),
-        )
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "queue": self.queue,
-            "paused": self.paused,
-            "paused_at": _show(self.paused_at),
-            "paused_by": self.paused_by,
-            "dead_letter": self.dead_letter,
-            "updated_at": _show(self.updated_at),
-        }
-
-
-@dataclass(frozen=True)
-class AuditEntry:
-    """One row of ``awa.audit_log``: who did what to which target, and how it ended."""
-
-    id: int
-    at: datetime
-    actor: str
-    action: str
-    target: str | None
-    result: str
-    detail: dict[str, Any]
-
-    @classmethod
-    def from_record(cls, record: Mapping[str, Any]) -> AuditEntry:
-        return cls(
-            id=record["id"],
-            at=record["at"],
-            actor=record["actor"],
-            action=record["action"],
-            target=record["target"],
-            result=record["result"],
-            detail=dict(record["detail"] or {}),
-        )
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "at": self.at.isoformat(),
-            "actor": self.actor,
-            "action": self.action,
-            "target": self.target,
-            "result": self.result,
-            "detail": dict(self.detail),
-        }
-
-
-def cli_actor() -> str:
-    """The audit actor of a CLI command: ``cli:<os user>`` (architecture §15.4)."""
-    try:
-        user = getpass.getuser()
-    except (OSError, KeyError):  # no login name, no passwd entry (a bare container)
-        user = "unknown"
-    return f"cli:{user}"
 
 
 def bulk_states(operation: BulkOperation, states: Iterable[JobState | str]) -> list[JobState]:
@@ -160,17 +76,6 @@ class JobFilter:
         return shown + ("…" if len(self.ids) > 20 else "")
 
 
-@dataclass(frozen=True)
-class DeadLetterFilter:
-    """Which dead letters a bulk retry, move or purge acts on (``id``: purge only)."""
-
-    id: int | None = None
-    queue: str | None = None
-    kind: str | None = None
-    older_than: float | None = None
-    all: bool = False
-
-
 def require_filter(operation: str, *, all_: bool, **filters: Any) -> None:
     """Refuse a bulk operation with no filter unless ``all`` was asked for (architecture §10).
 
@@ -188,12 +93,8 @@ def require_filter(operation: str, *, all_: bool, **filters: Any) -> None:
 __all__ = [
     "BULK_STATES",
     "DEFAULT_BATCH",
-    "AuditEntry",
     "BulkOperation",
-    "DeadLetterFilter",
     "JobFilter",
-    "QueueInfo",
     "bulk_states",
-    "cli_actor",
     "require_filter",
 ]

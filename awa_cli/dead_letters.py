@@ -95,4 +95,15 @@ class DlqDepth:
         return {"total": self.total, "queues": dict(self.queues)}
 
 
-__all__ = ["DEAD_LETTER_FIELDS", "DeadLetter", "DeadReason", "DlqDepth"]
+@dataclass(frozen=True)
+class DeadLetterFilter:
+    """Which dead letters a bulk retry, move or purge acts on (``id``: purge only)."""
+
+    id: int | None = None
+    queue: str | None = None
+    kind: str | None = None
+    older_than: float | None = None
+    all: bool = False
+
+
+__all__ = ["DEAD_LETTER_FIELDS", "DeadLetter", "DeadLetterFilter", "DeadReason", "DlqDepth"]
