@@ -64,7 +64,9 @@ def insert_each_params(jobs: Sequence[PreparedJob]) -> dict[str, Any]:
 
 
 def finalize_params(results: Sequence[AttemptResult]) -> dict[str, Any]:
-    """Parameters for ``finalize_changed``: one array element per attempt result."""
+    """Parameters for ``finalize_changed``: one array element per attempt result, in id
+    order (the order the heartbeat locks rows in too: outcomes/running.py)."""
+    results = sorted(results, key=lambda r: r.job.id)
     return {
         "ids": [r.job.id for r in results],
         "leases": [r.job.run_lease for r in results],

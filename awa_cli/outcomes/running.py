@@ -23,10 +23,14 @@ async def heartbeat(
     """Touch the running rows of these (id, run_lease) attempts in one statement, writing
     each one's ``progress`` JSON where given (None: unchanged); the ids still ours (the
     others were cancelled, rescued or claimed again: fence them)."""
+    news = list(progress) if progress is not None else [None] * len(attempts)
+    # In id order, as the finaliser locks them (db/params.py): two statements that lock the
+    # same rows in one order cannot deadlock each other.
+    ordered = sorted(zip(attempts, news, strict=True), key=lambda pair: pair[0][0])
     params = {
-        "ids": [job_id for job_id, _ in attempts],
-        "leases": [lease for _, lease in attempts],
-        "progress": list(progress) if progress is not None else [None] * len(attempts),
+        "ids": [job_id for (job_id, _), _ in ordered],
+        "leases": [lease for (_, lease), _ in ordered],
+        "progress": [news for _, news in ordered],
     }
     async with core.claim_pool.connection() as conn:
         cur = await conn.execute(SQL["heartbeat"], params)

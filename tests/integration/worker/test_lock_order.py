@@ -1,0 +1,106 @@
+"""The heartbeat and the finaliser lock a worker's running rows in one order, by id, so the
+two statements never deadlock each other though they touch the same rows at the same time
+(a loaded worker once logged ``deadlock detected`` between them; the finalise was retried).
+
+Each test holds the lower row as the other statement would, hands the statement under test
+its rows in descending order, and then takes the higher row: locked in id order, the
+statement under test waits for the lower row without holding the higher one, so the holder
+gets it at once; in the order given, the two would wait for each other until PostgreSQL's
+deadlock check aborted one."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg_pool import AsyncConnectionPool
+
+import awa_cli as awa
+from awa_cli.attempts import AttemptResult
+from awa_cli.jobs import JobRow
+from awa_cli.outcomes import OutcomeCore
+from tests.helpers import wait_until
+
+pytestmark = [pytest.mark.integration]
+
+
+async def _claimed_pair(dsn: str, core: OutcomeCore) -> tuple[JobRow, JobRow]:
+    """Two running jobs among 5,000 others, as in a fleet: the planner then reaches the rows
+    in the order the statement lists them (with few running rows it walks the state index,
+    which is id order already)."""
+    with awa.Client(dsn) as client:
+        for n in range(2):
+            client.insert({"n": n}, kind="lock_order")
+        client.insert_many([{"n": n} for n in range(5000)], kind="filler", queue="other")
+    with psycopg.connect(dsn, autocommit=True) as conn:  # other workers' running jobs
+        conn.execute(
+            "UPDATE awa.jobs SET state = 'running', attempt = 1, run_lease = 1, "
+            "attempted_at = now(), heartbeat_at = now() WHERE kind = 'filler'"
+        )
+        conn.execute("ANALYZE awa.jobs")
+    rows = await core.claim("default", 2)
+    low, high = sorted(rows, key=lambda r: r.id)
+    return low, high
+
+
+def _waiting_on_a_lock(dsn: str, statement: str) -> bool:
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM pg_stat_activity "
+            "WHERE wait_event_type = 'Lock' AND query LIKE %s",
+            (statement + "%",),
+        ).fetchone()
+        return bool(row and row[0])
+
+
+async def _holder_takes_high_after(
+    dsn: str, low: JobRow, high: JobRow, statement: str, run: Callable[[], Awaitable[Any]]
+) -> Any:
+    """Hold ``low``, start ``run``, wait until it waits on a lock, take ``high``, release."""
+    holder = await psycopg.AsyncConnection.connect(dsn)
+    try:
+        await holder.execute("SET lock_timeout = '20s'")
+        await holder.execute("SELECT 1 FROM awa.jobs WHERE id = %s FOR UPDATE", (low.id,))
+        task = asyncio.create_task(run())
+        await wait_until(lambda: _waiting_on_a_lock(dsn, statement), timeout=20)
+        await holder.execute("SELECT 1 FROM awa.jobs WHERE id = %s FOR UPDATE", (high.id,))
+        await holder.commit()
+        return await asyncio.wait_for(task, timeout=20)
+    finally:
+        await holder.close()
+
+
+@pytest.mark.asyncio
+async def test_the_heartbeat_locks_rows_in_id_order(dsn: str) -> None:
+    async with AsyncConnectionPool(
+        dsn, min_size=1, max_size=4, kwargs={"autocommit": True}
+    ) as pool:
+        core = OutcomeCore(pool)
+        low, high = await _claimed_pair(dsn, core)
+        beat = [(high.id, high.run_lease), (low.id, low.run_lease)]  # descending
+        still_ours = await _holder_takes_high_after(
+            dsn, low, high, "UPDATE awa.jobs AS j SET heartbeat_at", lambda: core.heartbeat(beat)
+        )
+        assert still_ours == {low.id, high.id}
+
+
+@pytest.mark.asyncio
+async def test_the_finaliser_locks_rows_in_id_order(dsn: str) -> None:
+    async with AsyncConnectionPool(
+        dsn, min_size=1, max_size=4, kwargs={"autocommit": True}
+    ) as pool:
+        core = OutcomeCore(pool)
+        low, high = await _claimed_pair(dsn, core)
+        results = [AttemptResult(high, "complete"), AttemptResult(low, "complete")]  # descending
+        done = await _holder_takes_high_after(
+            dsn, low, high, "UPDATE awa.jobs AS j SET", lambda: core.finalize_attempts(results)
+        )
+        assert sorted(item.job_id for item in done) == [low.id, high.id]
+        with psycopg.connect(dsn) as conn:
+            states = conn.execute(
+                "SELECT state::text FROM awa.jobs WHERE id = ANY(%s)", ([low.id, high.id],)
+            ).fetchall()
+        assert states == [("completed",), ("completed",)]
