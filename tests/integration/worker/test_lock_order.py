@@ -11,7 +11,8 @@ deadlock check aborted one."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import psycopg
@@ -27,7 +28,8 @@ from tests.helpers import wait_until
 pytestmark = [pytest.mark.integration]
 
 
-async def _claimed_pair(dsn: str, core: OutcomeCore) -> tuple[JobRow, JobRow]:
+@contextlib.asynccontextmanager
+async def running_pair(dsn: str) -> AsyncIterator[tuple[OutcomeCore, JobRow, JobRow]]:
     """Two running jobs among 5,000 others, as in a fleet: the planner then reaches the rows
     in the order the statement lists them (with few running rows it walks the state index,
     which is id order already)."""
@@ -41,9 +43,10 @@ async def _claimed_pair(dsn: str, core: OutcomeCore) -> tuple[JobRow, JobRow]:
             "attempted_at = now(), heartbeat_at = now() WHERE kind = 'filler'"
         )
         conn.execute("ANALYZE awa.jobs")
-    rows = await core.claim("default", 2)
-    low, high = sorted(rows, key=lambda r: r.id)
-    return low, high
+    async with AsyncConnectionPool(dsn, max_size=4, kwargs={"autocommit": True}) as pool:
+        core = OutcomeCore(pool)
+        low, high = sorted(await core.claim("default", 2), key=lambda r: r.id)
+        yield core, low, high
 
 
 def _waiting_on_a_lock(dsn: str, statement: str) -> bool:
@@ -75,11 +78,7 @@ async def _holder_takes_high_after(
 
 @pytest.mark.asyncio
 async def test_the_heartbeat_locks_rows_in_id_order(dsn: str) -> None:
-    async with AsyncConnectionPool(
-        dsn, min_size=1, max_size=4, kwargs={"autocommit": True}
-    ) as pool:
-        core = OutcomeCore(pool)
-        low, high = await _claimed_pair(dsn, core)
+    async with running_pair(dsn) as (core, low, high):
         beat = [(high.id, high.run_lease), (low.id, low.run_lease)]  # descending
         still_ours = await _holder_takes_high_after(
             dsn, low, high, "UPDATE awa.jobs AS j SET heartbeat_at", lambda: core.heartbeat(beat)
@@ -89,11 +88,7 @@ async def test_the_heartbeat_locks_rows_in_id_order(dsn: str) -> None:
 
 @pytest.mark.asyncio
 async def test_the_finaliser_locks_rows_in_id_order(dsn: str) -> None:
-    async with AsyncConnectionPool(
-        dsn, min_size=1, max_size=4, kwargs={"autocommit": True}
-    ) as pool:
-        core = OutcomeCore(pool)
-        low, high = await _claimed_pair(dsn, core)
+    async with running_pair(dsn) as (core, low, high):
         results = [AttemptResult(high, "complete"), AttemptResult(low, "complete")]  # descending
         done = await _holder_takes_high_after(
             dsn, low, high, "UPDATE awa.jobs AS j SET", lambda: core.finalize_attempts(results)
