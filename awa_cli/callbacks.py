@@ -297,26 +297,34 @@ async def _resolve(client: AsyncClient, callback_id: str, action: str, raw: byte
     return await call()
 
 
-def _status_for(exc: Exception) -> int:
-    """The documented status for an error of the resolution."""
+def status_of(
+    exc: BaseException,
+    not_found: tuple[type[BaseException], ...] = (),
+    conflict: tuple[type[BaseException], ...] = (),
+) -> int:
+    """The documented HTTP status of an error from a request, shared by these routes and the
+    dashboard's (``serve/common.status_for``): 404 for a missing callback or one of
+    ``not_found``, 409 for a job in the wrong state, refused or one of ``conflict``, 422 for
+    invalid input, 503 while the database is unreachable, else 500 (a failing follow-up
+    spec included)."""
     import psycopg
 
-    from awa_cli.errors import InvalidJobState
-    from awa_cli.errors import CallbackNotFound, FollowUpError
+    from awa_cli.errors import CallbackNotFound, InvalidJobState
 
-    if isinstance(exc, CallbackNotFound):
+    if isinstance(exc, (CallbackNotFound, *not_found)):
         return 404
-    if isinstance(exc, (InvalidJobState, UnknownKindRefused)):
+    if isinstance(exc, (InvalidJobState, UnknownKindRefused, *conflict)):
         return 409
-    if isinstance(exc, _BadBody):
-        return exc.status
     if isinstance(exc, ValidationError):
         return 422
-    if isinstance(exc, FollowUpError):
-        return 500
     if isinstance(exc, psycopg.OperationalError):
         return 503
     return 500
+
+
+def _status_for(exc: Exception) -> int:
+    """The documented status for an error of the resolution."""
+    return exc.status if isinstance(exc, _BadBody) else status_of(exc)
 
 
 class _Endpoint:

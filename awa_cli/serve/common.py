@@ -115,32 +115,20 @@ def status_for(exc: BaseException) -> int:
     if isinstance(exc, psycopg.DataError):
         return 400  # a NUL byte in a filter, a value the database cannot take
 
-    from awa_cli.callbacks import UnknownKindRefused
+    from awa_cli.callbacks import status_of
     from awa_cli.errors import (
-        CallbackNotFound,
-        FollowUpError,
-        InvalidJobState,
+        BatchNotFound,
         JobNotFound,
         PeriodicNotFound,
         QueueNotFound,
         UniqueConflict,
-        BatchNotFound,
-        ValidationError,
     )
 
-    if isinstance(
-        exc, (JobNotFound, CallbackNotFound, PeriodicNotFound, QueueNotFound, BatchNotFound)
-    ):
-        return 404
-    if isinstance(exc, (InvalidJobState, UnknownKindRefused, UniqueConflict)):
-        return 409
-    if isinstance(exc, ValidationError):
-        return 422
-    if isinstance(exc, FollowUpError):
-        return 500
-    if isinstance(exc, psycopg.OperationalError):
-        return 503
-    return 500
+    return status_of(
+        exc,
+        not_found=(JobNotFound, PeriodicNotFound, QueueNotFound, BatchNotFound),
+        conflict=(UniqueConflict,),
+    )
 
 
 def error_line(exc: BaseException) -> str:
