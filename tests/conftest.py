@@ -18,6 +18,7 @@ Here:
 from __future__ import annotations
 
 import os
+import signal
 from collections.abc import Iterator
 
 import hypothesis
@@ -39,6 +40,14 @@ STRIPPED_EXACT = ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID")
 hypothesis.settings.register_profile("ci", derandomize=True)
 if os.environ.get("CI"):
     hypothesis.settings.load_profile("ci")
+
+# A shell that starts the suite in the background (`.ci/run &`, nohup, a CI runner without job
+# control) hands it SIGINT ignored, and an ignored signal stays ignored across exec: every
+# `awa` a test starts would then shrug off the Ctrl-C the test sends it (the `--watch` and
+# blocked-migration tests waited out their timeouts so). A handled signal is reset to the
+# default at exec, so handling SIGINT here gives each child Python's usual Ctrl-C.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture(autouse=True)
