@@ -337,3 +337,16 @@ def stop_group(proc: subprocess.Popen[bytes], timeout: float) -> None:
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+
+
+async def complete_at_once(job: awa.Job) -> None:
+    """A handler that does nothing: its job completes."""
+    return None
+
+
+def add_noop_tasks(app: awa.App, *args_types: type, queue: str | None = None) -> awa.App:
+    """Register :func:`complete_at_once` as the handler of each of ``args_types`` (on ``queue``
+    when given); returns ``app``."""
+    for args_type in args_types:
+        app.task(args_type, queue=queue)(complete_at_once)
+    return app

@@ -14,7 +14,7 @@ import pytest
 
 import awa_cli as awa
 from tests.apps.pausing import app as tick_app
-from tests.helpers import audit_rows, running_worker, states, wait_until
+from tests.helpers import add_noop_tasks, audit_rows, running_worker, states, wait_until
 
 pytestmark = [pytest.mark.integration]
 
@@ -89,15 +89,7 @@ class Undo:
 
 
 def order_app(cancelled: list[Any]) -> awa.App:
-    app = awa.App()
-
-    @app.task(Order)
-    async def order(job: awa.Job) -> None:
-        return None
-
-    @app.task(Undo)
-    async def undo(job: awa.Job) -> None:
-        return None
+    app = add_noop_tasks(awa.App(), Order, Undo)
 
     def spec(args: Order, job: awa.JobRow, reason: str) -> Undo:
         if args.n == 13:

@@ -27,7 +27,7 @@ import awa_cli as awa
 from awa_cli import callbacks
 from awa_cli.callbacks import SignatureError, sign, verify
 from awa_cli.testing import AsyncAwaTestClient
-from tests.helpers import job_row, running_worker, wait_until
+from tests.helpers import add_noop_tasks, job_row, running_worker, wait_until
 
 KEY = "whsec-newest-0123456789abcdef"
 OLD_KEY = "whsec-older-0123456789abcdef"
@@ -187,9 +187,7 @@ def hook_app(events: list[object]) -> awa.App:
         token = await job.register_callback(timeout=600)
         return awa.WaitForCallback(token)
 
-    @app.task(Notify)
-    async def notify(job: awa.Job) -> None:
-        return None
+    add_noop_tasks(app, Notify)
 
     @app.on_completed_enqueue(Hook, Notify)
     def then_notify(args: Hook, job: awa.JobRow) -> Notify:
@@ -403,12 +401,7 @@ def test_mounted_under_a_prefix_in_a_users_app(dsn: str) -> None:
 @integration
 def test_a_kind_the_apps_client_does_not_register_answers_409(dsn: str) -> None:
     parked = park(dsn, hook_app([]))
-    other = awa.App()
-
-    @other.task(Notify)
-    async def notify(job: awa.Job) -> None:
-        return None
-
+    other = add_noop_tasks(awa.App(), Notify)
     with TestClient(user_app(awa.AsyncClient(dsn, app=other), [KEY])) as http:
         refused = post(http, parked.callback_id, "complete", {"payload": 1})
         extended = post(http, parked.callback_id, "heartbeat", {"timeout": 60})

@@ -13,7 +13,7 @@ import pytest
 import awa_cli as awa
 from awa_cli.maintenance import sweep_once
 from awa_cli.worker.queues import QueueSpec
-from tests.helpers import running_worker, wait_until
+from tests.helpers import add_noop_tasks, running_worker, wait_until
 
 pytestmark = [pytest.mark.integration]
 
@@ -49,9 +49,7 @@ def work_app(events: list[Any] | None = None) -> awa.App:
                 return awa.WaitForCallback(token)
         return None
 
-    @app.task(Note)
-    async def note(job: awa.Job) -> None:
-        return None
+    add_noop_tasks(app, Note)
 
     if events is not None:
 

@@ -11,7 +11,14 @@ import pytest
 
 import awa_cli as awa
 from awa_cli.outcomes import OutcomeCore
-from tests.helpers import all_terminal, job_row, running_worker, states, wait_until
+from tests.helpers import (
+    add_noop_tasks,
+    all_terminal,
+    job_row,
+    running_worker,
+    states,
+    wait_until,
+)
 
 pytestmark = [pytest.mark.integration]
 
@@ -57,11 +64,7 @@ def signup_app() -> awa.App:
                 return awa.Snooze(60)
         raise AssertionError(job.args.mode)
 
-    @app.task(Welcome, queue="email")
-    async def welcome(job: awa.Job) -> None:
-        return None
-
-    return app
+    return add_noop_tasks(app, Welcome, queue="email")
 
 
 async def run_signup(

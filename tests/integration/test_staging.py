@@ -22,7 +22,7 @@ from awa_cli.events import RescueReason
 from awa_cli.attempts import AttemptResult
 from awa_cli.testing import AsyncAwaTestClient, HandlerJob
 from awa_cli.worker.job import MAX_STAGED_BYTES, MAX_STAGED_FOLLOW_UPS
-from tests.helpers import job_row, running_worker, wait_until
+from tests.helpers import add_noop_tasks, job_row, running_worker, wait_until
 
 pytestmark = [pytest.mark.integration]
 
@@ -250,15 +250,8 @@ def staging_app(shared: Shared) -> awa.App:
             )
         return await MODES[mode](job, shared)
 
-    @app.task(StageB, queue="stage_b")
-    async def stage_b(job: awa.Job) -> None:
-        return None
-
-    @app.task(Plain)
-    async def plain(job: awa.Job) -> None:
-        return None
-
-    return app
+    add_noop_tasks(app, StageB, queue="stage_b")
+    return add_noop_tasks(app, Plain)
 
 
 @pytest_asyncio.fixture
