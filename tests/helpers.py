@@ -350,3 +350,12 @@ def add_noop_tasks(app: awa.App, *args_types: type, queue: str | None = None) ->
     for args_type in args_types:
         app.task(args_type, queue=queue)(complete_at_once)
     return app
+
+
+def job_state_is(client: awa.AsyncClient, job_id: int, state: str) -> Callable[[], Awaitable[bool]]:
+    """A check for :func:`wait_until`: job ``job_id``, read through ``client``, is in ``state``."""
+
+    async def check() -> bool:
+        return (await client.get_job(job_id)).state == state
+
+    return check
