@@ -359,3 +359,8 @@ def job_state_is(client: awa.AsyncClient, job_id: int, state: str) -> Callable[[
         return (await client.get_job(job_id)).state == state
 
     return check
+
+
+def awa_on(dsn: str, config: Path, *args: str) -> Result:
+    """``awa --config CONFIG --database-url DSN ARGS...`` in-process, by :class:`AwaRunner`."""
+    return AwaRunner().awa("--config", str(config), "--database-url", dsn, *args)

@@ -18,7 +18,7 @@ from urllib.parse import quote
 
 import psycopg
 import pytest
-from tests.helpers import AwaRunner, login_role, readme_grants
+from tests.helpers import AwaRunner, awa_on, login_role, readme_grants
 
 import awa_cli as awa
 from awa_cli.cli import cli
@@ -99,23 +99,8 @@ def test_sql_fragments_are_stored_verbatim_and_never_executed(dsn: str, tmp_path
     config = tmp_path / "awa.toml"
     config.write_text("")
     for text in NASTY:
-        result = AwaRunner().invoke(
-            cli,
-            [
-                "--config",
-                str(config),
-                "--database-url",
-                dsn,
-                "job",
-                "enqueue",
-                text,
-                "--queue",
-                text,
-                "--args",
-                json.dumps({"t": text}),
-                "--json",
-            ],
-        )
+        enqueue = ["job", "enqueue", text, "--queue", text, "--args", json.dumps({"t": text})]
+        result = awa_on(dsn, config, *enqueue, "--json")
         assert result.exit_code == 0, result.output
         data = json.loads(result.stdout)
         assert (
