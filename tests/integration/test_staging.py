@@ -348,9 +348,7 @@ async def waiting_in_handler(tc: Any, dsn: str, mode: str) -> tuple[awa.JobRow, 
 
 
 @pytest.mark.asyncio
-async def test_complete_external_discards_what_a_waiting_handler_staged(
-    tc: Any, dsn: str
-) -> None:
+async def test_complete_external_discards_what_a_waiting_handler_staged(tc: Any, dsn: str) -> None:
     job, work = await waiting_in_handler(tc, dsn, "wait_in_handler")
     callback_id = job_row(dsn, job.id).callback_id
     await tc.client.complete_external(callback_id)
