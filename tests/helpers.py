@@ -364,3 +364,16 @@ def job_state_is(client: awa.AsyncClient, job_id: int, state: str) -> Callable[[
 def awa_on(dsn: str, config: Path, *args: str) -> Result:
     """``awa --config CONFIG --database-url DSN ARGS...`` in-process, by :class:`AwaRunner`."""
     return AwaRunner().awa("--config", str(config), "--database-url", dsn, *args)
+
+
+def execute(dsn: str, statement: str, *params: object) -> None:
+    """Run one ``statement`` with ``params`` in autocommit."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(statement, params)  # type: ignore[arg-type]
+
+
+def scalar(dsn: str, query: str, *params: object) -> Any:
+    """The first column of the first row of ``query`` (None without a row), in autocommit."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        row = conn.execute(query, params).fetchone()  # type: ignore[arg-type]
+        return None if row is None else row[0]

@@ -9,25 +9,21 @@ import itertools
 from dataclasses import dataclass
 from typing import Any
 
-import psycopg
 import pytest
 
 import awa_cli as awa
 from tests.apps.pausing import app as tick_app
-from tests.helpers import add_noop_tasks, audit_rows, running_worker, states, wait_until
+from tests.helpers import (
+    add_noop_tasks,
+    audit_rows,
+    execute,
+    running_worker,
+    scalar,
+    states,
+    wait_until,
+)
 
 pytestmark = [pytest.mark.integration]
-
-
-def execute(dsn: str, sql: str, *params: object) -> None:
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute(sql, params)  # type: ignore[arg-type]
-
-
-def scalar(dsn: str, sql: str, *params: object) -> Any:
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        row = conn.execute(sql, params).fetchone()  # type: ignore[arg-type]
-        return None if row is None else row[0]
 
 
 def insert_failed(dsn: str, n: int, queue: str = "default") -> None:

@@ -14,9 +14,8 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
-import psycopg
 import pytest
-from tests.helpers import AwaRunner, awa_on
+from tests.helpers import AwaRunner, awa_on, scalar
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
@@ -100,8 +99,7 @@ unique_opts = st.one_of(
 
 
 def job_count(dsn: str) -> int:
-    with psycopg.connect(dsn) as conn:
-        return conn.execute("SELECT count(*) FROM awa.jobs").fetchone()[0]
+    return int(scalar(dsn, "SELECT count(*) FROM awa.jobs"))
 
 
 # --------------------------------------------------------------------------- Python API

@@ -23,7 +23,7 @@ from tests.helpers import AwaRunner, awa_on, login_role, readme_grants
 import awa_cli as awa
 from awa_cli.cli import cli
 from awa_cli.db.embedded import EmbeddedPostgres
-from tests.helpers import job_row, running_worker, states, wait_until
+from tests.helpers import job_row, running_worker, scalar, states, wait_until
 from tests.reliability.harness import AWA_BIN, ROOT, Fleet, env_for
 
 pytestmark = [pytest.mark.integration]
@@ -40,8 +40,7 @@ PASSWORD = "Pw-s3cr3t-XYZZY-42"
 
 
 def table_exists(dsn: str) -> bool:
-    with psycopg.connect(dsn) as conn:
-        return conn.execute("SELECT to_regclass('awa.jobs') IS NOT NULL").fetchone()[0]
+    return bool(scalar(dsn, "SELECT to_regclass('awa.jobs') IS NOT NULL"))
 
 
 # --------------------------------------------------------------------------- SQL fragments
