@@ -16,7 +16,7 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, Protocol, TypeVar
 from urllib.parse import quote
 
 import psycopg
@@ -377,3 +377,19 @@ def scalar(dsn: str, query: str, *params: object) -> Any:
     with psycopg.connect(dsn, autocommit=True) as conn:
         row = conn.execute(query, params).fetchone()  # type: ignore[arg-type]
         return None if row is None else row[0]
+
+
+class Stoppable(Protocol):
+    def stop(self) -> None: ...
+
+
+StoppableT = TypeVar("StoppableT", bound=Stoppable)
+
+
+@contextlib.contextmanager
+def stopped_at_exit(started: StoppableT) -> Iterator[StoppableT]:
+    """Yield ``started`` (a server, a pooler: anything with ``stop()``); stop it at the end."""
+    try:
+        yield started
+    finally:
+        started.stop()
