@@ -11,6 +11,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
@@ -393,3 +394,13 @@ def stopped_at_exit(started: StoppableT) -> Iterator[StoppableT]:
         yield started
     finally:
         started.stop()
+
+
+def run_in_threads(targets: Sequence[Callable[[], object]], timeout: float | None = None) -> None:
+    """Start a thread for each of ``targets`` at once, then join each (``timeout`` seconds at
+    the most each, or without end)."""
+    threads = [threading.Thread(target=target) for target in targets]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import threading
 import uuid
 from collections.abc import AsyncIterator
@@ -13,7 +14,7 @@ import psycopg
 import pytest
 
 import awa_cli as awa
-from tests.helpers import job_row, running_worker, wait_until
+from tests.helpers import job_row, run_in_threads, running_worker, wait_until
 
 pytestmark = [pytest.mark.integration]
 
@@ -292,11 +293,7 @@ def test_concurrent_resolutions_exactly_one_wins(dsn: str) -> None:
             except awa.CallbackNotFound:
                 results.append("lost")
 
-    threads = [threading.Thread(target=resolve, args=(i,)) for i in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    run_in_threads([functools.partial(resolve, i) for i in range(8)])
     assert sorted(results) == ["lost"] * 7 + ["won"]
     row = job_row(dsn, parked.id)
     assert row.state in ("completed", "failed")
