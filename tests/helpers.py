@@ -370,13 +370,13 @@ def awa_on(dsn: str, config: Path, *args: str) -> Result:
 def execute(dsn: str, statement: str, *params: object) -> None:
     """Run one ``statement`` with ``params`` in autocommit."""
     with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute(statement, params)  # type: ignore[arg-type]
+        conn.execute(statement, params)
 
 
 def scalar(dsn: str, query: str, *params: object) -> Any:
     """The first column of the first row of ``query`` (None without a row), in autocommit."""
     with psycopg.connect(dsn, autocommit=True) as conn:
-        row = conn.execute(query, params).fetchone()  # type: ignore[arg-type]
+        row = conn.execute(query, params).fetchone()
         return None if row is None else row[0]
 
 
