@@ -11,12 +11,13 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, Protocol, TypeVar
 from urllib.parse import quote
 
 import psycopg
@@ -337,3 +338,69 @@ def stop_group(proc: subprocess.Popen[bytes], timeout: float) -> None:
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+
+
+async def complete_at_once(job: awa.Job) -> None:
+    """A handler that does nothing: its job completes."""
+    return None
+
+
+def add_noop_tasks(app: awa.App, *args_types: type, queue: str | None = None) -> awa.App:
+    """Register :func:`complete_at_once` as the handler of each of ``args_types`` (on ``queue``
+    when given); returns ``app``."""
+    for args_type in args_types:
+        app.task(args_type, queue=queue)(complete_at_once)
+    return app
+
+
+def job_state_is(client: awa.AsyncClient, job_id: int, state: str) -> Callable[[], Awaitable[bool]]:
+    """A check for :func:`wait_until`: job ``job_id``, read through ``client``, is in ``state``."""
+
+    async def check() -> bool:
+        return (await client.get_job(job_id)).state == state
+
+    return check
+
+
+def awa_on(dsn: str, config: Path, *args: str) -> Result:
+    """``awa --config CONFIG --database-url DSN ARGS...`` in-process, by :class:`AwaRunner`."""
+    return AwaRunner().awa("--config", str(config), "--database-url", dsn, *args)
+
+
+def execute(dsn: str, statement: str, *params: object) -> None:
+    """Run one ``statement`` with ``params`` in autocommit."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(statement, params)
+
+
+def scalar(dsn: str, query: str, *params: object) -> Any:
+    """The first column of the first row of ``query`` (None without a row), in autocommit."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        row = conn.execute(query, params).fetchone()
+        return None if row is None else row[0]
+
+
+class Stoppable(Protocol):
+    def stop(self) -> None: ...
+
+
+StoppableT = TypeVar("StoppableT", bound=Stoppable)
+
+
+@contextlib.contextmanager
+def stopped_at_exit(started: StoppableT) -> Iterator[StoppableT]:
+    """Yield ``started`` (a server, a pooler: anything with ``stop()``); stop it at the end."""
+    try:
+        yield started
+    finally:
+        started.stop()
+
+
+def run_in_threads(targets: Sequence[Callable[[], object]], timeout: float | None = None) -> None:
+    """Start a thread for each of ``targets`` at once, then join each (``timeout`` seconds at
+    the most each, or without end)."""
+    threads = [threading.Thread(target=target) for target in targets]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout)

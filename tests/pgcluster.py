@@ -32,6 +32,7 @@ import psycopg
 import pytest
 
 from awa_cli.db.embedded import EmbeddedPostgres
+from tests.helpers import stopped_at_exit
 
 
 class ThrowawayCluster:
@@ -83,11 +84,8 @@ def start_throwaway_cluster(base_dir: Path | str | None = None) -> ThrowawayClus
 @contextlib.contextmanager
 def throwaway_cluster() -> Iterator[ThrowawayCluster]:
     """A started throwaway cluster, stopped at the end."""
-    cluster = start_throwaway_cluster()
-    try:
+    with stopped_at_exit(start_throwaway_cluster()) as cluster:
         yield cluster
-    finally:
-        cluster.stop()
 
 
 @pytest.fixture(scope="session")

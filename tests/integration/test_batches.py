@@ -53,12 +53,17 @@ def full_batch() -> awa.Batch:
     return awa.Batch(**EVERY_CALLBACK)
 
 
+async def add_members(batch: Any, count: int) -> None:
+    """Insert Member(0) to Member(count - 1) into the open ``batch``, one insert each."""
+    for n in range(count):
+        await batch.insert(Member(n))
+
+
 @async_test
 async def test_callbacks_fire_once_after_every_member_completed(dsn: str) -> None:
     async with awa.AsyncClient(dsn, app) as client:
         async with client.batch(full_batch()) as b:
-            for n in range(20):
-                await b.insert(Member(n))
+            await add_members(b, 20)
         assert b.id is not None
         async with running_worker(app, dsn):
             await wait_until(lambda: len(callback_jobs(dsn, b.id)) == 2)
@@ -104,8 +109,7 @@ async def test_on_death_fires_once_at_the_first_failure(dsn: str) -> None:
 async def test_sealing_after_completion_enqueues_the_callbacks(dsn: str) -> None:
     async with awa.AsyncClient(dsn, app) as client:
         async with client.batch(full_batch()) as b:
-            for n in range(5):
-                await b.insert(Member(n))
+            await add_members(b, 5)
             async with running_worker(app, dsn):
                 await wait_until(_count_is(client, b.id, "pending", 0))
             assert callback_jobs(dsn, b.id) == []  # not sealed yet: nothing fires
@@ -389,8 +393,7 @@ async def test_a_producer_adds_members_while_workers_finish_them(dsn: str) -> No
     async with awa.AsyncClient(dsn, app) as client:
         async with running_worker(app, dsn, queues={"default": 20}):
             async with client.batch(awa.Batch(on_complete=Done("c"), shards=1)) as b:
-                for n in range(150):
-                    await b.insert(Member(n))
+                await add_members(b, 150)
                 assert callback_jobs(dsn, b.id) == []
             await wait_until(lambda: callbacks_named(dsn, b.id) == ["on_complete"])
             row = await client.get_batch(b.id)

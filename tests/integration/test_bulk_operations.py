@@ -9,25 +9,21 @@ import itertools
 from dataclasses import dataclass
 from typing import Any
 
-import psycopg
 import pytest
 
 import awa_cli as awa
 from tests.apps.pausing import app as tick_app
-from tests.helpers import audit_rows, running_worker, states, wait_until
+from tests.helpers import (
+    add_noop_tasks,
+    audit_rows,
+    execute,
+    running_worker,
+    scalar,
+    states,
+    wait_until,
+)
 
 pytestmark = [pytest.mark.integration]
-
-
-def execute(dsn: str, sql: str, *params: object) -> None:
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute(sql, params)  # type: ignore[arg-type]
-
-
-def scalar(dsn: str, sql: str, *params: object) -> Any:
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        row = conn.execute(sql, params).fetchone()  # type: ignore[arg-type]
-        return None if row is None else row[0]
 
 
 def insert_failed(dsn: str, n: int, queue: str = "default") -> None:
@@ -89,15 +85,7 @@ class Undo:
 
 
 def order_app(cancelled: list[Any]) -> awa.App:
-    app = awa.App()
-
-    @app.task(Order)
-    async def order(job: awa.Job) -> None:
-        return None
-
-    @app.task(Undo)
-    async def undo(job: awa.Job) -> None:
-        return None
+    app = add_noop_tasks(awa.App(), Order, Undo)
 
     def spec(args: Order, job: awa.JobRow, reason: str) -> Undo:
         if args.n == 13:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import threading
 import uuid
 from collections.abc import AsyncIterator
@@ -13,7 +14,7 @@ import psycopg
 import pytest
 
 import awa_cli as awa
-from tests.helpers import job_row, running_worker, wait_until
+from tests.helpers import job_row, run_in_threads, running_worker, wait_until
 
 pytestmark = [pytest.mark.integration]
 
@@ -292,15 +293,33 @@ def test_concurrent_resolutions_exactly_one_wins(dsn: str) -> None:
             except awa.CallbackNotFound:
                 results.append("lost")
 
-    threads = [threading.Thread(target=resolve, args=(i,)) for i in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    run_in_threads([functools.partial(resolve, i) for i in range(8)])
     assert sorted(results) == ["lost"] * 7 + ["won"]
     row = job_row(dsn, parked.id)
     assert row.state in ("completed", "failed")
     assert len([e for e in row.errors if e.get("terminal")]) == (1 if row.state == "failed" else 0)
+
+
+def late_park_app(events: list[object]) -> tuple[awa.App, asyncio.Event, asyncio.Event]:
+    """(app, registered, proceed): Order's handler registers a callback, sets ``registered``,
+    waits for ``proceed`` and only then parks; run again after a resume, it outputs the
+    callback's result. The "order" hook events go to ``events``."""
+    registered = asyncio.Event()
+    proceed = asyncio.Event()
+    app = awa.App()
+
+    @app.task(Order)
+    async def order(job: awa.Job) -> awa.JobResult | None:
+        if job.callback_result is not None:
+            job.set_output(job.callback_result)
+            return None
+        token = await job.register_callback(timeout=600)
+        registered.set()
+        await proceed.wait()
+        return awa.WaitForCallback(token)
+
+    app.on_event_kind("order", events.append)
+    return app, registered, proceed
 
 
 @pytest.mark.asyncio
@@ -308,18 +327,7 @@ async def test_resolution_before_the_handler_parks_completes_and_the_park_is_a_n
     dsn: str,
 ) -> None:
     events: list[object] = []
-    registered = asyncio.Event()
-    proceed = asyncio.Event()
-    app = awa.App()
-
-    @app.task(Order)
-    async def order(job: awa.Job) -> awa.JobResult:
-        token = await job.register_callback(timeout=600)
-        registered.set()
-        await proceed.wait()
-        return awa.WaitForCallback(token)
-
-    app.on_event_kind("order", events.append)
+    app, registered, proceed = late_park_app(events)
     async with running_worker(app, dsn) as worker:
         async with awa.AsyncClient(dsn, app=app) as client:
             job = await client.insert(Order())
@@ -338,21 +346,7 @@ async def test_resolution_before_the_handler_parks_completes_and_the_park_is_a_n
 @pytest.mark.asyncio
 async def test_resume_before_the_handler_parks_reenters_execution(dsn: str) -> None:
     events: list[object] = []
-    registered = asyncio.Event()
-    proceed = asyncio.Event()
-    app = awa.App()
-
-    @app.task(Order)
-    async def order(job: awa.Job) -> awa.JobResult | None:
-        if job.callback_result is not None:
-            job.set_output(job.callback_result)
-            return None
-        token = await job.register_callback(timeout=600)
-        registered.set()
-        await proceed.wait()
-        return awa.WaitForCallback(token)
-
-    app.on_event_kind("order", events.append)
+    app, registered, proceed = late_park_app(events)
     async with running_worker(app, dsn) as worker:
         async with awa.AsyncClient(dsn) as client:
             job = await client.insert(Order())

@@ -27,7 +27,7 @@ import awa_cli as awa
 from awa_cli import callbacks
 from awa_cli.callbacks import SignatureError, sign, verify
 from awa_cli.testing import AsyncAwaTestClient
-from tests.helpers import job_row, running_worker, wait_until
+from tests.helpers import add_noop_tasks, job_row, running_worker, wait_until
 
 KEY = "whsec-newest-0123456789abcdef"
 OLD_KEY = "whsec-older-0123456789abcdef"
@@ -187,9 +187,7 @@ def hook_app(events: list[object]) -> awa.App:
         token = await job.register_callback(timeout=600)
         return awa.WaitForCallback(token)
 
-    @app.task(Notify)
-    async def notify(job: awa.Job) -> None:
-        return None
+    add_noop_tasks(app, Notify)
 
     @app.on_completed_enqueue(Hook, Notify)
     def then_notify(args: Hook, job: awa.JobRow) -> Notify:
@@ -241,6 +239,15 @@ def http(dsn: str) -> Iterator[tuple[TestClient, list[object], awa.App]]:
     client = awa.AsyncClient(dsn, app=app)
     with TestClient(user_app(client, [KEY, OLD_KEY])) as test_client:
         yield test_client, events, app
+
+
+@pytest.fixture
+def parked_http(
+    dsn: str, http: tuple[TestClient, list[object], awa.App]
+) -> tuple[TestClient, awa.JobRow]:
+    """The ``http`` client and one job of its app parked on a callback."""
+    client, _, app = http
+    return client, park(dsn, app)
 
 
 def post(
@@ -321,10 +328,9 @@ def test_fail_retry_resume_heartbeat(
 
 @integration
 def test_bad_signatures_answer_401_and_change_nothing(
-    dsn: str, http: tuple[TestClient, list[object], awa.App]
+    dsn: str, parked_http: tuple[TestClient, awa.JobRow]
 ) -> None:
-    client, _, app = http
-    parked = park(dsn, app)
+    client, parked = parked_http
     url = f"/callbacks/{parked.callback_id}/complete"
     raw = b'{"payload": 1}'
     unsigned = client.post(url, content=raw)
@@ -345,10 +351,9 @@ def test_bad_signatures_answer_401_and_change_nothing(
 
 @integration
 def test_unknown_callback_and_bad_bodies(
-    dsn: str, http: tuple[TestClient, list[object], awa.App]
+    dsn: str, parked_http: tuple[TestClient, awa.JobRow]
 ) -> None:
-    client, _, app = http
-    parked = park(dsn, app)
+    client, parked = parked_http
     assert post(client, uuid.uuid4(), "complete").status_code == 404
     assert post(client, "not-a-uuid", "complete").status_code == 404
     assert post(client, parked.callback_id, "explode").status_code == 404
@@ -403,12 +408,7 @@ def test_mounted_under_a_prefix_in_a_users_app(dsn: str) -> None:
 @integration
 def test_a_kind_the_apps_client_does_not_register_answers_409(dsn: str) -> None:
     parked = park(dsn, hook_app([]))
-    other = awa.App()
-
-    @other.task(Notify)
-    async def notify(job: awa.Job) -> None:
-        return None
-
+    other = add_noop_tasks(awa.App(), Notify)
     with TestClient(user_app(awa.AsyncClient(dsn, app=other), [KEY])) as http:
         refused = post(http, parked.callback_id, "complete", {"payload": 1})
         extended = post(http, parked.callback_id, "heartbeat", {"timeout": 60})
@@ -472,12 +472,11 @@ async def test_a_worker_with_callback_base_url_gives_tokens_their_urls(dsn: str)
 @integration
 @pytest.mark.parametrize("replayed_to", ["complete", "retry", "resume"])
 def test_a_captured_heartbeat_replayed_to_another_action_is_refused(
-    dsn: str, http: tuple[TestClient, list[object], awa.App], replayed_to: str
+    dsn: str, parked_http: tuple[TestClient, awa.JobRow], replayed_to: str
 ) -> None:
     """M1 (review attack 47): the headers and body of a signed heartbeat answer 401 at any
     other action, and the job keeps waiting."""
-    client, _, app = http
-    parked = park(dsn, app)
+    client, parked = parked_http
     cid = str(parked.callback_id)
     captured = sign(KEY, cid, b"", action="heartbeat")
     beat = client.post(f"/callbacks/{cid}/heartbeat", content=b"", headers=captured)
@@ -568,11 +567,10 @@ def test_the_default_body_limit_is_one_mib() -> None:
 
 @integration
 def test_deep_json_answers_400_and_a_huge_heartbeat_422(
-    dsn: str, http: tuple[TestClient, list[object], awa.App]
+    dsn: str, parked_http: tuple[TestClient, awa.JobRow]
 ) -> None:
     """I3 (attack 42) and I4 (attack 50)."""
-    client, _, app = http
-    parked = park(dsn, app)
+    client, parked = parked_http
     cid = str(parked.callback_id)
     deep = b'{"payload": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
     response = client.post(f"/callbacks/{cid}/complete", content=deep, headers=sign(KEY, cid, deep))

@@ -22,6 +22,7 @@ from awa_cli.db.statements import SQL
 from awa_cli.jobs import InsertOpts, prepare
 from awa_cli.outcomes import InvalidJobState
 from awa_cli.results import JobNotFound
+from tests.helpers import run_in_threads
 
 pytestmark = pytest.mark.integration
 
@@ -291,11 +292,7 @@ def test_concurrent_duplicate_inserts_with_a_barrier(dsn: str, db: psycopg.Conne
         with lock:
             results.append(row)
 
-    threads = [threading.Thread(target=worker) for _ in range(workers)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(20)
+    run_in_threads([worker] * workers, timeout=20)
     assert len(results) == workers
     rows = [r for r in results if isinstance(r, awa_cli.JobRow)]
     conflicts = [r for r in results if isinstance(r, UniqueConflict)]

@@ -13,7 +13,7 @@ import pytest
 import awa_cli as awa
 from awa_cli.maintenance import sweep_once
 from awa_cli.worker.queues import QueueSpec
-from tests.helpers import running_worker, wait_until
+from tests.helpers import add_noop_tasks, running_worker, scalar, wait_until
 
 pytestmark = [pytest.mark.integration]
 
@@ -49,9 +49,7 @@ def work_app(events: list[Any] | None = None) -> awa.App:
                 return awa.WaitForCallback(token)
         return None
 
-    @app.task(Note)
-    async def note(job: awa.Job) -> None:
-        return None
+    add_noop_tasks(app, Note)
 
     if events is not None:
 
@@ -64,12 +62,6 @@ def work_app(events: list[Any] | None = None) -> awa.App:
 
 def dlq_queues(dead_letter: bool = True) -> dict[str, QueueSpec]:
     return {"default": QueueSpec("default", 10, dead_letter=dead_letter)}
-
-
-def scalar(dsn: str, sql: str, *params: object) -> Any:
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        row = conn.execute(sql, params).fetchone()  # type: ignore[arg-type]
-        return None if row is None else row[0]
 
 
 def in_dlq(dsn: str, job_id: int) -> bool:

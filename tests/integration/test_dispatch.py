@@ -10,6 +10,7 @@ loads the module through ``build_plugin_host`` and passes the host to ``awa.Work
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Iterator
@@ -91,6 +92,17 @@ def observe(path: str, app: awa.App) -> dict[str, Any]:
     host = build_plugin_host(["tests.integration.plugins.sample_plugin"], entry_points=False)
     assert not host.failed
     return {"plugins": host}
+
+
+@contextlib.contextmanager
+def hooks_held(event: str) -> Iterator[None]:
+    """The recorder's ``event`` hooks ("started", "completed") wait until the block ends."""
+    gate = asyncio.Event()
+    sample_plugin.CONFIG["gate"] = {event: gate}
+    try:
+        yield
+    finally:
+        gate.set()
 
 
 def names(events: list[Any]) -> list[str]:
@@ -254,11 +266,9 @@ async def test_hooks_hold_no_worker_slot(dsn: str, path: str) -> None:
     """Every Started hook blocks until the end; one slot still runs all jobs one by one."""
     app = make_app()
     extra = observe(path, app)
-    gate = asyncio.Event()
-    sample_plugin.CONFIG["gate"] = {"started": gate}
-    with awa.Client(dsn) as client:
-        client.insert_many([HookJob("ok") for _ in range(4)])
-    try:
+    with hooks_held("started"):
+        with awa.Client(dsn) as client:
+            client.insert_many([HookJob("ok") for _ in range(4)])
         async with running_worker(app, dsn, {"default": 1}, **extra):
             await wait_until(
                 lambda: (
@@ -267,8 +277,6 @@ async def test_hooks_hold_no_worker_slot(dsn: str, path: str) -> None:
                 )
             )
             assert not any(isinstance(e, awa.JobEvent.Started) for e in sample_plugin.EVENTS)
-    finally:
-        gate.set()
     await wait_until(lambda: len(sample_plugin.EVENTS) == 8)
 
 
@@ -309,10 +317,8 @@ async def test_a_raising_hook_does_not_stop_the_next_one_nor_the_job(
 async def test_shutdown_returns_while_a_slow_hook_still_runs(dsn: str, path: str) -> None:
     app = make_app()
     extra = observe(path, app)
-    gate = asyncio.Event()
-    sample_plugin.CONFIG["gate"] = {"completed": gate}
-    job = insert(dsn, HookJob("ok"))
-    try:
+    with hooks_held("completed"):
+        job = insert(dsn, HookJob("ok"))
         worker = awa.Worker(app, dsn, {"default": 2}, poll_interval=0.2, **extra)
         task = asyncio.create_task(worker.run())
         await wait_until(lambda: job_row(dsn, job.id).state == "completed")
@@ -323,8 +329,6 @@ async def test_shutdown_returns_while_a_slow_hook_still_runs(dsn: str, path: str
         assert time.monotonic() - began < 2
         assert worker.dispatcher.pending >= 1  # the Completed hook is still waiting
         assert "Completed" not in names(sample_plugin.events_of(job.id))
-    finally:
-        gate.set()
     await wait_until(lambda: "Completed" in names(sample_plugin.events_of(job.id)), timeout=5)
 
 

@@ -10,8 +10,16 @@ import psycopg
 import pytest
 
 import awa_cli as awa
+from awa_cli.follow_up_specs import CompletedSpecWith
 from awa_cli.outcomes import OutcomeCore
-from tests.helpers import all_terminal, job_row, running_worker, states, wait_until
+from tests.helpers import (
+    add_noop_tasks,
+    all_terminal,
+    job_row,
+    running_worker,
+    states,
+    wait_until,
+)
 
 pytestmark = [pytest.mark.integration]
 
@@ -36,7 +44,11 @@ def follow_ups(dsn: str, kind: str = "welcome") -> list[awa.JobRow]:
         return [awa.JobRow.from_record(r) for r in cur.fetchall()]
 
 
-def signup_app() -> awa.App:
+def signup_app(
+    completed_with: CompletedSpecWith | None = None, follow_up: type = Welcome
+) -> awa.App:
+    """Signup's handler (its mode says how the job ends) and Welcome's, which does nothing;
+    with ``completed_with``, that Completed spec enqueueing ``follow_up``."""
     app = awa.App()
 
     @app.task(Signup, queue="signup")
@@ -57,10 +69,9 @@ def signup_app() -> awa.App:
                 return awa.Snooze(60)
         raise AssertionError(job.args.mode)
 
-    @app.task(Welcome, queue="email")
-    async def welcome(job: awa.Job) -> None:
-        return None
-
+    add_noop_tasks(app, Welcome, queue="email")
+    if completed_with is not None:
+        app.on_completed_enqueue_with(Signup, follow_up, completed_with)
     return app
 
 
@@ -146,12 +157,10 @@ async def test_each_outcome_has_its_spec_with_its_context(dsn: str) -> None:
 
 @pytest.mark.asyncio
 async def test_with_returning_none_enqueues_nothing_and_the_trigger_commits(dsn: str) -> None:
-    app = signup_app()
-
-    @app.on_completed_enqueue_with(Signup, Welcome)
     def only_even(args: Signup, job: awa.JobRow) -> awa.EnqueueRequest | None:
         return awa.EnqueueRequest(Welcome(args.user_id)) if args.user_id % 2 == 0 else None
 
+    app = signup_app(only_even)
     await run_signup(dsn, app, Signup(1), Signup(2), Signup(3))
     assert [r.args["user_id"] for r in follow_ups(dsn)] == [2]
     assert states(dsn) == {"completed": 3, "available": 1}
@@ -284,12 +293,10 @@ async def test_callback_resolutions_run_their_specs_atomically(dsn: str) -> None
 
 @pytest.mark.asyncio
 async def test_paired_unique_keys_give_exactly_half_the_follow_ups(dsn: str) -> None:
-    app = signup_app()
-
-    @app.on_completed_enqueue_with(Signup, Welcome)
     def dedup(args: Signup, job: awa.JobRow) -> awa.EnqueueRequest:
         return awa.EnqueueRequest(Welcome(args.user_id // 2)).unique(awa.UniqueOpts())
 
+    app = signup_app(dedup)
     async with awa.AsyncClient(dsn, app=app) as client:
         await client.insert_many([Signup(i) for i in range(1000)])
     async with running_worker(app, dsn, {"signup": 20}):
@@ -300,7 +307,6 @@ async def test_paired_unique_keys_give_exactly_half_the_follow_ups(dsn: str) -> 
 
 @pytest.mark.asyncio
 async def test_unique_states_decide_how_long_a_follow_up_blocks(dsn: str) -> None:
-    app = signup_app()
     pending_only = {
         awa.JobState.SCHEDULED,
         awa.JobState.AVAILABLE,
@@ -308,11 +314,11 @@ async def test_unique_states_decide_how_long_a_follow_up_blocks(dsn: str) -> Non
         awa.JobState.RETRYABLE,
     }
 
-    @app.on_completed_enqueue_with(Signup, Welcome)
     def dedup(args: Signup, job: awa.JobRow) -> awa.EnqueueRequest:
         states_ = pending_only if args.mode == "ok" else awa.DEFAULT_UNIQUE_STATES
         return awa.EnqueueRequest(Welcome(1)).unique(awa.UniqueOpts(by_args=False, states=states_))
 
+    app = signup_app(dedup)
     await run_signup(dsn, app, Signup(1))
     [first] = follow_ups(dsn)
     with psycopg.connect(dsn, autocommit=True) as conn:  # the follow-up ran and completed
@@ -326,11 +332,8 @@ async def test_unique_states_decide_how_long_a_follow_up_blocks(dsn: str) -> Non
 
 @pytest.mark.asyncio
 async def test_by_args_false_collapses_follow_ups_of_a_kind(dsn: str) -> None:
-    app = signup_app()
-    app.on_completed_enqueue_with(
-        Signup,
-        Welcome,
-        lambda a, j: awa.EnqueueRequest(Welcome(a.user_id)).unique(awa.UniqueOpts(by_args=False)),
+    app = signup_app(
+        lambda a, j: awa.EnqueueRequest(Welcome(a.user_id)).unique(awa.UniqueOpts(by_args=False))
     )
     await run_signup(dsn, app, Signup(1), Signup(2), Signup(3))
     assert len(follow_ups(dsn)) == 1 and states(dsn)["completed"] == 3
@@ -353,8 +356,7 @@ async def test_kinds_without_specs_stay_on_the_batched_path(
 
     monkeypatch.setattr(OutcomeCore, "finalize_batch", spy_batch)
     monkeypatch.setattr(OutcomeCore, "finalize_with_follow_ups", spy_follow_ups)
-    app = signup_app()
-    app.on_completed_enqueue_with(Signup, Welcome, lambda a, j: None)  # a spec that returns None
+    app = signup_app(lambda a, j: None)  # a spec that returns None
     async with awa.AsyncClient(dsn, app=app) as client:
         await client.insert_many([Signup(i) for i in range(20)])
         await client.insert_many([Welcome(i) for i in range(200)])
@@ -368,13 +370,11 @@ async def test_kinds_without_specs_stay_on_the_batched_path(
 
 @pytest.mark.asyncio
 async def test_a_follow_up_of_an_unknown_kind_fails_terminally_when_claimed(dsn: str) -> None:
-    app = signup_app()
-    app.on_completed_enqueue_with(
-        Signup,
-        dict,
+    app = signup_app(
         lambda a, j: awa.EnqueueRequest({"x": 1}).with_opts(
             awa.InsertOpts(kind="not_deployed_yet", queue="signup")
         ),
+        follow_up=dict,
     )
     await run_signup(dsn, app, Signup(1))
     async with running_worker(app, dsn, {"signup": 5}):

@@ -18,7 +18,7 @@ import awa_cli as awa
 from awa_cli.maintenance import Maintenance, sweep_once
 from awa_cli.outcomes import OutcomeCore
 from awa_cli.worker.runtime import Timings
-from tests.helpers import ROOT, job_row, run_captured, running_worker, wait_until
+from tests.helpers import ROOT, execute, job_row, run_captured, running_worker, wait_until
 
 pytestmark = [pytest.mark.integration]
 
@@ -32,11 +32,6 @@ class Slow:
 class Alert:
     job_id: int
     reason: str
-
-
-def execute(dsn: str, sql: str, *params: object) -> None:
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute(sql, params)  # type: ignore[arg-type]
 
 
 async def core_for(dsn: str, app: awa.App | None = None, hooks: list[object] | None = None):  # type: ignore[no-untyped-def]

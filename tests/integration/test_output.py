@@ -13,9 +13,8 @@ from typing import Any
 
 import pytest
 import awa_cli as awa
-from awa_cli.cli import cli
 from awa_cli.testing import AsyncAwaTestClient, HandlerJob
-from tests.helpers import AwaRunner, job_row, running_worker, wait_until
+from tests.helpers import awa_on, job_row, running_worker, wait_until
 
 pytestmark = [pytest.mark.integration]
 
@@ -141,13 +140,8 @@ def test_awa_job_show_prints_the_output(dsn: str, tmp_path: Path) -> None:
         return job.id
 
     job_id = asyncio.run(run())
-    runner = AwaRunner()
-    result = runner.invoke(
-        cli, ["--config", str(config), "--database-url", dsn, "job", "show", str(job_id)]
-    )
+    result = awa_on(dsn, config, "job", "show", str(job_id))
     assert result.exit_code == 0, result.output
     assert f"output: {json.dumps(EXPECTED, sort_keys=True)}" in result.stdout
-    as_json = runner.invoke(
-        cli, ["--config", str(config), "--database-url", dsn, "job", "show", str(job_id), "--json"]
-    )
+    as_json = awa_on(dsn, config, "job", "show", str(job_id), "--json")
     assert json.loads(as_json.stdout)["output"] == EXPECTED

@@ -12,7 +12,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from tests.helpers import running_worker, wait_until
+from tests.helpers import add_noop_tasks, running_worker, wait_until
 
 import awa_cli as awa
 from awa_cli.db import periodic as calls
@@ -39,17 +39,7 @@ class Tock:
 
 
 def tick_app() -> awa.App:
-    app = awa.App()
-
-    @app.task(Tick)
-    async def tick(job: awa.Job) -> None:
-        return None
-
-    @app.task(Tock)
-    async def tock(job: awa.Job) -> None:
-        return None
-
-    return app
+    return add_noop_tasks(awa.App(), Tick, Tock)
 
 
 def rows(dsn: str, sql: str, *params: Any) -> list[tuple[Any, ...]]:

@@ -12,7 +12,7 @@ import pytest
 import awa_cli as awa
 from awa_cli.testing import HandlerJob, run_handler
 from tests.apps.progress_app import BadProgress, Spam, Steps, app, bad_progress, steps
-from tests.helpers import AwaRunner, job_row, running_worker, wait_until
+from tests.helpers import AwaRunner, job_row, job_state_is, running_worker, wait_until
 
 COUNT_WRITES = """
 CREATE SCHEMA IF NOT EXISTS awa_test;
@@ -74,21 +74,14 @@ async def test_progress_is_kept_across_a_retry_and_the_next_attempt_resumes(dsn:
     async with awa.AsyncClient(dsn) as client:
         job = await client.insert(Steps(total=10, fail_after=4))
         async with running_worker(app, dsn):
-
-            async def retried() -> bool:
-                return (await client.get_job(job.id)).state == "retryable"
-
-            await wait_until(retried)
+            await wait_until(job_state_is(client, job.id, "retryable"))
             failed = await client.get_job(job.id)
             # the failing attempt's outcome wrote its last checkpoint
             assert failed.progress is not None
             assert failed.progress["checkpoint"] == {"done": 4} and failed.progress["percent"] == 40
             await client.retry(job.id)  # run the retry now instead of after its backoff
 
-            async def done() -> bool:
-                return (await client.get_job(job.id)).state == "completed"
-
-            await wait_until(done)
+            await wait_until(job_state_is(client, job.id, "completed"))
         row = await client.get_job(job.id)
     assert row.output == {"resumed_from": 4, "attempt": 2}
     assert row.progress is not None and row.progress["checkpoint"] == {"done": 10}
@@ -102,11 +95,7 @@ async def test_bad_values_raise_validation_errors_naming_the_field_and_store_not
     async with awa.AsyncClient(dsn) as client:
         job = await client.insert(BadProgress())
         async with running_worker(app, dsn):
-
-            async def done() -> bool:
-                return (await client.get_job(job.id)).state == "completed"
-
-            await wait_until(done)
+            await wait_until(job_state_is(client, job.id, "completed"))
         row = await client.get_job(job.id)
     assert row.output == {"refused": ["percent", "percent", "message", "checkpoint", "progress"]}
     assert row.progress is not None

@@ -22,7 +22,7 @@ from awa_cli.events import RescueReason
 from awa_cli.attempts import AttemptResult
 from awa_cli.testing import AsyncAwaTestClient, HandlerJob
 from awa_cli.worker.job import MAX_STAGED_BYTES, MAX_STAGED_FOLLOW_UPS
-from tests.helpers import job_row, running_worker, wait_until
+from tests.helpers import add_noop_tasks, job_row, running_worker, wait_until
 
 pytestmark = [pytest.mark.integration]
 
@@ -250,15 +250,8 @@ def staging_app(shared: Shared) -> awa.App:
             )
         return await MODES[mode](job, shared)
 
-    @app.task(StageB, queue="stage_b")
-    async def stage_b(job: awa.Job) -> None:
-        return None
-
-    @app.task(Plain)
-    async def plain(job: awa.Job) -> None:
-        return None
-
-    return app
+    add_noop_tasks(app, StageB, queue="stage_b")
+    return add_noop_tasks(app, Plain)
 
 
 @pytest_asyncio.fixture
@@ -269,14 +262,19 @@ async def harness(dsn: str) -> Any:
         yield tc, shared
 
 
+@pytest.fixture
+def tc(harness: Any) -> Any:
+    """The harness's test client, for the tests that need not its Shared."""
+    return harness[0]
+
+
 # -- only Completed inserts them ---------------------------------------------------------
 
 
 @pytest.mark.asyncio
 async def test_completed_inserts_the_staged_follow_up_in_the_completion_transaction(
-    harness: Any, dsn: str
+    tc: Any, dsn: str
 ) -> None:
-    tc, _ = harness
     trigger = await tc.insert(StageA(4))
     result = await tc.work_one(StageA)
     assert result.outcome == "completed"
@@ -309,9 +307,8 @@ async def test_completed_inserts_the_staged_follow_up_in_the_completion_transact
     ],
 )
 async def test_every_other_outcome_discards_them(
-    harness: Any, dsn: str, mode: str, outcome: str
+    tc: Any, dsn: str, mode: str, outcome: str
 ) -> None:
-    tc, _ = harness
     await tc.insert(StageA(1, mode))
     result = await tc.work_one(StageA)
     assert result.outcome == outcome and result.follow_up_ids == []
@@ -321,9 +318,8 @@ async def test_every_other_outcome_discards_them(
 
 @pytest.mark.asyncio
 async def test_wait_for_callback_discards_them_with_a_warning_and_the_discard_counter(
-    harness: Any, dsn: str, caplog: pytest.LogCaptureFixture
+    tc: Any, dsn: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    tc, _ = harness
     job = await tc.insert(StageA(1, "park"))
     with caplog.at_level(logging.WARNING, logger="awa.outcomes"):
         result = await tc.work_one(StageA)
@@ -352,10 +348,7 @@ async def waiting_in_handler(tc: Any, dsn: str, mode: str) -> tuple[awa.JobRow, 
 
 
 @pytest.mark.asyncio
-async def test_complete_external_discards_what_a_waiting_handler_staged(
-    harness: Any, dsn: str
-) -> None:
-    tc, _ = harness
+async def test_complete_external_discards_what_a_waiting_handler_staged(tc: Any, dsn: str) -> None:
     job, work = await waiting_in_handler(tc, dsn, "wait_in_handler")
     callback_id = job_row(dsn, job.id).callback_id
     await tc.client.complete_external(callback_id)
@@ -368,9 +361,8 @@ async def test_complete_external_discards_what_a_waiting_handler_staged(
 
 @pytest.mark.asyncio
 async def test_stage_after_wait_for_callback_builds_the_follow_up_from_the_payload(
-    harness: Any, dsn: str
+    tc: Any, dsn: str
 ) -> None:
-    tc, _ = harness
     job, work = await waiting_in_handler(tc, dsn, "wait_then_stage")
     await tc.resume_external(
         job_row(dsn, job.id).callback_id, {"item_id": 77}
@@ -383,9 +375,8 @@ async def test_stage_after_wait_for_callback_builds_the_follow_up_from_the_paylo
 @pytest.mark.asyncio
 @pytest.mark.parametrize(("mode", "state"), [("rescued", "retryable"), ("superseded", "cancelled")])
 async def test_a_rescued_or_superseded_attempt_discards_them(
-    harness: Any, dsn: str, mode: str, state: str
+    tc: Any, dsn: str, mode: str, state: str
 ) -> None:
-    tc, _ = harness
     job = await tc.insert(StageA(1, mode))
     result = await tc.work_one(StageA)
     assert result.outcome == state and result.follow_up_ids == []
@@ -396,8 +387,7 @@ async def test_a_rescued_or_superseded_attempt_discards_them(
 
 
 @pytest.mark.asyncio
-async def test_a_retried_attempt_starts_with_nothing_staged(harness: Any, dsn: str) -> None:
-    tc, _ = harness
+async def test_a_retried_attempt_starts_with_nothing_staged(tc: Any, dsn: str) -> None:
     await tc.insert(StageA(3, "retry_then_ok"))
     first = await tc.work_one(StageA)
     assert first.outcome == "retryable" and rows_of(dsn, "stage_b") == []
@@ -408,8 +398,7 @@ async def test_a_retried_attempt_starts_with_nothing_staged(harness: Any, dsn: s
 
 
 @pytest.mark.asyncio
-async def test_the_follow_ups_handle_stages_from_awaited_tasks(harness: Any, dsn: str) -> None:
-    tc, _ = harness
+async def test_the_follow_ups_handle_stages_from_awaited_tasks(tc: Any, dsn: str) -> None:
     await tc.insert(StageA(1, "handle"))
     result = await tc.work_one(StageA)
     assert result.outcome == "completed"
@@ -420,15 +409,23 @@ async def test_the_follow_ups_handle_stages_from_awaited_tasks(harness: Any, dsn
 # -- a failed stage fails the attempt ----------------------------------------------------
 
 
+async def work_caught(harness: Any, item: int, mode: str) -> tuple[Any, awa.StagingError]:
+    """Insert StageA(item, mode) and work it: (the result, the one StagingError its handler
+    caught)."""
+    tc, shared = harness
+    await tc.insert(StageA(item, mode))
+    result = await tc.work_one(StageA)
+    [caught] = shared.errors
+    assert isinstance(caught, awa.StagingError)
+    return result, caught
+
+
 @pytest.mark.asyncio
 async def test_a_swallowed_staging_error_still_fails_the_attempt_terminally(
     harness: Any, dsn: str
 ) -> None:
-    tc, shared = harness
-    await tc.insert(StageA(1, "swallow"))
-    result = await tc.work_one(StageA)
-    [caught] = shared.errors
-    assert isinstance(caught, awa.StagingError) and isinstance(caught, awa.TerminalError)
+    result, caught = await work_caught(harness, 1, "swallow")
+    assert isinstance(caught, awa.TerminalError)
     assert "priority" in str(caught)
     assert result.outcome == "failed" and result.job.attempt == 1 and result.job.max_attempts == 25
     entry = result.job.errors[-1]
@@ -440,9 +437,8 @@ async def test_a_swallowed_staging_error_still_fails_the_attempt_terminally(
 @pytest.mark.asyncio
 @pytest.mark.parametrize("mode", ["unswallowed", "swallow_then_raise"])
 async def test_a_failed_stage_fails_terminally_whatever_the_handler_does_next(
-    harness: Any, mode: str
+    tc: Any, mode: str
 ) -> None:
-    tc, _ = harness
     await tc.insert(StageA(1, mode))
     result = await tc.work_one(StageA)
     assert result.outcome == "failed"
@@ -466,14 +462,12 @@ async def test_staging_after_the_handler_returned_is_sealed(harness: Any, dsn: s
 async def test_the_seventeenth_stage_is_rejected_and_fails_the_attempt(
     harness: Any, dsn: str
 ) -> None:
-    tc, shared = harness
+    tc, _ = harness
     await tc.insert(StageA(1, "sixteen"))
     assert (await tc.work_one(StageA)).outcome == "completed"
     assert len(rows_of(dsn, "stage_b")) == MAX_STAGED_FOLLOW_UPS == 16
-    await tc.insert(StageA(2, "seventeen"))
-    result = await tc.work_one(StageA)
-    [caught] = shared.errors
-    assert isinstance(caught, awa.StagingError) and "16" in str(caught)
+    result, caught = await work_caught(harness, 2, "seventeen")
+    assert "16" in str(caught)
     assert (
         result.outcome == "failed" and len(rows_of(dsn, "stage_b")) == 16
     )  # none of the second job's
@@ -481,11 +475,8 @@ async def test_the_seventeenth_stage_is_rejected_and_fails_the_attempt(
 
 @pytest.mark.asyncio
 async def test_the_64_kib_limit_fails_the_attempt(harness: Any, dsn: str) -> None:
-    tc, shared = harness
-    await tc.insert(StageA(1, "too_big"))
-    result = await tc.work_one(StageA)
-    [caught] = shared.errors
-    assert isinstance(caught, awa.StagingError) and str(MAX_STAGED_BYTES) in str(caught)
+    result, caught = await work_caught(harness, 1, "too_big")
+    assert str(MAX_STAGED_BYTES) in str(caught)
     assert result.outcome == "failed" and rows_of(dsn, "stage_b") == []
 
 
@@ -693,9 +684,8 @@ async def test_worker_discard_counter_on_wait_for_callback(dsn: str) -> None:
 
 @pytest.mark.asyncio
 async def test_a_worker_that_does_not_know_the_follow_up_kind_fails_it_terminally(
-    harness: Any,
+    tc: Any,
 ) -> None:
-    tc, _ = harness
     await tc.insert({"x": 1}, kind="deployed_later")
     result = await tc.work_one("deployed_later")
     assert result.outcome == "failed"

@@ -16,8 +16,7 @@ import psycopg
 import pytest
 
 import awa_cli as awa
-from awa_cli.cli import cli
-from tests.helpers import AwaRunner, job_row, running_worker, wait_until, run_python
+from tests.helpers import awa_on, job_row, running_worker, wait_until, run_python
 
 pytestmark = [pytest.mark.integration]
 
@@ -40,10 +39,9 @@ async def resumable(job: awa.Job) -> awa.JobResult | None:
 def show(dsn: str, job_id: int, tmp_path: Path) -> tuple[str, dict[str, object]]:
     config = tmp_path / "awa.toml"
     config.write_text("")
-    base = ["--config", str(config), "--database-url", dsn, "job", "show", str(job_id)]
-    text = AwaRunner().invoke(cli, base)
+    text = awa_on(dsn, config, "job", "show", str(job_id))
     assert text.exit_code == 0, text.output
-    data = AwaRunner().invoke(cli, [*base, "--json"])
+    data = awa_on(dsn, config, "job", "show", str(job_id), "--json")
     return text.stdout, json.loads(data.stdout)
 
 

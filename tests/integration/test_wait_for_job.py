@@ -19,7 +19,15 @@ import pytest
 
 import awa_cli as awa
 from tests.apps.progress_app import Gate, Report, Steps, app
-from tests.helpers import AwaRunner, ROOT, running_worker, wait_until, spawn_worker, stop_group
+from tests.helpers import (
+    AwaRunner,
+    ROOT,
+    job_state_is,
+    running_worker,
+    wait_until,
+    spawn_worker,
+    stop_group,
+)
 
 pytestmark = [pytest.mark.integration]
 
@@ -52,10 +60,7 @@ async def test_woken_by_a_completion_in_another_process_before_the_backstop(
         client._waiters.poll_interval = LONG_BACKSTOP
         job = await client.insert(Gate(str(flag)))
 
-        async def running() -> bool:
-            return (await client.get_job(job.id)).state == "running"
-
-        await wait_until(running, timeout=30)
+        await wait_until(job_state_is(client, job.id, "running"), timeout=30)
         waiter = asyncio.create_task(client.wait_for_job(job.id, timeout=60))
         await asyncio.sleep(0.3)  # the waiter is registered and has read the job once
         assert not waiter.done()
@@ -186,11 +191,7 @@ async def test_history_attempts_worker_follow_ups_and_trigger(
     async with awa.AsyncClient(dsn) as client:
         job = await client.insert(Steps(total=5, fail_after=2))
         async with running_worker(app, dsn):
-
-            async def retryable() -> bool:
-                return (await client.get_job(job.id)).state == "retryable"
-
-            await wait_until(retryable)
+            await wait_until(job_state_is(client, job.id, "retryable"))
             await client.retry(job.id)
             await client.wait_for_job(job.id, timeout=30)
             history = await client.job_history(job.id)

@@ -14,9 +14,8 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
-import psycopg
 import pytest
-from tests.helpers import AwaRunner
+from tests.helpers import AwaRunner, awa_on, scalar
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
@@ -100,8 +99,7 @@ unique_opts = st.one_of(
 
 
 def job_count(dsn: str) -> int:
-    with psycopg.connect(dsn) as conn:
-        return conn.execute("SELECT count(*) FROM awa.jobs").fetchone()[0]
+    return int(scalar(dsn, "SELECT count(*) FROM awa.jobs"))
 
 
 # --------------------------------------------------------------------------- Python API
@@ -393,18 +391,7 @@ def test_job_enqueue_arguments(
     config = tmp_path_factory.mktemp("cfg") / "awa.toml"
     config.write_text("")
     separator = ["--"] if kind.startswith("-") else []  # a kind that reads as an option
-    argv = [
-        "--config",
-        str(config),
-        "--database-url",
-        dsn,
-        "job",
-        "enqueue",
-        *separator,
-        kind,
-        "--args",
-        args,
-    ]
+    argv = ["job", "enqueue", *separator, kind, "--args", args]
     for flag, value in (
         ("--queue", queue),
         ("--priority", priority),
@@ -414,7 +401,7 @@ def test_job_enqueue_arguments(
         if value is not None:
             argv[-2:-2] = [f"{flag}={value}"]
     before = job_count(dsn)
-    result = AwaRunner().invoke(cli, argv)
+    result = awa_on(dsn, config, *argv)
     if result.exit_code == 0:
         assert job_count(dsn) == before + 1
         return
@@ -439,7 +426,7 @@ def test_callback_arguments(
 ) -> None:
     config = tmp_path_factory.mktemp("cfg") / "awa.toml"
     config.write_text("")
-    argv = ["--config", str(config), "--database-url", dsn, "callback", verb, "--bare"]
+    argv = ["callback", verb, "--bare"]
     if payload is not None and verb in ("complete", "resume", "resolve"):
         argv += ["--payload", payload]
     if verb == "fail":
@@ -448,7 +435,7 @@ def test_callback_arguments(
         argv += ["--timeout", payload]
     argv += ["--", callback_id]
     before = job_count(dsn)
-    result = AwaRunner().invoke(cli, argv)
+    result = awa_on(dsn, config, *argv)
     assert result.exit_code in (2, 4), (argv, result.output, result.exception)  # nothing waits
     check_cli_error(result)
     assert job_count(dsn) == before
@@ -484,7 +471,7 @@ def test_deeply_nested_json_is_a_clean_error(dsn: str, tmp_path: Path) -> None:
         ["job", "enqueue", "deep", "--args", '{"a": ' + text + "}"],
         ["callback", "complete", str(uuid.uuid4()), "--payload", text, "--bare"],
     ):
-        result = AwaRunner().invoke(cli, ["--config", str(config), "--database-url", dsn, *argv])
+        result = awa_on(dsn, config, *argv)
         assert result.exit_code == 2, (result.output, result.exception)
         check_cli_error(result)
         assert "nested too deeply" in result.stderr

@@ -17,6 +17,7 @@ import pytest
 import awa_cli as awa
 from awa_cli.db.migrations import migrate_dsn
 from tests.apps.outage import Chain, Waiter, app
+from tests.helpers import stopped_at_exit
 from tests.pgreplica import Pair, start_pair
 from tests.reliability.workers import FAST, WorkerProcess, runs, wait_for, write_config
 
@@ -25,11 +26,8 @@ pytestmark = [pytest.mark.integration]
 
 @pytest.fixture
 def pair() -> Iterator[Pair]:
-    servers = start_pair()
-    try:
+    with stopped_at_exit(start_pair()) as servers:
         yield servers
-    finally:
-        servers.stop()
 
 
 def counts(dsn: str) -> dict[tuple[str, str], int]:

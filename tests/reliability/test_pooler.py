@@ -21,7 +21,7 @@ import pytest
 import awa_cli as awa
 from awa_cli.db.migrations import migrate_dsn
 from tests.apps.outage import Steady
-from tests.helpers import ROOT
+from tests.helpers import ROOT, stopped_at_exit
 from tests.pgbouncer import Bouncer, start_pgbouncer
 from tests.pgcluster import ThrowawayCluster
 from tests.reliability.harness import env_for
@@ -34,10 +34,8 @@ pytestmark = [pytest.mark.integration]
 def bouncer(own_server: ThrowawayCluster) -> Iterator[Bouncer]:
     migrate_dsn(own_server.dsn_for("postgres"))
     pooler = start_pgbouncer(own_server, pool_mode="transaction", pool_size=8)
-    try:
+    with stopped_at_exit(pooler):
         yield pooler
-    finally:
-        pooler.stop()
 
 
 def doctor(config: Path, dsn: str) -> tuple[int, dict[str, dict[str, str]]]:

@@ -25,7 +25,7 @@ import awa_cli as awa
 from awa_cli.dispatch import Dispatcher
 from awa_cli.maintenance import sweep_once
 from awa_cli.outcomes import OutcomeCore
-from tests.helpers import job_row, running_worker, wait_until
+from tests.helpers import add_noop_tasks, job_row, running_worker, wait_until
 from tests.reliability.harness import AWA_BIN, ROOT, Fleet, env_for, prepare_db, write_config
 
 pytestmark = [pytest.mark.integration]
@@ -59,9 +59,7 @@ def step_app(
             await release.wait()
         return awa.WaitForCallback(token) if token is not None else None
 
-    @app.task(StepDone)
-    async def step_done(job: awa.Job) -> None:
-        return None
+    add_noop_tasks(app, StepDone)
 
     @app.on_completed_enqueue(Step, StepDone)
     def done(args: Step, job: awa.JobRow) -> StepDone:

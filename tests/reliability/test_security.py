@@ -18,12 +18,12 @@ from urllib.parse import quote
 
 import psycopg
 import pytest
-from tests.helpers import AwaRunner, login_role, readme_grants
+from tests.helpers import AwaRunner, awa_on, login_role, readme_grants
 
 import awa_cli as awa
 from awa_cli.cli import cli
 from awa_cli.db.embedded import EmbeddedPostgres
-from tests.helpers import job_row, running_worker, states, wait_until
+from tests.helpers import job_row, running_worker, scalar, states, wait_until
 from tests.reliability.harness import AWA_BIN, ROOT, Fleet, env_for
 
 pytestmark = [pytest.mark.integration]
@@ -40,8 +40,7 @@ PASSWORD = "Pw-s3cr3t-XYZZY-42"
 
 
 def table_exists(dsn: str) -> bool:
-    with psycopg.connect(dsn) as conn:
-        return conn.execute("SELECT to_regclass('awa.jobs') IS NOT NULL").fetchone()[0]
+    return bool(scalar(dsn, "SELECT to_regclass('awa.jobs') IS NOT NULL"))
 
 
 # --------------------------------------------------------------------------- SQL fragments
@@ -99,23 +98,8 @@ def test_sql_fragments_are_stored_verbatim_and_never_executed(dsn: str, tmp_path
     config = tmp_path / "awa.toml"
     config.write_text("")
     for text in NASTY:
-        result = AwaRunner().invoke(
-            cli,
-            [
-                "--config",
-                str(config),
-                "--database-url",
-                dsn,
-                "job",
-                "enqueue",
-                text,
-                "--queue",
-                text,
-                "--args",
-                json.dumps({"t": text}),
-                "--json",
-            ],
-        )
+        enqueue = ["job", "enqueue", text, "--queue", text, "--args", json.dumps({"t": text})]
+        result = awa_on(dsn, config, *enqueue, "--json")
         assert result.exit_code == 0, result.output
         data = json.loads(result.stdout)
         assert (

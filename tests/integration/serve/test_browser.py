@@ -15,7 +15,7 @@ import psycopg
 import pytest
 
 import awa_cli as awa
-from tests.helpers import job_row
+from tests.helpers import job_row, scalar
 from tests.integration.serve.helpers import audit_rows
 from tests.integration.serve.browser import (
     heartbeat,
@@ -39,8 +39,7 @@ def ids_where(dsn: str, condition: str) -> list[int]:
 
 
 def dead_count(dsn: str) -> int:
-    with psycopg.connect(dsn) as conn:
-        return int(conn.execute("SELECT count(*) FROM awa.dead_letters").fetchone()[0])  # type: ignore[index]
+    return int(scalar(dsn, "SELECT count(*) FROM awa.dead_letters"))
 
 
 def next_fire(dsn: str, name: str) -> str:
@@ -185,9 +184,7 @@ def test_a_viewer_has_no_buttons_and_a_forged_post_is_refused(dsn: str, tmp_path
 
 
 def queue_paused(dsn: str, queue: str) -> bool:
-    with psycopg.connect(dsn) as conn:
-        row = conn.execute("SELECT paused FROM awa.queues WHERE name = %s", (queue,)).fetchone()
-    return bool(row and row[0])
+    return bool(scalar(dsn, "SELECT paused FROM awa.queues WHERE name = %s", queue))
 
 
 def test_an_operator_pauses_a_queue_retries_a_dead_letter_and_triggers_a_schedule(

@@ -21,12 +21,9 @@ from tests.integration.serve.browser import (
     no_horizontal_scroll,
 )
 
+from tests.integration.workflows.test_workflows import Extract
+
 pytestmark = [pytest.mark.integration]
-
-
-@dataclass
-class Extract:
-    day: str = "2026-12-01"
 
 
 @dataclass

@@ -20,6 +20,7 @@ from awa_cli.commands.serve import access_line, check_allowed_hosts, read_tokens
 from awa_cli.config import ConfigError, ServeConfig, ServeToken
 from awa_cli.serve import api
 from awa_cli.serve.auth import Token
+from tests.helpers import scalar
 from tests.integration.serve.helpers import (
     AS_OPERATOR,
     AS_VIEWER,
@@ -113,13 +114,8 @@ def test_token_mode_answers_the_allowed_hosts(dsn: str) -> None:
 
 
 def _audit_count(dsn: str, action: str, result: str) -> int:
-    with psycopg.connect(dsn) as conn:
-        row = conn.execute(
-            "SELECT count(*) FROM awa.audit_log WHERE action = %s AND result = %s",
-            (action, result),
-        ).fetchone()
-    assert row is not None
-    return int(row[0])
+    query = "SELECT count(*) FROM awa.audit_log WHERE action = %s AND result = %s"
+    return int(scalar(dsn, query, action, result))
 
 
 def test_login_is_throttled_after_five_failures_and_failures_are_counted(dsn: str) -> None:
