@@ -53,12 +53,6 @@ class DeadLetter(JobRow):
         dead.__dict__.update(dead_at=dead_at, dead_reason=DeadReason(dead_reason))
         return dead
 
-    def evolve(self, **changes: Any) -> DeadLetter:
-        new = object.__new__(DeadLetter)
-        new.__dict__.update(self.__dict__)
-        new.__dict__.update(changes)
-        return new
-
     def job_row(self) -> JobRow:
         """The job as it was in ``awa.jobs`` (for events and specs, which see a failed job)."""
         return JobRow.from_values([getattr(self, name) for name in JOB_ROW_FIELDS])

@@ -14,7 +14,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Self
 
 from awa_cli.errors import ValidationError
 
@@ -141,9 +141,10 @@ class JobRow:
         row.__dict__.update(data)
         return row
 
-    def evolve(self, **changes: Any) -> JobRow:
-        """A copy with ``changes`` applied (a fast ``dataclasses.replace`` for hot paths)."""
-        new = object.__new__(JobRow)
+    def evolve(self, **changes: Any) -> Self:
+        """A copy with ``changes`` applied (a fast ``dataclasses.replace`` for hot paths), of
+        the same class (a ``DeadLetter`` stays one)."""
+        new = object.__new__(type(self))
         new.__dict__.update(self.__dict__)
         new.__dict__.update(changes)
         return new

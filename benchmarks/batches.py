@@ -14,6 +14,7 @@ import psycopg
 import awa_cli as awa
 from benchmarks.app import BatchDone, Noop, app
 from benchmarks.measures import (
+    completed_span,
     drain,
     drain_result,
     startup_cpu,
@@ -72,11 +73,7 @@ def _drain_batch(server: BenchServer, dsn: str, jobs: int, shards: int) -> dict[
         worker_cpu = tree_cpu(proc.pid)
     after = server.snapshot(dsn)
     with psycopg.connect(dsn) as conn:
-        span = conn.execute(
-            "SELECT extract(epoch FROM max(finalized_at) - min(attempted_at)) FROM awa.jobs "
-            "WHERE state = 'completed' AND batch_id = %s",
-            (batch_id,),
-        ).fetchone()[0]  # type: ignore[index]
+        span = completed_span(conn, "batch_id = %s", (batch_id,))
         callbacks = dict(
             conn.execute(
                 "SELECT metadata ->> 'awa.batch_callback', count(*) FROM awa.jobs "
@@ -87,7 +84,7 @@ def _drain_batch(server: BenchServer, dsn: str, jobs: int, shards: int) -> dict[
     # exactly once each, in the transaction of the last member's completion
     if callbacks != {"on_success": 1, "on_complete": 1}:
         raise AssertionError(f"batch {batch_id}: callbacks {callbacks}")
-    result = drain_result(server, members, float(span), before, after, worker_cpu, startup)
+    result = drain_result(server, members, span, before, after, worker_cpu, startup)
     return {**result, **table_stats(dsn, members), "members": members, "shards": shards}
 
 

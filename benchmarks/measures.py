@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, LiteralString
 
 import psycopg
 
@@ -192,13 +192,20 @@ def _drain(
         worker_cpu = tree_cpu(proc.pid)
     after = server.snapshot(dsn)
     with psycopg.connect(dsn) as conn:
-        span = conn.execute(
-            "SELECT extract(epoch FROM max(finalized_at) - min(attempted_at)) FROM awa.jobs "
-            "WHERE state = 'completed' AND queue = 'bench' AND id > %s",
-            (after_id,),
-        ).fetchone()[0]  # type: ignore[index]
-    result = drain_result(server, jobs, float(span), before, after, worker_cpu, startup)
+        span = completed_span(conn, "queue = 'bench' AND id > %s", (after_id,))
+    result = drain_result(server, jobs, span, before, after, worker_cpu, startup)
     return {**result, **table_stats(dsn, jobs)}
+
+
+def completed_span(conn: psycopg.Connection[Any], where: LiteralString, params: Any) -> float:
+    """The drain's span: seconds from the first claim to the last durable completion of the
+    completed jobs matching ``where`` (awa's own timestamps, so start-up is not counted)."""
+    row = conn.execute(
+        "SELECT extract(epoch FROM max(finalized_at) - min(attempted_at)) FROM awa.jobs "
+        "WHERE state = 'completed' AND " + where,
+        params,
+    ).fetchone()
+    return float(row[0])  # type: ignore[index]
 
 
 def startup_cpu(dsn: str, pid: int, after_id: int = 0, timeout: float = 60) -> float:

@@ -7,6 +7,7 @@ kind the loaded app does not register is refused unless ``--bare`` (no follow-up
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import click
@@ -60,23 +61,36 @@ def _resolve(
     show_row(ctx, row, False, verb=f"{verb}{outcome}")
 
 
-@command.command(name="complete")
-@_options
-@click.option("--payload", metavar="JSON", help="JSON payload stored with the completion.")
-@pass_context
-def complete(
-    ctx: CliContext, callback_id: str, bare: bool, json_flag: bool, payload: str | None
-) -> None:
+def _payload_data(payload: str | None) -> Any:
+    return parse_json_option(payload, "--payload") if payload is not None else None
+
+
+def _payload_command(
+    name: str, payload_help: str, verb: str
+) -> Callable[[Callable[[Any, str, Any], Any]], click.Command]:
+    """Make ``call(client, callback_id, payload)`` the ``awa callback NAME`` command, its
+    docstring the help: it resolves with the call, the --payload JSON parsed (None without)."""
+
+    def make(call: Callable[[Any, str, Any], Any]) -> click.Command:
+        @command.command(name=name, help=call.__doc__)
+        @_options
+        @click.option("--payload", metavar="JSON", help=payload_help)
+        @pass_context
+        def payload_command(
+            ctx: CliContext, callback_id: str, bare: bool, json_flag: bool, payload: str | None
+        ) -> None:
+            data = _payload_data(payload)
+            _resolve(ctx, callback_id, bare, json_flag, verb, lambda c: call(c, callback_id, data))
+
+        return payload_command
+
+    return make
+
+
+@_payload_command("complete", "JSON payload stored with the completion.", "completed")
+def complete(client: Any, callback_id: str, data: Any) -> Any:
     """Complete the job waiting on CALLBACK_ID."""
-    data = parse_json_option(payload, "--payload") if payload is not None else None
-    _resolve(
-        ctx,
-        callback_id,
-        bare,
-        json_flag,
-        "completed",
-        lambda c: c.complete_external(callback_id, data),
-    )
+    return client.complete_external(callback_id, data)
 
 
 @command.command(name="fail")
@@ -100,18 +114,10 @@ def retry(ctx: CliContext, callback_id: str, bare: bool, json_flag: bool) -> Non
     )
 
 
-@command.command(name="resume")
-@_options
-@click.option("--payload", metavar="JSON", help="JSON payload handed to the handler.")
-@pass_context
-def resume(
-    ctx: CliContext, callback_id: str, bare: bool, json_flag: bool, payload: str | None
-) -> None:
+@_payload_command("resume", "JSON payload handed to the handler.", "resumed")
+def resume(client: Any, callback_id: str, data: Any) -> Any:
     """Hand a payload to the job waiting on CALLBACK_ID and let it continue."""
-    data = parse_json_option(payload, "--payload") if payload is not None else None
-    _resolve(
-        ctx, callback_id, bare, json_flag, "resumed", lambda c: c.resume_external(callback_id, data)
-    )
+    return client.resume_external(callback_id, data)
 
 
 @command.command(name="heartbeat")
@@ -157,7 +163,7 @@ def resolve(
     default_action: str,
 ) -> None:
     """Resolve CALLBACK_ID by --default-action (ignore changes nothing)."""
-    data = parse_json_option(payload, "--payload") if payload is not None else None
+    data = _payload_data(payload)
     _resolve(
         ctx,
         callback_id,

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime, timedelta, UTC
 from typing import Any
 
@@ -367,6 +369,41 @@ def _no_id_no_filter(job_id: int | None, where: JobSelection, counted: Counted) 
     return job_id is not None
 
 
+@dataclass(frozen=True)
+class JobAction:
+    """``awa job cancel`` or ``retry``: the client call on job ID and the verb its row is shown
+    with; the bulk method (``bulk(client)``), its progress description and the count's text;
+    the app the action runs with and, for the single one, its plugin hooks (when it runs:
+    loading the plugins may report on stderr)."""
+
+    one: Callable[[Any], Any]
+    verb: str
+    bulk: Callable[[Any], Any]
+    doing: str
+    done_text: str
+    app: Any = None
+    plugin_hooks: Callable[[], Any] = tuple
+
+
+def _one_or_bulk(
+    ctx: CliContext, job_id: int | None, where: JobSelection, counted: Counted, action: JobAction
+) -> None:
+    """The action on job ID, shown as its row, or on every job the filters match, counted
+    (an ID and filters never together)."""
+    if _no_id_no_filter(job_id, where, counted):
+        row = run_with_client(ctx, action.one, app=action.app, plugin_hooks=action.plugin_hooks())
+        show_row(ctx, row, counted.json, verb=action.verb)
+        return
+    run_counted(
+        ctx,
+        action.doing,
+        lambda c, progress: action.bulk(c)(*where.filters, **counted.bulk(progress)),
+        counted,
+        action.done_text,
+        app=action.app,
+    )
+
+
 EXIT_TIMED_OUT = 124  # as timeout(1)
 
 
@@ -415,20 +452,16 @@ def cancel(ctx: CliContext, job_id: int | None, where: JobSelection, counted: Co
     with its follow-ups. Bulk: a filter or --all is required (exit 2); prints the count.
     """
     app = ctx.app if ctx.config.app.modules else None
-    if _no_id_no_filter(job_id, where, counted):
-        row = run_with_client(
-            ctx, lambda c: c.cancel(job_id), app=app, plugin_hooks=ctx.plugins.event_hooks()
-        )
-        show_row(ctx, row, counted.json, verb="cancelled")
-        return
-    run_counted(
-        ctx,
+    cancelling = JobAction(
+        lambda c: c.cancel(job_id),
+        "cancelled",
+        lambda c: c.cancel_jobs,
         "cancelling",
-        lambda c, progress: c.cancel_jobs(*where.filters, **counted.bulk(progress)),
-        counted,
         "jobs cancelled",
-        app=app,
+        app,
+        lambda: ctx.plugins.event_hooks(),
     )
+    _one_or_bulk(ctx, job_id, where, counted, cancelling)
 
 
 @command.command(name="retry")
@@ -438,17 +471,14 @@ def cancel(ctx: CliContext, job_id: int | None, where: JobSelection, counted: Co
 def retry(ctx: CliContext, job_id: int | None, where: JobSelection, counted: Counted) -> None:
     """Make job ID available again, attempts reset (fires nothing), or every failed or
     cancelled job matching the filters. Bulk: a filter or --all is required (exit 2)."""
-    if _no_id_no_filter(job_id, where, counted):
-        row = run_with_client(ctx, lambda c: c.retry(job_id))
-        show_row(ctx, row, counted.json, verb="made available")
-        return
-    run_counted(
-        ctx,
+    retrying = JobAction(
+        lambda c: c.retry(job_id),
+        "made available",
+        lambda c: c.retry_jobs,
         "retrying",
-        lambda c, progress: c.retry_jobs(*where.filters, **counted.bulk(progress)),
-        counted,
         "jobs retried",
     )
+    _one_or_bulk(ctx, job_id, where, counted, retrying)
 
 
 @command.command(name="purge")

@@ -21,7 +21,7 @@ from psycopg.types.json import Jsonb
 
 from awa_cli.batches import BatchRow, member_metadata, spec_of
 from awa_cli.db.params import insert_each_params
-from awa_cli.db.statements import SQL
+from awa_cli.db.statements import SQL, head_and_rows
 from awa_cli.errors import BatchNotFound, BatchSealed, UniqueConflict
 from awa_cli.jobs import JobRow, PreparedJob
 
@@ -140,13 +140,10 @@ async def seal(conn: psycopg.AsyncConnection[Any], batch_id: int) -> bool:
 
 async def get(conn: psycopg.AsyncConnection[Any], batch_id: int) -> BatchRow:
     """The batch with its counts and its members' states; ``BatchNotFound`` if none."""
-    async with conn.cursor(row_factory=dict_row) as cur:
-        await cur.execute(SQL["batch_get"], {"id": batch_id})
-        record = await cur.fetchone()
-        if record is None:
-            raise BatchNotFound(f"batch {batch_id} not found")
-        await cur.execute(SQL["batch_member_states"], {"id": batch_id})
-        by_state = {r["state"]: int(r["n"]) for r in await cur.fetchall()}
+    missing = BatchNotFound(f"batch {batch_id} not found")
+    params = {"id": batch_id}
+    record, states = await head_and_rows(conn, "batch_get", "batch_member_states", params, missing)
+    by_state = {r["state"]: int(r["n"]) for r in states}
     row = BatchRow.from_record(record)
     return BatchRow(**{**row.__dict__, "by_state": by_state})
 

@@ -23,7 +23,12 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator, Mapping
 from importlib import resources
-from typing import LiteralString
+from typing import TYPE_CHECKING, Any, LiteralString
+
+from psycopg.rows import dict_row
+
+if TYPE_CHECKING:
+    import psycopg
 
 _NAME = re.compile(r"^--\s*(name|fragment):\s*([a-z][a-z0-9_]*)\s*$")
 _INCLUDE = re.compile(r"\{\{([a-z][a-z0-9_]*)\}\}")
@@ -130,3 +135,22 @@ def load() -> Statements:
 
 
 SQL: Statements = load()
+
+
+async def head_and_rows(
+    conn: psycopg.AsyncConnection[Any],
+    head: str,
+    rows: str,
+    params: Mapping[str, Any],
+    missing: Exception,
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The one row of statement ``head`` (a batch, a workflow; ``missing`` is raised when
+    there is none) and the rows of statement ``rows`` (its members, its steps), both with
+    ``params``, on one cursor, as dicts."""
+    async with conn.cursor(row_factory=dict_row) as cur:
+        await cur.execute(SQL[head], params)
+        record = await cur.fetchone()
+        if record is None:
+            raise missing
+        await cur.execute(SQL[rows], params)
+        return record, await cur.fetchall()

@@ -10,7 +10,7 @@ from typing import Any
 import psycopg
 from psycopg.rows import dict_row
 
-from awa_cli.db.statements import SQL
+from awa_cli.db.statements import SQL, head_and_rows
 from awa_cli.errors import WorkflowNotFound
 from awa_cli.jobs import JobRow
 from awa_cli.workflows import STEP_KEY, WORKFLOW_STATES, WorkflowRun
@@ -42,13 +42,9 @@ async def _counts(conn: psycopg.AsyncConnection[Any], ids: list[int]) -> dict[in
 
 async def get(conn: psycopg.AsyncConnection[Any], workflow_id: int) -> WorkflowRun:
     """The workflow with its steps (name -> job row) and counts, or WorkflowNotFound."""
-    async with conn.cursor(row_factory=dict_row) as cur:
-        await cur.execute(SQL["wf_get"], {"id": workflow_id})
-        head = await cur.fetchone()
-        if head is None:
-            raise WorkflowNotFound(f"workflow {workflow_id} not found")
-        await cur.execute(SQL["wf_steps"], {"id": workflow_id})
-        rows = [JobRow.from_record(r) for r in await cur.fetchall()]
+    missing = WorkflowNotFound(f"workflow {workflow_id} not found")
+    head, records = await head_and_rows(conn, "wf_get", "wf_steps", {"id": workflow_id}, missing)
+    rows = [JobRow.from_record(r) for r in records]
     steps = {str(r.metadata.get(STEP_KEY, r.id)): r for r in rows}
     counts = (await _counts(conn, [workflow_id]))[workflow_id]
     return _run(head, counts, steps)
