@@ -470,7 +470,7 @@ class AsyncClient:
     resume_queue = client_ops.resume_queue
     list_queues = client_ops.list_queues
     paused_queues = client_ops.paused_queues
-    audit_log = client_ops.audit_log
+    audit_log = reads.audit_log
     retry_jobs = client_ops.retry_jobs
     cancel_jobs = client_ops.cancel_jobs
     purge_jobs = client_ops.purge_jobs

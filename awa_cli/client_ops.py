@@ -19,8 +19,6 @@ from typing import TYPE_CHECKING, Any
 
 from awa_cli.db import dead_letters
 from awa_cli.db import queues as queue_rows
-from awa_cli.db import audit as audit_table
-from awa_cli.audit import AuditEntry
 from awa_cli.bulk import JobFilter
 from awa_cli.dead_letters import DeadLetterFilter
 from awa_cli.queues import QueueInfo
@@ -97,29 +95,6 @@ async def list_queues(self: AsyncClient, configured: Iterable[str] = ()) -> list
 async def paused_queues(self: AsyncClient) -> list[str]:
     """The names of the paused queues."""
     return await queue_rows.paused_names(await self.ensure_open())
-
-
-async def audit_log(
-    self: AsyncClient,
-    *,
-    actor: str | None = None,
-    action: str | None = None,
-    target: str | None = None,
-    since: datetime | None = None,
-    limit: int = 100,
-) -> list[AuditEntry]:
-    """Recorded operator actions, newest first (``awa.audit_log``, architecture §15.4)."""
-    params = {
-        "actor": actor,
-        "action": action,
-        "target": target,
-        "targets": None,
-        "since": since,
-        "limit": _limit(limit),
-    }
-    pool = await self.ensure_open()
-    async with pool.connection() as conn:
-        return [AuditEntry.from_record(r) for r in await audit_table.entries(conn, params)]
 
 
 # -- bulk operations -------------------------------------------------------------------

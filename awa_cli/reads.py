@@ -277,6 +277,25 @@ async def record_audit(
         return AuditEntry.from_record(await audit_table.insert(conn, params))
 
 
+def _positive(limit: int) -> int:
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        raise ValidationError("limit", "must be a positive integer")
+    return limit
+
+
+async def audit_log(
+    self: AsyncClient,
+    *,
+    actor: str | None = None,
+    action: str | None = None,
+    target: str | None = None,
+    since: datetime | None = None,
+    limit: int = 100,
+) -> list[AuditEntry]:
+    """Recorded operator actions, newest first (``awa.audit_log``, architecture §15.4)."""
+    return await audit_entries(self, actor, action, target, since, _positive(limit))
+
+
 async def list_audit(
     self: AsyncClient,
     *,
@@ -293,14 +312,22 @@ async def list_audit(
         raise ValidationError("limit", "must be an integer from 1 to 1000")
     if job_id is not None and (isinstance(job_id, bool) or not isinstance(job_id, int)):
         raise ValidationError("job_id", "expected an integer")
-    params = {
-        "actor": actor,
-        "action": action,
-        "target": target,
-        "targets": None if job_id is None else [f"job:{job_id}", str(job_id), f"id={job_id}"],
-        "since": since,
-        "limit": limit,
-    }
+    targets = None if job_id is None else [f"job:{job_id}", str(job_id), f"id={job_id}"]
+    return await audit_entries(self, actor, action, target, since, limit, targets)
+
+
+async def audit_entries(
+    self: AsyncClient,
+    actor: str | None,
+    action: str | None,
+    target: str | None,
+    since: datetime | None,
+    limit: int,
+    targets: list[str] | None = None,
+) -> list[AuditEntry]:
+    """The one audit query behind ``list_audit`` and ``audit_log`` (arguments checked)."""
+    params: dict[str, Any] = {"actor": actor, "action": action, "target": target}
+    params |= {"targets": targets, "since": since, "limit": limit}
     pool = await self.ensure_open()
     async with pool.connection() as conn:
         return [AuditEntry.from_record(r) for r in await audit_table.entries(conn, params)]
