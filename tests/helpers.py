@@ -337,3 +337,28 @@ def stop_group(proc: subprocess.Popen[bytes], timeout: float) -> None:
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+
+
+def results_in_threads(count: int, run: Callable[[int], Any], timeout: float) -> list[Any]:
+    """Call ``run(0)`` .. ``run(count - 1)`` each in its own thread (a race: ``run`` waits at
+    the caller's barrier where the race starts) and join them, ``timeout`` seconds each; what
+    each call returned or the exception it raised, in the order they finished."""
+    import threading
+
+    results: list[Any] = []
+    lock = threading.Lock()
+
+    def call(index: int) -> None:
+        try:
+            outcome = run(index)
+        except BaseException as exc:
+            outcome = exc
+        with lock:
+            results.append(outcome)
+
+    threads = [threading.Thread(target=call, args=(i,)) for i in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout)
+    return results
