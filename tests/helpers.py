@@ -362,3 +362,14 @@ def results_in_threads(count: int, run: Callable[[int], Any], timeout: float) ->
     for thread in threads:
         thread.join(timeout)
     return results
+
+
+def insert_chain(dsn: str, name: str, *steps: tuple[str, Any]) -> awa.WorkflowRun:
+    """Insert (with a sync Client) the workflow ``name`` of ``steps`` (step name, args), each
+    after the one before it."""
+    wf = awa.Workflow(name)
+    previous: list[Any] = []
+    for step, args in steps:
+        previous = [wf.add(step, args, after=previous)]
+    with awa.Client(dsn) as client:
+        return client.insert_workflow(wf)
