@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import importlib.util
 import os
 import shutil
@@ -404,3 +405,34 @@ def run_in_threads(targets: Sequence[Callable[[], object]], timeout: float | Non
         thread.start()
     for thread in threads:
         thread.join(timeout)
+
+
+def results_in_threads(count: int, run: Callable[[int], Any], timeout: float) -> list[Any]:
+    """Call ``run(0)`` .. ``run(count - 1)`` each in its own thread (a race: ``run`` waits at
+    the caller's barrier where the race starts) and join them, ``timeout`` seconds each; what
+    each call returned or the exception it raised, in the order they finished."""
+    results: list[Any] = []
+    lock = threading.Lock()
+
+    def call(index: int) -> None:
+        try:
+            outcome = run(index)
+        except BaseException as exc:
+            outcome = exc
+        with lock:
+            results.append(outcome)
+
+    run_in_threads([functools.partial(call, i) for i in range(count)], timeout)
+    return results
+
+
+def insert_chain(dsn: str, name: str, *steps: tuple[str, Any]) -> awa.WorkflowRun:
+    """Insert (with a sync Client) the workflow ``name`` of ``steps`` (step name, args), each
+    after the one before it."""
+    wf = awa.Workflow(name)
+    previous: list[Any] = []
+    for step, args in steps:
+        previous = [wf.add(step, args, after=previous)]
+    with awa.Client(dsn) as client:
+        return client.insert_workflow(wf)
+

@@ -23,16 +23,16 @@ from typing import Any
 import psycopg
 
 import awa_cli as awa
+from tests.apps.base import side_table
 from tests.apps.side_pool import SidePool
 
 app = awa.App()
 
-SIDE_TABLE = """
-CREATE SCHEMA IF NOT EXISTS awa_test;
-CREATE TABLE IF NOT EXISTS awa_test.executions (
-    job_id bigint NOT NULL, run_lease bigint NOT NULL, attempt int NOT NULL, kind text NOT NULL,
-    pid int NOT NULL, at timestamptz NOT NULL DEFAULT now())
-"""
+SIDE_TABLE = side_table(
+    "executions",
+    "job_id bigint NOT NULL, run_lease bigint NOT NULL, attempt int NOT NULL, kind text NOT NULL,"
+    " pid int NOT NULL",
+)
 
 MODES = ("ok", "fail", "flaky", "park")
 

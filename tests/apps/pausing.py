@@ -4,17 +4,15 @@ for ``sleep`` seconds and completes."""
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
 
 import awa_cli as awa
+from tests.apps.base import NumberedJob
 
 app = awa.App()
 
 
-@dataclass
-class Tick:
-    n: int
-    sleep: float = 0.0
+class Tick(NumberedJob):
+    """A job that sleeps and completes."""
 
 
 @app.task(Tick)

@@ -13,15 +13,15 @@ from typing import Any
 import psycopg
 
 import awa_cli as awa
+from tests.apps.base import side_table
 
 app = awa.App()
 
-SIDE_TABLE = """
-CREATE SCHEMA IF NOT EXISTS awa_test;
-CREATE TABLE IF NOT EXISTS awa_test.polyglot_runs (
-    job_id bigint NOT NULL, kind text NOT NULL, args jsonb NOT NULL, attempt int NOT NULL,
-    pid int NOT NULL, at timestamptz NOT NULL DEFAULT now())
-"""
+SIDE_TABLE = side_table(
+    "polyglot_runs",
+    "job_id bigint NOT NULL, kind text NOT NULL, args jsonb NOT NULL, attempt int NOT NULL,"
+    " pid int NOT NULL",
+)
 
 
 async def _record(job: awa.Job) -> None:

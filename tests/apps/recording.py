@@ -5,28 +5,23 @@ from __future__ import annotations
 
 import asyncio
 import os
-from dataclasses import dataclass
 
 
 import awa_cli as awa
+from tests.apps.base import NumberedJob, side_table
 from tests.apps.side_pool import SidePool
 
 app = awa.App()
 
-SIDE_TABLE = """
-CREATE SCHEMA IF NOT EXISTS awa_test;
-CREATE TABLE IF NOT EXISTS awa_test.executions (
-    job_id bigint NOT NULL, run_lease bigint NOT NULL, pid int NOT NULL,
-    at timestamptz NOT NULL DEFAULT now())
-"""
+SIDE_TABLE = side_table(
+    "executions", "job_id bigint NOT NULL, run_lease bigint NOT NULL, pid int NOT NULL"
+)
 
 _pool = SidePool()
 
 
-@dataclass
-class Record:
-    n: int
-    sleep: float = 0.0
+class Record(NumberedJob):
+    """A job whose every execution is a row of awa_test.executions."""
 
 
 @app.task(Record)

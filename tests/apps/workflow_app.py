@@ -7,28 +7,25 @@ from __future__ import annotations
 import asyncio
 import os
 import random
-from dataclasses import dataclass
 
 import awa_cli as awa
+from tests.apps.base import NumberedJob, side_table
 from tests.apps.side_pool import SidePool
 
 app = awa.App()
 
-SIDE_TABLE = """
-CREATE SCHEMA IF NOT EXISTS awa_test;
-CREATE TABLE IF NOT EXISTS awa_test.wf_runs (
-    job_id bigint NOT NULL, run_lease bigint NOT NULL, pid int NOT NULL,
-    unfinished_parents int NOT NULL, parents_seen int NOT NULL,
-    at timestamptz NOT NULL DEFAULT clock_timestamp())
-"""
+SIDE_TABLE = side_table(
+    "wf_runs",
+    "job_id bigint NOT NULL, run_lease bigint NOT NULL, pid int NOT NULL,"
+    " unfinished_parents int NOT NULL, parents_seen int NOT NULL",
+    at_default="clock_timestamp()",
+)
 
 _pool = SidePool()
 
 
-@dataclass
-class Node:
-    n: int
-    sleep: float = 0.0
+class Node(NumberedJob):
+    """A step of a workflow, recorded in awa_test.wf_runs; its output is ``n``."""
 
 
 @app.task(Node)

@@ -1,5 +1,6 @@
 """awa.toml's dead-letter keys: [queues.NAME] dead_letter, [dead_letter] default,
-[maintenance] dead_letter_retention, and dead_letter_enabled() (no database)."""
+[maintenance] dead_letter_retention, and dead_letter_enabled() (no database). Their errors
+are rows of test_config.py's test_errors_name_the_key."""
 
 from __future__ import annotations
 
@@ -9,7 +10,6 @@ import pytest
 
 from awa_cli.config import (
     Config,
-    ConfigError,
     DeadLetterConfig,
     QueueConfig,
     dead_letter_enabled,
@@ -72,38 +72,6 @@ def test_dead_letter_enabled(tmp_path: Path, default: bool, queue: str, expected
         tmp_path, THREE_QUEUES + f"[dead_letter]\ndefault = {str(default).lower()}\n"
     )
     assert dead_letter_enabled(config, queue) is expected
-
-
-@pytest.mark.parametrize(
-    ("text", "key", "fragment"),
-    [
-        (
-            '[queues.email]\ndead_letter = "yes"',
-            "[queues.email] dead_letter",
-            '[queues.email] dead_letter: expected true or false, got "yes"',
-        ),
-        ("[queues.email]\ndead_letter = 1", "[queues.email] dead_letter", "got 1"),
-        ("[dead_letter]\ndefault = 0", "[dead_letter] default", "expected true or false"),
-        ("[dead_letter]\nenabled = true", "[dead_letter] enabled", "known keys: default"),
-        ("dead_letter = true", "[dead_letter]", "expected a table"),
-        (
-            '[maintenance]\ndead_letter_retention = "a month"',
-            "[maintenance] dead_letter_retention",
-            "expected a duration",
-        ),
-        (
-            "[maintenance]\ndead_letter_retention = -1",
-            "[maintenance] dead_letter_retention",
-            "non-negative",
-        ),
-    ],
-)
-def test_errors_name_the_key(tmp_path: Path, text: str, key: str, fragment: str) -> None:
-    with pytest.raises(ConfigError) as info:
-        load_text(tmp_path, text)
-    message = str(info.value)
-    assert "\n" not in message and info.value.key == key
-    assert key in message and fragment in message
 
 
 def test_example_turns_it_on_for_one_queue() -> None:

@@ -14,19 +14,10 @@ from tests.helpers import AwaRunner, audit_rows
 
 import awa_cli as awa
 from awa_cli.audit import cli_actor
-from awa_cli.periodic import Schedule, next_fire_after
+from awa_cli.periodic import next_fire_after
+from tests.integration.db.test_periodic_sql import HOURLY, NIGHTLY  # the SQL tests' schedules
 
 pytestmark = pytest.mark.integration
-
-NIGHTLY = Schedule(
-    "nightly",
-    "0 3 * * *",
-    "report",
-    {"day": "yesterday"},
-    "Europe/Berlin",
-    options={"queue": "reports", "priority": 2},
-)
-HOURLY = Schedule("hourly", "@hourly", "tick", {}, options={"queue": "default"})
 
 
 def store(dsn: str) -> None:
@@ -114,7 +105,7 @@ def test_trigger_enqueues_now_and_leaves_the_schedule_unchanged(dsn: str) -> Non
     assert (job["kind"], job["queue"], job["priority"], job["state"]) == (
         "report",
         "reports",
-        2,
+        1,  # the schedule's (the default is 2)
         "available",
     )
     assert job["args"] == {"day": "yesterday"}

@@ -10,7 +10,7 @@ import pytest
 import awa_cli as awa
 from awa_cli.audit import AuditEntry
 from awa_cli.cli import cli
-from tests.helpers import AwaRunner
+from tests.helpers import AwaRunner, insert_chain
 
 pytestmark = [pytest.mark.integration]
 
@@ -20,16 +20,8 @@ class Task:
     n: int
 
 
-def _insert(dsn: str) -> awa.WorkflowRun:
-    wf = awa.Workflow("nightly")
-    a = wf.add("extract", Task(1))
-    wf.add("load", Task(2), after=[a])
-    with awa.Client(dsn) as client:
-        return client.insert_workflow(wf)
-
-
 def test_list_show_cancel_retry(dsn: str, runner: AwaRunner) -> None:
-    run = _insert(dsn)
+    run = insert_chain(dsn, "nightly", ("extract", Task(1)), ("load", Task(2)))
     env = {"AWA_DATABASE_URL": dsn}
     listed = runner.invoke(cli, ["workflow", "list", "--json"], env=env)
     assert listed.exit_code == 0, listed.output

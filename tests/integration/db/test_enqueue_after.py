@@ -7,7 +7,6 @@ catalog."""
 from __future__ import annotations
 
 import asyncio
-import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -221,14 +220,10 @@ AFTER_GRANTS = [
 
 
 def test_a_producer_role_with_the_documented_grants_enqueues_children(
-    db: psycopg.Connection, dsn: str
+    db: psycopg.Connection, dsn: str, producer_role: str
 ) -> None:
     """The grants docs/enqueue-from-anywhere.md adds for `after`, beside the producer's."""
-    role = f"awa_producer_after_{int(time.time() * 1000) % 10**9}"
-    db.execute(f"CREATE ROLE {role} LOGIN")
-    db.execute(f"GRANT USAGE ON SCHEMA awa TO {role}")
-    db.execute(f"GRANT INSERT ON awa.jobs TO {role}")
-    db.execute(f"GRANT USAGE ON SEQUENCE awa.jobs_id_seq TO {role}")
+    role = producer_role
     parent = awa.insert(db, {}, kind="parent")
     gone = awa.insert(db, {}, kind="parent")
     db.execute("UPDATE awa.jobs SET state = 'failed' WHERE id = %s", (gone.id,))
@@ -240,32 +235,26 @@ def test_a_producer_role_with_the_documented_grants_enqueues_children(
     )
     db.commit()
     call = "SELECT awa.enqueue(kind => 'child', after => %s)"
-    try:
-        with psycopg.connect(dsn) as producer:
-            producer.execute(f"SET ROLE {role}")
-            with pytest.raises(psycopg.errors.InsufficientPrivilege):
-                producer.execute(call, [[parent.id]])
-            producer.rollback()
-        for grant in AFTER_GRANTS:
-            db.execute(grant.format(role=role))
-        db.commit()
-        with psycopg.connect(dsn) as producer:
-            producer.execute(f"SET ROLE {role}")
-            child = scalar(producer, call, [[parent.id]])
-            dead_child = scalar(producer, call, [[parent.id, gone.id]])
-            many = producer.execute(
-                "SELECT * FROM awa.enqueue_many(%s)", [Jsonb([{"kind": "c", "after": [parent.id]}])]
-            ).fetchall()
-            producer.commit()
-        assert job_row(dsn, child).state == "blocked"
-        assert job_row(dsn, dead_child).state == "cancelled"
-        assert len(many) == 1
-        assert scalar(db, "SELECT has_dependents FROM awa.jobs WHERE id = %s", [parent.id])
-    finally:
-        db.rollback()
-        db.execute(f"DROP OWNED BY {role}")
-        db.execute(f"DROP ROLE {role}")
-        db.commit()
+    with psycopg.connect(dsn) as producer:
+        producer.execute(f"SET ROLE {role}")
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            producer.execute(call, [[parent.id]])
+        producer.rollback()
+    for grant in AFTER_GRANTS:
+        db.execute(grant.format(role=role))
+    db.commit()
+    with psycopg.connect(dsn) as producer:
+        producer.execute(f"SET ROLE {role}")
+        child = scalar(producer, call, [[parent.id]])
+        dead_child = scalar(producer, call, [[parent.id, gone.id]])
+        many = producer.execute(
+            "SELECT * FROM awa.enqueue_many(%s)", [Jsonb([{"kind": "c", "after": [parent.id]}])]
+        ).fetchall()
+        producer.commit()
+    assert job_row(dsn, child).state == "blocked"
+    assert job_row(dsn, dead_child).state == "cancelled"
+    assert len(many) == 1
+    assert scalar(db, "SELECT has_dependents FROM awa.jobs WHERE id = %s", [parent.id])
 
 
 def test_a_prepared_call_and_a_trigger_survive_the_signature_change(

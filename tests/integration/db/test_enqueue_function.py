@@ -200,42 +200,27 @@ async def test_an_idle_worker_runs_a_sql_enqueued_job_at_once(dsn: str) -> None:
 
 
 def test_a_producer_role_needs_only_insert_and_the_sequence(
-    db: psycopg.Connection, dsn: str
+    db: psycopg.Connection, dsn: str, producer_role: str
 ) -> None:
     """The grants docs/enqueue-from-anywhere.md gives a producer (and a trigger's role)."""
-    role = f"awa_producer_{int(time.time() * 1000) % 10**9}"
-    db.execute(f"CREATE ROLE {role} LOGIN")
-    db.execute(f"GRANT USAGE ON SCHEMA awa TO {role}")
-    db.execute(f"GRANT INSERT ON awa.jobs TO {role}")
-    db.execute(f"GRANT USAGE ON SEQUENCE awa.jobs_id_seq TO {role}")
+    role = producer_role
+    with psycopg.connect(dsn) as producer:
+        producer.execute(f"SET ROLE {role}")
+        assert isinstance(scalar(producer, "SELECT awa.enqueue(kind => 'plain')"), int)
+        assert (
+            len(producer.execute('SELECT * FROM awa.enqueue_many(\'[{"kind": "b"}]\')').fetchall())
+            == 1
+        )
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            producer.execute("SELECT awa.enqueue(kind => 'unique', unique_key => 'k')")
+        producer.rollback()
+    db.execute(f"GRANT SELECT (unique_key, state, unique_states) ON awa.jobs TO {role}")
     db.commit()
-    try:
-        with psycopg.connect(dsn) as producer:
-            producer.execute(f"SET ROLE {role}")
-            assert isinstance(scalar(producer, "SELECT awa.enqueue(kind => 'plain')"), int)
-            assert (
-                len(
-                    producer.execute(
-                        'SELECT * FROM awa.enqueue_many(\'[{"kind": "b"}]\')'
-                    ).fetchall()
-                )
-                == 1
-            )
-            with pytest.raises(psycopg.errors.InsufficientPrivilege):
-                producer.execute("SELECT awa.enqueue(kind => 'unique', unique_key => 'k')")
-            producer.rollback()
-        db.execute(f"GRANT SELECT (unique_key, state, unique_states) ON awa.jobs TO {role}")
-        db.commit()
-        with psycopg.connect(dsn) as producer:
-            producer.execute(f"SET ROLE {role}")
-            assert isinstance(scalar(producer, "SELECT awa.enqueue('u', unique_key => 'k')"), int)
-            assert scalar(producer, "SELECT awa.enqueue('u', unique_key => 'k')") is None
-            producer.commit()
-    finally:
-        db.rollback()
-        db.execute(f"DROP OWNED BY {role}")
-        db.execute(f"DROP ROLE {role}")
-        db.commit()
+    with psycopg.connect(dsn) as producer:
+        producer.execute(f"SET ROLE {role}")
+        assert isinstance(scalar(producer, "SELECT awa.enqueue('u', unique_key => 'k')"), int)
+        assert scalar(producer, "SELECT awa.enqueue('u', unique_key => 'k')") is None
+        producer.commit()
 
 
 def test_applying_the_migration_again_is_harmless(db: psycopg.Connection) -> None:

@@ -104,22 +104,19 @@ def test_sql_function_stores_the_vector_row(db: psycopg.Connection, case: dict[s
     assert row == expected_row(case)
 
 
-@pytest.mark.parametrize("case", cases("python", "error"))
-def test_python_insert_refuses_the_vector_input(
-    db: psycopg.Connection, case: dict[str, Any]
-) -> None:
+def check_python_insert_refuses(db: psycopg.Connection, case: dict[str, Any]) -> None:
+    """awa.insert refuses the case's input: a ValidationError naming the case's field, with the
+    case's message where it gives one."""
     with pytest.raises(awa.ValidationError) as caught:
         python_insert(db, case)
     assert caught.value.field == case["error"]["field"]
     if "message" in case["error"]:
         assert str(caught.value) == case["error"]["message"]
-    assert job_count(db) == 0
 
 
-@pytest.mark.parametrize("case", cases("sql", "error"))
-def test_sql_function_refuses_the_vector_input(
-    db: psycopg.Connection, case: dict[str, Any]
-) -> None:
+def check_sql_function_refuses(db: psycopg.Connection, case: dict[str, Any]) -> None:
+    """awa.enqueue refuses the case's input: SQLSTATE 22023 naming the case's field as the
+    column and at the start of the message, the case's message where it gives one."""
     with pytest.raises(psycopg.errors.InvalidParameterValue) as caught:
         sql_enqueue(db, case)
     error = caught.value
@@ -129,6 +126,21 @@ def test_sql_function_refuses_the_vector_input(
     assert error.diag.message_primary.startswith(case["error"]["field"] + ": ")
     if "message" in case["error"]:
         assert error.diag.message_primary == case["error"]["message"]
+
+
+@pytest.mark.parametrize("case", cases("python", "error"))
+def test_python_insert_refuses_the_vector_input(
+    db: psycopg.Connection, case: dict[str, Any]
+) -> None:
+    check_python_insert_refuses(db, case)
+    assert job_count(db) == 0
+
+
+@pytest.mark.parametrize("case", cases("sql", "error"))
+def test_sql_function_refuses_the_vector_input(
+    db: psycopg.Connection, case: dict[str, Any]
+) -> None:
+    check_sql_function_refuses(db, case)
     db.rollback()
     assert job_count(db) == 0
 
@@ -243,22 +255,30 @@ def check_stored_child(db: psycopg.Connection, job_id: int, case: dict[str, Any]
     assert set(in_jobs) <= set(flagged_parents(db)), case["name"]
 
 
-@pytest.mark.parametrize("case", after_cases("row"))
+@pytest.fixture(params=after_cases("row"))
+def row_case(db: psycopg.Connection, request: pytest.FixtureRequest) -> dict[str, Any]:
+    """Each after_case that expects a row, its parents created (resolved_case)."""
+    return resolved_case(db, request.param)
+
+
+@pytest.fixture(params=after_cases("error"))
+def error_case(db: psycopg.Connection, request: pytest.FixtureRequest) -> dict[str, Any]:
+    """Each after_case that expects an error, its parents created (resolved_case)."""
+    return resolved_case(db, request.param)
+
+
 def test_python_insert_stores_the_after_vector_row(
-    db: psycopg.Connection, case: dict[str, Any]
+    db: psycopg.Connection, row_case: dict[str, Any]
 ) -> None:
-    resolved = resolved_case(db, case)
-    check_stored_child(db, python_insert(db, resolved), resolved)
+    check_stored_child(db, python_insert(db, row_case), row_case)
 
 
-@pytest.mark.parametrize("case", after_cases("row"))
 def test_sql_function_stores_the_after_vector_row(
-    db: psycopg.Connection, case: dict[str, Any]
+    db: psycopg.Connection, row_case: dict[str, Any]
 ) -> None:
-    resolved = resolved_case(db, case)
-    job_id = sql_enqueue(db, resolved)
+    job_id = sql_enqueue(db, row_case)
     assert job_id is not None
-    check_stored_child(db, job_id, resolved)
+    check_stored_child(db, job_id, row_case)
 
 
 def test_enqueue_many_stores_every_after_vector_row_in_order(db: psycopg.Connection) -> None:
@@ -278,49 +298,33 @@ def nothing_written(db: psycopg.Connection, case: dict[str, Any]) -> None:
     assert flagged_parents(db) == []
 
 
-@pytest.mark.parametrize("case", after_cases("error"))
 def test_python_insert_refuses_the_after_vector_input(
-    db: psycopg.Connection, case: dict[str, Any]
+    db: psycopg.Connection, error_case: dict[str, Any]
 ) -> None:
-    resolved = resolved_case(db, case)
-    with pytest.raises(awa.ValidationError) as caught:
-        python_insert(db, resolved)
-    assert caught.value.field == case["error"]["field"]
-    if "message" in case["error"]:
-        assert str(caught.value) == case["error"]["message"]
-    nothing_written(db, resolved)
+    check_python_insert_refuses(db, error_case)
+    nothing_written(db, error_case)
 
 
-@pytest.mark.parametrize("case", after_cases("error"))
 def test_sql_function_refuses_the_after_vector_input(
-    db: psycopg.Connection, case: dict[str, Any]
+    db: psycopg.Connection, error_case: dict[str, Any]
 ) -> None:
-    resolved = resolved_case(db, case)
     db.commit()  # the parents stay; the failed call's transaction is rolled back
-    with pytest.raises(psycopg.errors.InvalidParameterValue) as caught:
-        sql_enqueue(db, resolved)
-    error = caught.value
-    assert error.diag.column_name == case["error"]["field"]
-    assert (error.diag.message_primary or "").startswith(case["error"]["field"] + ": ")
-    if "message" in case["error"]:
-        assert error.diag.message_primary == case["error"]["message"]
+    check_sql_function_refuses(db, error_case)
     db.rollback()
-    nothing_written(db, resolved)
+    nothing_written(db, error_case)
 
 
-@pytest.mark.parametrize("case", after_cases("error"))
 def test_enqueue_many_refuses_the_after_vector_input_and_writes_nothing(
-    db: psycopg.Connection, case: dict[str, Any]
+    db: psycopg.Connection, error_case: dict[str, Any]
 ) -> None:
-    resolved = resolved_case(db, case)
     db.commit()
-    jobs = [{"kind": "fine"}, resolved["input"]]
+    jobs = [{"kind": "fine"}, error_case["input"]]
     with pytest.raises(psycopg.errors.InvalidParameterValue) as caught:
         db.execute("SELECT awa.enqueue_many(%s)", [Jsonb(jobs)]).fetchall()
     message = caught.value.diag.message_primary or ""
-    assert caught.value.diag.column_name == case["error"]["field"]
-    assert message.startswith(case["error"]["field"] + ": ") and message.endswith("(jobs[1])")
-    if "message" in case["error"]:
-        assert message == case["error"]["message"] + " (jobs[1])"
+    assert caught.value.diag.column_name == error_case["error"]["field"]
+    assert message.startswith(error_case["error"]["field"] + ": ") and message.endswith("(jobs[1])")
+    if "message" in error_case["error"]:
+        assert message == error_case["error"]["message"] + " (jobs[1])"
     db.rollback()
-    nothing_written(db, resolved)
+    nothing_written(db, error_case)

@@ -19,7 +19,7 @@ import pytest
 
 from awa_cli.db import migrations
 from awa_cli.db.migrations import migrate_dsn
-from tests.helpers import JOB_STATES, ROOT, build_wheel, run_captured
+from tests.helpers import JOB_STATES, ROOT, build_wheel, results_in_threads, run_captured
 
 
 # architecture §2: the columns of awa.jobs and their types (format_type spelling).
@@ -96,23 +96,12 @@ def test_migrate_a_fresh_database_then_nothing(fresh_dsn: str) -> None:
 def test_concurrent_migrates_on_a_fresh_database(fresh_dsn: str) -> None:
     runners = 4
     barrier = threading.Barrier(runners)
-    results: list[Any] = []
-    lock = threading.Lock()
 
-    def run() -> None:
+    def run(_: int) -> Any:
         barrier.wait(timeout=10)
-        try:
-            outcome: Any = migrate_dsn(fresh_dsn)
-        except BaseException as exc:
-            outcome = exc
-        with lock:
-            results.append(outcome)
+        return migrate_dsn(fresh_dsn)
 
-    threads = [threading.Thread(target=run) for _ in range(runners)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
+    results = results_in_threads(runners, run, timeout=60)
     errors = [r for r in results if isinstance(r, BaseException)]
     assert not errors, errors
     assert len(results) == runners

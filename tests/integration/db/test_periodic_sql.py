@@ -21,6 +21,7 @@ from awa_cli.db.periodic import (
 )
 from awa_cli.db.statements import SQL
 from awa_cli.periodic import DueRow, PeriodicJob, Schedule, due_fires, plan_sweep
+from tests.helpers import results_in_threads
 
 pytestmark = pytest.mark.integration
 
@@ -137,23 +138,14 @@ def test_upsert_keeps_pause_and_fire_state_and_resets_next_fire_only_on_a_new_ti
 def test_concurrent_upserts_of_the_same_schedules(dsn: str, db: psycopg.Connection) -> None:
     schedules = [Schedule(f"s{i}", "@hourly", "k") for i in range(50)]
     barrier = threading.Barrier(4)
-    errors: list[BaseException] = []
 
-    def upsert(reverse: bool) -> None:
-        try:
-            with psycopg.connect(dsn) as conn:
-                barrier.wait(timeout=10)
-                params = upsert_params(reversed(schedules) if reverse else schedules)
-                conn.execute(SQL["periodic_upsert"], params)
-        except BaseException as exc:
-            errors.append(exc)
+    def upsert(index: int) -> None:
+        with psycopg.connect(dsn) as conn:
+            barrier.wait(timeout=10)
+            params = upsert_params(reversed(schedules) if index % 2 else schedules)
+            conn.execute(SQL["periodic_upsert"], params)
 
-    threads = [threading.Thread(target=upsert, args=(i % 2 == 1,)) for i in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(30)
-    assert not errors
+    assert results_in_threads(4, upsert, timeout=30) == [None] * 4
     assert db.execute("SELECT count(*) FROM awa.periodic_jobs").fetchone() == (50,)
 
 

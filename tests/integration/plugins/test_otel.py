@@ -11,7 +11,7 @@ import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import psycopg
 import pytest
@@ -27,7 +27,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 import awa_cli as awa
 from awa_cli import metadata
 from awa_cli.events import JobEvent
-from awa_cli.plugins.manager import build_plugin_host
+from awa_cli.plugins.manager import PluginHost, build_plugin_host
 from awa_cli.plugins.otel import NAME, TRACEPARENT, OtelPlugin
 from tests.helpers import ROOT, all_terminal, running_worker, wait_until
 
@@ -91,8 +91,15 @@ async def stuck(job: awa.Job) -> None:
 app.on_completed_enqueue(Order, Receipt, lambda args, job: Receipt(args.n))
 
 
+class Otel(NamedTuple):
+    plugin: OtelPlugin
+    exporter: InMemorySpanExporter  # the finished spans
+    reader: InMemoryMetricReader  # the metrics
+    host: PluginHost  # the plugin as the one built-in (no entry points), for clients and workers
+
+
 @pytest.fixture
-def otel() -> Iterator[tuple[OtelPlugin, InMemorySpanExporter, InMemoryMetricReader]]:
+def otel() -> Iterator[Otel]:
     exporter = InMemorySpanExporter()
     tracer_provider = TracerProvider()
     tracer_provider.add_span_processor(SimpleSpanProcessor(exporter))
@@ -100,8 +107,9 @@ def otel() -> Iterator[tuple[OtelPlugin, InMemorySpanExporter, InMemoryMetricRea
     plugin = OtelPlugin(
         tracer_provider=tracer_provider, meter_provider=MeterProvider(metric_readers=[reader])
     )
+    host = build_plugin_host(entry_points=False, extra_builtins=[(NAME, lambda: plugin)])
     try:
-        yield plugin, exporter, reader
+        yield Otel(plugin, exporter, reader, host)
     finally:
         plugin.close()
     assert plugin.contribute not in metadata.registered()
@@ -127,11 +135,8 @@ def jobs(dsn: str) -> dict[str, list[dict[str, Any]]]:
 
 
 @pytest.mark.asyncio
-async def test_one_trace_from_request_through_attempts_and_follow_ups(
-    dsn: str, otel: tuple[OtelPlugin, InMemorySpanExporter, InMemoryMetricReader]
-) -> None:
-    plugin, exporter, reader = otel
-    host = build_plugin_host(entry_points=False, extra_builtins=[(NAME, lambda: plugin)])
+async def test_one_trace_from_request_through_attempts_and_follow_ups(dsn: str, otel: Otel) -> None:
+    plugin, exporter, reader, host = otel
     tracer = plugin.tracer_provider.get_tracer("test")
     client = awa.AsyncClient(dsn, app, plugin_hooks=host.event_hooks())
     try:
@@ -195,11 +200,8 @@ async def test_one_trace_from_request_through_attempts_and_follow_ups(
 
 
 @pytest.mark.asyncio
-async def test_rescue_closes_the_dead_attempt_with_its_reason(
-    dsn: str, otel: tuple[OtelPlugin, InMemorySpanExporter, InMemoryMetricReader]
-) -> None:
-    plugin, exporter, reader = otel
-    host = build_plugin_host(entry_points=False, extra_builtins=[(NAME, lambda: plugin)])
+async def test_rescue_closes_the_dead_attempt_with_its_reason(dsn: str, otel: Otel) -> None:
+    _, exporter, reader, host = otel
     async with awa.AsyncClient(dsn) as client:
         job = await client.insert(Stuck(1), max_attempts=1)
     with psycopg.connect(dsn, autocommit=True) as conn:  # a worker died mid-attempt
@@ -221,13 +223,13 @@ async def test_rescue_closes_the_dead_attempt_with_its_reason(
 
 
 def test_spans_are_bounded(
-    otel: tuple[OtelPlugin, InMemorySpanExporter, InMemoryMetricReader],
+    otel: Otel,
 ) -> None:
     import asyncio
 
     from tests.integration.plugins.test_prometheus import row
 
-    plugin, exporter, _ = otel
+    plugin, exporter, _, _ = otel
     huge = "x" * 100_000
     job = row(kind="k" * 300, metadata={TRACEPARENT: "garbage"})
     asyncio.run(plugin.awa_job_event(JobEvent.Exhausted(job, {}, huge, 3)))
@@ -239,7 +241,7 @@ def test_spans_are_bounded(
 
 
 def test_caller_traceparent_is_kept_and_contributors_never_break_enqueue(
-    otel: tuple[OtelPlugin, InMemorySpanExporter, InMemoryMetricReader],
+    otel: Otel,
 ) -> None:
     from awa_cli.jobs import InsertOpts, prepare
 
@@ -340,10 +342,8 @@ def _metric_points(reader: InMemoryMetricReader) -> dict[tuple[str, tuple[str, .
     return points
 
 
-def test_sync_client_and_awa_insert_see_the_callers_span(
-    dsn: str, otel: tuple[OtelPlugin, InMemorySpanExporter, InMemoryMetricReader]
-) -> None:
-    plugin, exporter, _ = otel
+def test_sync_client_and_awa_insert_see_the_callers_span(dsn: str, otel: Otel) -> None:
+    plugin, exporter, _, _ = otel
     tracer = plugin.tracer_provider.get_tracer("test")
     with tracer.start_as_current_span("script") as outer:
         with awa.Client(dsn) as client:  # runs on its own loop thread: the context goes along

@@ -149,19 +149,7 @@ async def test_events_increment_the_counters_and_the_histogram() -> None:
         JobEvent.Rescued(row(queue="other"), {}, RescueReason.STALE_HEARTBEAT)
     )
     get = plugin.registry.get_sample_value
-    jobs = {
-        o: get("awa_jobs_total", {"kind": "send_email", "queue": "email", "outcome": o})
-        for o in (
-            "started",
-            "completed",
-            "retried",
-            "exhausted",
-            "cancelled",
-            "waiting_for_callback",
-            "rescued",
-        )
-    }
-    assert jobs == {
+    email_counts = {
         "started": 2,
         "completed": 2,
         "retried": 1,
@@ -170,6 +158,9 @@ async def test_events_increment_the_counters_and_the_histogram() -> None:
         "waiting_for_callback": 1,
         "rescued": 1,
     }
+    email = {"kind": "send_email", "queue": "email"}
+    jobs = {o: get("awa_jobs_total", {**email, "outcome": o}) for o in email_counts}
+    assert jobs == email_counts
     assert (
         get("awa_jobs_total", {"kind": "send_email", "queue": "other", "outcome": "rescued"}) == 1
     )

@@ -5,12 +5,14 @@ parent outputs, retry re-blocking, retention and why_not_running."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import psycopg
 import pytest
+import pytest_asyncio
 
 import awa_cli as awa
 from awa_cli.testing import AsyncAwaTestClient
@@ -47,21 +49,53 @@ def state(dsn: str, job_id: int) -> str:
     return str(job_row(dsn, job_id).state)
 
 
-@pytest.mark.asyncio
-async def test_a_child_is_blocked_until_its_parent_completes_and_sees_its_output(dsn: str) -> None:
-    log: list[Any] = []
-    app = step_app(log)
+@pytest.fixture
+def log() -> list[Any]:
+    """What the step app's handler saw, a run: (name, parent outputs, [(parent id, state)])."""
+    return []
+
+
+@pytest.fixture
+def app(log: list[Any]) -> awa.App:
+    return step_app(log)
+
+
+@pytest_asyncio.fixture
+async def client(dsn: str, app: awa.App) -> AsyncIterator[awa.AsyncClient]:
+    """An AsyncClient bound to the step app."""
     async with awa.AsyncClient(dsn, app) as client:
-        a = await client.insert(Step("a"))
-        b = await client.insert(Step("b"), after=[a.id])
-        c = await client.insert(Step("c"), after=[b])  # a JobRow works too
-        assert b.state == awa.JobState.BLOCKED and c.state == "blocked"
-        assert await client.why_not_running(b.id) == f"blocked on parents {a.id} (available)"
-        harness = AsyncAwaTestClient(client, app)
-        assert (await harness.work_one(Step)).outcome == "completed"  # a
-        assert state(dsn, b.id) == "available" and state(dsn, c.id) == "blocked"
-        assert (await harness.work_one(Step)).outcome == "completed"  # b
-        assert (await harness.work_one(Step)).outcome == "completed"  # c
+        yield client
+
+
+@pytest.fixture
+def harness(client: awa.AsyncClient, app: awa.App) -> AsyncAwaTestClient:
+    """Works the step app's jobs one at a time."""
+    return AsyncAwaTestClient(client, app)
+
+
+async def run_child_of_a_failing_and_a_fine_parent(
+    client: awa.AsyncClient,
+) -> tuple[awa.JobRow, awa.JobRow, awa.JobRow]:
+    """a (fails), b (completes) and c after both with on_parent_failure="run"."""
+    a = await client.insert(Step("a", "fail"))
+    b = await client.insert(Step("b"))
+    c = await client.insert(Step("c"), after=[a, b], on_parent_failure="run")
+    return a, b, c
+
+
+@pytest.mark.asyncio
+async def test_a_child_is_blocked_until_its_parent_completes_and_sees_its_output(
+    dsn: str, client: awa.AsyncClient, harness: AsyncAwaTestClient, log: list[Any]
+) -> None:
+    a = await client.insert(Step("a"))
+    b = await client.insert(Step("b"), after=[a.id])
+    c = await client.insert(Step("c"), after=[b])  # a JobRow works too
+    assert b.state == awa.JobState.BLOCKED and c.state == "blocked"
+    assert await client.why_not_running(b.id) == f"blocked on parents {a.id} (available)"
+    assert (await harness.work_one(Step)).outcome == "completed"  # a
+    assert state(dsn, b.id) == "available" and state(dsn, c.id) == "blocked"
+    assert (await harness.work_one(Step)).outcome == "completed"  # b
+    assert (await harness.work_one(Step)).outcome == "completed"  # c
     assert [name for name, _, _ in log] == ["a", "b", "c"]
     assert log[1][1] == {a.id: {"from": "a"}} and log[1][2] == [(a.id, "completed")]
     assert log[2][1] == {b.id: {"from": "b"}}
@@ -88,14 +122,14 @@ def test_sync_client_and_insert_in_the_callers_transaction(dsn: str) -> None:
 
 
 @pytest.mark.asyncio
-async def test_a_childs_run_at_still_applies(dsn: str) -> None:
-    app = step_app([])
+async def test_a_childs_run_at_still_applies(
+    dsn: str, client: awa.AsyncClient, harness: AsyncAwaTestClient
+) -> None:
     later = datetime.now(UTC) + timedelta(hours=1)
-    async with awa.AsyncClient(dsn, app) as client:
-        a = await client.insert(Step("a"))
-        b = await client.insert(Step("b"), after=[a], run_at=later)
-        await AsyncAwaTestClient(client, app).work_one(Step)
-        assert state(dsn, b.id) == "scheduled"
+    a = await client.insert(Step("a"))
+    b = await client.insert(Step("b"), after=[a], run_at=later)
+    await harness.work_one(Step)
+    assert state(dsn, b.id) == "scheduled"
 
 
 @pytest.mark.asyncio
@@ -139,52 +173,45 @@ async def test_a_failed_parent_cancels_the_descendants_transitively(dsn: str) ->
 
 
 @pytest.mark.asyncio
-async def test_run_policy_runs_once_every_parent_is_terminal_and_sees_states(dsn: str) -> None:
-    log: list[Any] = []
-    app = step_app(log)
-    async with awa.AsyncClient(dsn, app) as client:
-        a = await client.insert(Step("a", "fail"))
-        b = await client.insert(Step("b"))
-        c = await client.insert(Step("c"), after=[a, b], on_parent_failure="run")
-        harness = AsyncAwaTestClient(client, app)
-        await harness.work_one(Step)
-        assert state(dsn, c.id) == "blocked"
-        await harness.work_one(Step)
-        await harness.work_one(Step)
+async def test_run_policy_runs_once_every_parent_is_terminal_and_sees_states(
+    dsn: str, client: awa.AsyncClient, harness: AsyncAwaTestClient, log: list[Any]
+) -> None:
+    a, b, c = await run_child_of_a_failing_and_a_fine_parent(client)
+    await harness.work_one(Step)
+    assert state(dsn, c.id) == "blocked"
+    await harness.work_one(Step)
+    await harness.work_one(Step)
     name, outputs, parents = log[-1]
     assert name == "c" and outputs == {b.id: {"from": "b"}}
     assert parents == [(a.id, "failed"), (b.id, "completed")]
 
 
 @pytest.mark.asyncio
-async def test_retrying_a_parent_reblocks_a_run_policy_child_that_has_not_started(dsn: str) -> None:
+async def test_retrying_a_parent_reblocks_a_run_policy_child_that_has_not_started(
+    dsn: str, client: awa.AsyncClient, harness: AsyncAwaTestClient
+) -> None:
     # issue 32: a "run" child released by its parents' old outcomes started while the
     # retried parent was available again
-    app = step_app([])
-    async with awa.AsyncClient(dsn, app) as client:
-        a = await client.insert(Step("a", "fail"))
-        b = await client.insert(Step("b"))
-        c = await client.insert(Step("c"), after=[a, b], on_parent_failure="run")
-        harness = AsyncAwaTestClient(client, app)
-        await harness.work_one(Step)
-        await harness.work_one(Step)
-        assert state(dsn, c.id) == "available"
-        await client.retry(a.id)
-        assert state(dsn, a.id) == "available" and state(dsn, c.id) == "blocked"
-        await harness.work_one(Step)  # only a is claimable: it fails again
-        assert state(dsn, a.id) == "failed" and state(dsn, c.id) == "available"
+    a, _, c = await run_child_of_a_failing_and_a_fine_parent(client)
+    await harness.work_one(Step)
+    await harness.work_one(Step)
+    assert state(dsn, c.id) == "available"
+    await client.retry(a.id)
+    assert state(dsn, a.id) == "available" and state(dsn, c.id) == "blocked"
+    await harness.work_one(Step)  # only a is claimable: it fails again
+    assert state(dsn, a.id) == "failed" and state(dsn, c.id) == "available"
 
 
 @pytest.mark.asyncio
-async def test_a_parent_that_already_failed_cancels_a_new_child(dsn: str) -> None:
-    app = step_app([])
-    async with awa.AsyncClient(dsn, app) as client:
-        a = await client.insert(Step("a", "fail"))
-        await AsyncAwaTestClient(client, app).work_one(Step)
-        b = await client.insert(Step("b"), after=[a])
-        ok = await client.insert(Step("ok"))
-        await client.cancel(ok.id)
-        r = await client.insert(Step("r"), after=[a, ok], on_parent_failure="run")
+async def test_a_parent_that_already_failed_cancels_a_new_child(
+    client: awa.AsyncClient, harness: AsyncAwaTestClient
+) -> None:
+    a = await client.insert(Step("a", "fail"))
+    await harness.work_one(Step)
+    b = await client.insert(Step("b"), after=[a])
+    ok = await client.insert(Step("ok"))
+    await client.cancel(ok.id)
+    r = await client.insert(Step("r"), after=[a, ok], on_parent_failure="run")
     assert b.state == "cancelled" and b.errors[-1]["error"] == f"parent {a.id} failed"
     assert r.state == "available"
 
@@ -211,49 +238,47 @@ async def test_retention_keeps_a_parent_while_a_descendant_is_unfinished(dsn: st
 
 
 @pytest.mark.asyncio
-async def test_blocked_is_its_own_state_in_counts_and_no_worker_claims_it(dsn: str) -> None:
-    log: list[Any] = []
-    app = step_app(log)
-    async with awa.AsyncClient(dsn, app) as client:
-        a = await client.insert(Step("a"), run_at=datetime.now(UTC) + timedelta(hours=1))
-        b = await client.insert(Step("b"), after=[a])
-        async with running_worker(app, dsn):
-            await asyncio.sleep(0.6)
-        assert log == [] and state(dsn, b.id) == "blocked"
-        counts = {c.state: c.count for c in await client.job_counts()}
-        assert counts["blocked"] == 1 and counts["scheduled"] == 1
-        assert [j.id for j in await client.list_jobs(state="blocked")] == [b.id]
-        [stats] = await client.queue_stats("default")
-        assert stats["counts"].get("blocked") == 1 or stats.get("blocked") == 1, stats
+async def test_blocked_is_its_own_state_in_counts_and_no_worker_claims_it(
+    dsn: str, app: awa.App, client: awa.AsyncClient, log: list[Any]
+) -> None:
+    a = await client.insert(Step("a"), run_at=datetime.now(UTC) + timedelta(hours=1))
+    b = await client.insert(Step("b"), after=[a])
+    async with running_worker(app, dsn):
+        await asyncio.sleep(0.6)
+    assert log == [] and state(dsn, b.id) == "blocked"
+    counts = {c.state: c.count for c in await client.job_counts()}
+    assert counts["blocked"] == 1 and counts["scheduled"] == 1
+    assert [j.id for j in await client.list_jobs(state="blocked")] == [b.id]
+    [stats] = await client.queue_stats("default")
+    assert stats["counts"].get("blocked") == 1 or stats.get("blocked") == 1, stats
 
 
 @pytest.mark.asyncio
-async def test_the_real_worker_drains_a_chain_in_order(dsn: str) -> None:
-    log: list[Any] = []
-    app = step_app(log)
-    async with awa.AsyncClient(dsn, app) as client:
-        first = await client.insert(Step("0"))
-        prev = first
-        ids = [first.id]
-        for i in range(1, 6):
-            prev = await client.insert(Step(str(i)), after=[prev])
-            ids.append(prev.id)
-        async with running_worker(app, dsn):
-            await wait_until(lambda: state(dsn, ids[-1]) == "completed")
+async def test_the_real_worker_drains_a_chain_in_order(
+    dsn: str, app: awa.App, client: awa.AsyncClient, log: list[Any]
+) -> None:
+    first = await client.insert(Step("0"))
+    prev = first
+    ids = [first.id]
+    for i in range(1, 6):
+        prev = await client.insert(Step(str(i)), after=[prev])
+        ids.append(prev.id)
+    async with running_worker(app, dsn):
+        await wait_until(lambda: state(dsn, ids[-1]) == "completed")
     assert [n for n, _, _ in log] == [str(i) for i in range(6)]
 
 
 @pytest.mark.asyncio
-async def test_a_dead_lettered_parent_counts_as_failed_and_its_retry_reblocks(dsn: str) -> None:
-    app = step_app([])
-    async with awa.AsyncClient(dsn, app) as client:
-        a = await client.insert(Step("a", "fail"), queue="dl")
-        b = await client.insert(Step("b"), after=[a])
-        with psycopg.connect(dsn, autocommit=True) as conn:  # the queue dead-letters
-            conn.execute("INSERT INTO awa.queues (name, dead_letter) VALUES ('dl', true)")
-        await AsyncAwaTestClient(client, app).work_one(Step, queue="dl")
-        assert state(dsn, b.id) == "cancelled"
-        assert (await client.get_dlq_job(a.id)).id == a.id
-        assert [(p["id"], p["state"]) for p in await client.job_parents(b.id)] == [(a.id, "failed")]
-        await client.retry_from_dlq(a.id)
-        assert state(dsn, b.id) == "blocked"
+async def test_a_dead_lettered_parent_counts_as_failed_and_its_retry_reblocks(
+    dsn: str, client: awa.AsyncClient, harness: AsyncAwaTestClient
+) -> None:
+    a = await client.insert(Step("a", "fail"), queue="dl")
+    b = await client.insert(Step("b"), after=[a])
+    with psycopg.connect(dsn, autocommit=True) as conn:  # the queue dead-letters
+        conn.execute("INSERT INTO awa.queues (name, dead_letter) VALUES ('dl', true)")
+    await harness.work_one(Step, queue="dl")
+    assert state(dsn, b.id) == "cancelled"
+    assert (await client.get_dlq_job(a.id)).id == a.id
+    assert [(p["id"], p["state"]) for p in await client.job_parents(b.id)] == [(a.id, "failed")]
+    await client.retry_from_dlq(a.id)
+    assert state(dsn, b.id) == "blocked"
