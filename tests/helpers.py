@@ -435,4 +435,3 @@ def insert_chain(dsn: str, name: str, *steps: tuple[str, Any]) -> awa.WorkflowRu
         previous = [wf.add(step, args, after=previous)]
     with awa.Client(dsn) as client:
         return client.insert_workflow(wf)
-
