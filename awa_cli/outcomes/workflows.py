@@ -115,8 +115,9 @@ async def _record(
 
 
 async def retry(core: CoreState, workflow_id: int, actor: str | None) -> DictRow:
-    """Re-run the failed and cancelled steps (and so what depends on them) and mark the
-    workflow running, with its audit row, in one transaction."""
+    """Re-run the failed and cancelled steps (and so what depends on them: a step their old
+    outcomes released that has not started waits for them again) and mark the workflow
+    running, with its audit row, in one transaction."""
     async with core.pool.connection() as conn, conn.transaction():
         async with conn.cursor(row_factory=dict_row) as cur:
             await _head(cur, workflow_id)
@@ -125,6 +126,9 @@ async def retry(core: CoreState, workflow_id: int, actor: str | None) -> DictRow
             woken = sorted({r["queue"] for r in rows if r["state"] == "available"})
             if woken:
                 await cur.execute(SQL["notify_queues"], {"queues": woken})
+            # as a job's retry does: a "run" child the old outcomes released that has not
+            # started is blocked again, to wait for its parent's new attempt
+            await dependencies.reopen(conn, [r["id"] for r in rows])
             await cur.execute(
                 SQL["wf_mark"], {"id": workflow_id, "state": "running", "counts": None}
             )

@@ -136,8 +136,10 @@ RETURNING j.*;
 -- A child with on_parent_failure = 'run' that the old outcome released and that has not
 -- started (available, scheduled, retryable) is blocked again too: it waits for the new
 -- attempt of its parent. One that already started (running, waiting, terminal) is left as
--- it is. The UPDATE re-checks the state on the row it locks, so a child a worker claimed
--- after this statement's snapshot is never moved back (fenced like every transition).
+-- it is. A retried step that its workflow's retry left blocked is made available when
+-- nothing it waits for is left (a "run" step whose parent was dead-lettered). The UPDATE
+-- re-checks the state on the row it locks, so a child a worker claimed after this
+-- statement's snapshot is never moved back (fenced like every transition).
 WITH RECURSIVE down(id) AS (
     SELECT unnest(%(ids)s::bigint[])
     UNION
@@ -159,7 +161,7 @@ WITH RECURSIVE down(id) AS (
 )
 UPDATE awa.jobs AS j SET
     state = CASE WHEN counted.pending > 0 THEN 'blocked'::awa.job_state
-                 WHEN j.state = 'cancelled' THEN 'available'::awa.job_state
+                 WHEN j.state IN ('cancelled', 'blocked') THEN 'available'::awa.job_state
                  ELSE j.state END,
     pending_parents = counted.pending,
     attempt = CASE WHEN j.id <> ALL (%(ids)s::bigint[]) AND j.state = 'cancelled' THEN 0

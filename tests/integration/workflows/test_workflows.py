@@ -112,6 +112,54 @@ async def test_a_failed_step_fails_the_workflow_once_nothing_can_run(dsn: str) -
 
 
 @pytest.mark.asyncio
+async def test_retry_workflow_reblocks_a_run_step_its_cancelled_parent_released(
+    dsn: str,
+) -> None:
+    """Found by the state machine: a cancelled step released its "run" child; the workflow's
+    retry made the parent available again but left the child available, so it ran first."""
+    log: list[Any] = []
+    app = etl_app(log)
+    wf = awa.Workflow("release-then-retry")
+    parent = wf.add("parent", Work("parent"))
+    wf.add("child", Work("child"), after=[parent], on_parent_failure="run")
+    async with awa.AsyncClient(dsn, app) as client:
+        run = await client.insert_workflow(wf)
+        await client.cancel(run.steps["parent"].id)
+        got = await client.get_workflow(run.id)
+        assert got.steps["child"].state == "available"  # released by the parent's cancel
+        got = await client.retry_workflow(run.id)
+        assert got.steps["parent"].state == "available"
+        assert got.steps["child"].state == "blocked"  # waits for the parent's new attempt
+        harness = AsyncAwaTestClient(client, app)
+        await harness.work_one(Work)
+        await harness.work_one(Work)
+        assert [name for name, _, _ in log] == ["parent", "child"]
+        assert (await client.get_workflow(run.id)).state == "completed"
+
+
+@pytest.mark.asyncio
+async def test_retry_workflow_runs_a_run_step_whose_parent_was_dead_lettered(dsn: str) -> None:
+    """Its only parent is a dead letter (not retried with the workflow): nothing it waits
+    for is left, so the retried step is available, not blocked for ever."""
+    log: list[Any] = []
+    app = etl_app(log)
+    wf = awa.Workflow("dead-parent")
+    parent = wf.add("parent", Work("parent", "fail"), queue="dl")
+    wf.add("child", Work("child", "fail"), after=[parent], on_parent_failure="run")
+    with psycopg.connect(dsn, autocommit=True) as conn:  # the queue dead-letters
+        conn.execute("INSERT INTO awa.queues (name, dead_letter) VALUES ('dl', true)")
+    async with awa.AsyncClient(dsn, app) as client:
+        run = await client.insert_workflow(wf)
+        harness = AsyncAwaTestClient(client, app)
+        await harness.work_one(Work, queue="dl")  # the parent fails into the dead letters
+        await harness.work_one(Work)  # the child runs for that outcome and fails too
+        assert (await client.get_workflow(run.id)).state == "failed"
+        got = await client.retry_workflow(run.id)
+        assert got.steps["child"].state == "available"
+        assert (await harness.work_one(Work)).outcome == "failed"  # ran again
+
+
+@pytest.mark.asyncio
 async def test_cancel_workflow_cancels_every_unfinished_step(dsn: str) -> None:
     async with awa.AsyncClient(dsn) as client:
         client.core.actor = "cli:tester"
