@@ -31,7 +31,7 @@ from awa_cli.db.migrations import Migration, migrate_dsn
 from awa_cli.db.waiting import JobWaiters
 from awa_cli.dispatch import Dispatcher, EventHook
 from awa_cli.history import JobTimeline
-from awa_cli.enqueue import InsertOpts, UniqueOpts, prepare_many
+from awa_cli.enqueue import InsertOpts, UniqueOpts, positive_limit, prepare_many
 from awa_cli.jobs import JobRow, JobState, PreparedJob
 from awa_cli.jsonvalues import to_json
 from awa_cli.outcomes import OutcomeCore
@@ -315,8 +315,7 @@ class AsyncClient:
                 state = JobState(state)
             except ValueError:
                 raise ValidationError("state", f"unknown job state {state!r}") from None
-        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
-            raise ValidationError("limit", "must be a positive integer")
+        positive_limit(limit)
         filters = {"state": None if state is None else str(state), "kind": kind, "queue": queue}
         pool = await self.ensure_open()
         async with pool.connection() as conn:

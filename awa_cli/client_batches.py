@@ -20,6 +20,7 @@ import psycopg
 
 from awa_cli.batches import Batch, BatchRow, prepare_batch, prepare_members
 from awa_cli.db import batches as batches_table
+from awa_cli.enqueue import positive_limit
 from awa_cli.errors import ValidationError
 from awa_cli.jobs import JobRow
 
@@ -242,8 +243,7 @@ async def list_batches(
     """Batches, newest first; ``state``: open, running, completed (None: any)."""
     if state is not None and state not in BATCH_STATES:
         raise ValidationError("state", f"expected one of {', '.join(BATCH_STATES)}")
-    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
-        raise ValidationError("limit", "must be a positive integer")
+    positive_limit(limit)
     pool = await self.ensure_open()
     async with pool.connection() as conn:
         return await batches_table.list_(conn, state, limit)

@@ -23,7 +23,7 @@ from awa_cli.bulk import JobFilter
 from awa_cli.dead_letters import DeadLetterFilter
 from awa_cli.queues import QueueInfo
 from awa_cli.app import prepare_job
-from awa_cli.enqueue import InsertOpts
+from awa_cli.enqueue import InsertOpts, positive_limit
 from awa_cli.dead_letters import DeadLetter, DlqDepth
 from awa_cli.errors import JobNotFound, ValidationError
 from awa_cli.jobs import JobRow, JobState
@@ -61,12 +61,6 @@ def _ids(ids: Iterable[int] | None) -> tuple[int, ...] | None:
 def _run(self: AsyncClient, dry_run: bool, progress: Progress | None) -> BulkRun:
     """How a bulk action of this client runs, its actor as :func:`current_actor` finds it."""
     return BulkRun(dry_run, current_actor(self.core), progress)
-
-
-def _limit(limit: int) -> int:
-    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
-        raise ValidationError("limit", "must be a positive integer")
-    return limit
 
 
 __all__ = ["States", "acting_as"]
@@ -180,7 +174,7 @@ async def list_dlq(
     self: AsyncClient, queue: str | None = None, kind: str | None = None, limit: int = 100
 ) -> list[DeadLetter]:
     """Dead letters, newest first."""
-    return await dead_letters.newest(await self.ensure_open(), queue, kind, _limit(limit))
+    return await dead_letters.newest(await self.ensure_open(), queue, kind, positive_limit(limit))
 
 
 async def get_dlq_job(self: AsyncClient, id: int) -> DeadLetter:

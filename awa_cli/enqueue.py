@@ -177,6 +177,14 @@ def check_name(value: Any, field_name: str) -> str:
     return _check_name(value, field_name)
 
 
+def positive_limit(limit: Any) -> int:
+    """A listing's ``limit`` as the client methods accept it (a positive integer, not a bool),
+    else :class:`ValidationError` naming ``limit``; the one check of an unbounded limit."""
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        raise ValidationError("limit", "must be a positive integer")
+    return limit
+
+
 def _check_int(value: Any, field_name: str, low: int, high: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise ValidationError(field_name, f"expected an integer, got {type(value).__name__}")

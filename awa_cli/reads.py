@@ -21,6 +21,7 @@ from awa_cli.audit import AuditEntry
 from awa_cli.db import audit as audit_table
 from awa_cli.db import dashboard
 from awa_cli.db import workers as workers_table
+from awa_cli.enqueue import positive_limit
 from awa_cli.jobs import JobRow, JobState
 from awa_cli.results import ValidationError
 
@@ -277,12 +278,6 @@ async def record_audit(
         return AuditEntry.from_record(await audit_table.insert(conn, params))
 
 
-def _positive(limit: int) -> int:
-    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
-        raise ValidationError("limit", "must be a positive integer")
-    return limit
-
-
 async def audit_log(
     self: AsyncClient,
     *,
@@ -293,7 +288,7 @@ async def audit_log(
     limit: int = 100,
 ) -> list[AuditEntry]:
     """Recorded operator actions, newest first (``awa.audit_log``, architecture §15.4)."""
-    return await audit_entries(self, actor, action, target, since, _positive(limit))
+    return await _audit_entries(self, actor, action, target, since, positive_limit(limit))
 
 
 async def list_audit(
@@ -313,10 +308,10 @@ async def list_audit(
     if job_id is not None and (isinstance(job_id, bool) or not isinstance(job_id, int)):
         raise ValidationError("job_id", "expected an integer")
     targets = None if job_id is None else [f"job:{job_id}", str(job_id), f"id={job_id}"]
-    return await audit_entries(self, actor, action, target, since, limit, targets)
+    return await _audit_entries(self, actor, action, target, since, limit, targets)
 
 
-async def audit_entries(
+async def _audit_entries(
     self: AsyncClient,
     actor: str | None,
     action: str | None,

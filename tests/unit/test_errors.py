@@ -6,6 +6,8 @@ import importlib
 import inspect
 import pkgutil
 
+import pytest
+
 import awa_cli
 from awa_cli import errors
 
@@ -84,3 +86,14 @@ def test_a_tiny_unique_period_is_refused_not_overflowed() -> None:
         with pytest.raises(ValidationError, match=r"unique_opts\.by_period"):
             UniqueOpts(by_period=period).period_seconds()
     assert UniqueOpts(by_period=0.001).period_seconds() == 0.001
+
+
+@pytest.mark.parametrize("limit", [0, -1, True, 2.0, "5", None])
+def test_a_listing_limit_must_be_a_positive_integer(limit: object) -> None:
+    """The one check behind list_jobs, list_batches, audit_log and the dead-letter listing."""
+    from awa_cli.enqueue import positive_limit
+    from awa_cli.errors import ValidationError
+
+    with pytest.raises(ValidationError, match="limit: must be a positive integer"):
+        positive_limit(limit)
+    assert positive_limit(1) == 1 and positive_limit(10_000) == 10_000
