@@ -258,7 +258,11 @@ class CliResolver(Loop):
         else:
             raise AssertionError(f"exit {done.returncode}: {done.stderr}")
         if done.returncode:
-            assert len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr, (
+            # one line of error, last; before it only awa's own retry reports (a call started
+            # while the server shut down logs "database connection failed ... retrying")
+            *reports, error = done.stderr.strip().splitlines()
+            assert error.startswith("Error: ") and "Traceback" not in done.stderr, done.stderr
+            assert all(" WARNING awa." in line and "action=" in line for line in reports), (
                 done.stderr
             )
 
