@@ -8,12 +8,14 @@ Never imports click or rich.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import pwd
 import shutil
 import stat
 import subprocess
 import sys
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,33 +47,37 @@ def server_user(notice: Callable[[str], None] | None = None) -> ServerUser | Non
     try:
         entry = pwd.getpwnam(SERVER_USER)
     except KeyError:
-        entry = None
-        useradd = shutil.which("useradd")
-        if useradd:
-            subprocess.run(
-                [
-                    useradd,
-                    "--system",
-                    "--no-create-home",
-                    "--shell",
-                    "/usr/sbin/nologin",
-                    SERVER_USER,
-                ],
-                capture_output=True,
-                check=False,
-            )
-            try:  # a concurrent awa process may have won the race: look again either way
-                entry = pwd.getpwnam(SERVER_USER)
-                created = " (created)"
-            except KeyError:
-                entry = None
-        if entry is None:
-            entry = pwd.getpwnam("nobody")
-            created = f" (user {SERVER_USER!r} could not be created)"
+        entry, created = _create_server_user()
     assert entry is not None  # getpwnam raises rather than returning None
     if notice is not None:
         notice(f"running as root: the server runs as system user {entry.pw_name!r}{created}")
     return ServerUser(entry.pw_name, entry.pw_uid, entry.pw_gid)
+
+
+def _create_server_user() -> tuple[pwd.struct_passwd, str]:
+    """Create the system user, one awa process at a time: two concurrent ``useradd`` runs
+    (parallel test workers, two ``awa db start``) could each write /etc/passwd, and the
+    loser's uid vanished under it ("initdb: could not look up effective user ID 999")."""
+    lock_path = Path(tempfile.gettempdir()) / "awa-server-user.lock"
+    with open(lock_path, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:  # created while we waited for the lock
+            return pwd.getpwnam(SERVER_USER), ""
+        except KeyError:
+            pass
+        useradd = shutil.which("useradd")
+        if useradd:
+            subprocess.run(
+                [useradd, "--system", "--no-create-home", "--shell", "/usr/sbin/nologin",
+                 SERVER_USER],
+                capture_output=True,
+                check=False,
+            )
+            try:
+                return pwd.getpwnam(SERVER_USER), " (created)"
+            except KeyError:
+                pass
+    return pwd.getpwnam("nobody"), f" (user {SERVER_USER!r} could not be created)"
 
 
 def can_traverse(path: Path, user: ServerUser) -> bool:

@@ -5,6 +5,8 @@ did it; nothing on a start that finds the server running. A real `awa db start`.
 from __future__ import annotations
 
 import os
+import pwd
+import shutil
 import stat
 import subprocess
 import sys
@@ -57,3 +59,29 @@ def test_as_root_the_server_user_and_each_loosened_directory_are_printed_once(
         assert "running as root" not in again.stderr and "added o+x" not in again.stderr
     finally:
         awa("db", "stop")
+
+
+def test_concurrent_first_starts_agree_on_one_server_user() -> None:
+    """Parallel first starts as root (pytest-xdist workers, two `awa db start`) each found no
+    user and each ran useradd: every run exited 0, one was handed a uid that the next write of
+    /etc/passwd removed, and its initdb failed ("could not look up effective user ID 999").
+    Creation is serialised; each process gets the uid that stays. (A user of its own name, so
+    the suite's own server user is never removed.)"""
+    if not shutil.which("useradd") or not shutil.which("userdel"):
+        pytest.skip("no useradd/userdel here")
+    name = f"awa-race-{os.getpid()}"
+    code = (
+        "import pwd; from awa_cli.db import server_user as s; "
+        f"s.SERVER_USER = {name!r}; u = s.server_user(); "
+        "print(u.uid, pwd.getpwuid(u.uid).pw_name)"
+    )
+    try:
+        runs = [
+            subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+            for _ in range(6)
+        ]
+        seen = {run.communicate(timeout=60)[0].strip() for run in runs}
+        uid = pwd.getpwnam(name).pw_uid
+        assert seen == {f"{uid} {name}"}, seen
+    finally:
+        subprocess.run(["userdel", name], capture_output=True, check=False)
