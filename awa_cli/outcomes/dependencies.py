@@ -9,7 +9,8 @@ Both run inside the transaction of the parent's transition, called from the one 
   is everything below it. Only rows the guarded statement changed reach here, so a stale
   attempt never settles a child, and a child is only ever changed while it is blocked.
 * :func:`reopen` — a failed or cancelled job was retried: the descendants its failure
-  cancelled are blocked again, their pending parents counted afresh.
+  cancelled are blocked again, their pending parents counted afresh (a wide child's on its
+  shard rows, ``sql/0015_dependency_shards.sql``).
 """
 
 from __future__ import annotations
@@ -40,7 +41,9 @@ async def settle(
 ) -> tuple[list[Finalized], list[Mapping[str, Any]]]:
     """Settle the children of the terminal ``records`` (committed rows: ``id``, ``state``,
     ``has_dependents``). Returns the cancelled children's transitions (their ``Cancelled``
-    events, dispatched after commit) and every child row changed."""
+    events, dispatched after commit) and every child row changed (``id``, ``state``,
+    ``queue``, ``has_dependents``, ``workflow_id``: a 10,000-wide fan-out returns 10,000 of
+    them, so not the whole rows)."""
     frontier = _terminal_parents(records)
     items: list[Finalized] = []
     changed: list[Mapping[str, Any]] = []
@@ -51,13 +54,14 @@ async def settle(
                 SQL["dep_settle"],
                 {"ids": [r["id"] for r in frontier], "states": [str(r["state"]) for r in frontier]},
             )
-            rows = await cur.fetchall()
+            rows = await cur.fetchall()  # id, state, queue, has_dependents, workflow_id
             changed.extend(rows)
-            for record in rows:
-                if str(record["state"]) == "cancelled":
+            cancelled = [r["id"] for r in rows if str(r["state"]) == "cancelled"]
+            if cancelled:  # rare (a failed parent): their whole rows, for the events
+                await cur.execute(SQL["dep_jobs_by_id"], {"ids": cancelled})
+                for record in await cur.fetchall():
                     items.append(await _cancelled(core, conn, record))
-                elif str(record["state"]) == "available":
-                    woken.add(record["queue"])
+            woken.update(r["queue"] for r in rows if str(r["state"]) == "available")
             frontier = _terminal_parents(rows)
         if woken and core.defer_notify and items:
             items[0].queues |= woken
@@ -88,6 +92,8 @@ async def reopen(conn: psycopg.AsyncConnection[Any], ids: Sequence[int]) -> list
     async with conn.cursor(row_factory=dict_row) as cur:
         await cur.execute(SQL["dep_reopen"], {"ids": list(ids)})
         rows: list[Mapping[str, Any]] = list(await cur.fetchall())
+        # a wide child counts its parents on shard rows: count them afresh too
+        await cur.execute(SQL["dep_count_wide"], {"ids": sorted({*ids, *(r["id"] for r in rows)})})
         woken = sorted({r["queue"] for r in rows if r["state"] == "available"})
         if woken:
             await cur.execute(SQL["notify_queues"], {"queues": woken})

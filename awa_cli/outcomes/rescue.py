@@ -153,7 +153,8 @@ async def prune(
     core: CoreState, completed_retention: float, failed_retention: float, limit: int = 1000
 ) -> int:
     """Delete terminal jobs past their retention, in a bounded batch (releases unique keys)."""
-    async with core.pool.connection() as conn:
+    async with core.pool.connection() as conn, conn.transaction():
+        await conn.execute(SQL["prune_plan_settings"])
         cur = await conn.execute(
             SQL["prune"],
             {"completed": completed_retention, "failed": failed_retention, "limit": limit},

@@ -23,7 +23,12 @@ from awa_cli.outcomes import FinalizeGroup, OutcomeCore
 log = logging.getLogger("awa.worker")
 
 MAX_BATCH = 512
-BATCH_SHARD_RUN = 16  # consecutive member ids per batch counter shard (awa.batch_shard)
+# consecutive ids per counter shard, of a batch's members (awa.batch_shard) and of a wide
+# child's parents (awa.dependency_shard)
+SHARD_RUN = 16
+# what a result counts on: a batch member on its batch's shards, a workflow step on the
+# shards of a wide step after it
+_SHARDED_BY = ("awa.batch_id", "awa.workflow_id")
 
 __all__ = ["MAX_BATCH", "Finalizer", "recheck"]
 
@@ -42,10 +47,10 @@ class Finalizer:
         # Two flushes in flight on separate connections: while one waits for its durable
         # commit, the results that arrive meanwhile are already on their way.
         self.parallel = parallel
-        # One queue per flush loop. A batch member goes to the loop of its counter shard
-        # (sql/0012_batches.sql: runs of 16 ids per shard), so the two loops never update the
-        # same shard row and neither waits for the other's commit; any other result goes to
-        # the shorter queue.
+        # One queue per flush loop. A batch member or a workflow step goes to the loop of its
+        # counter shard (sql/0012_batches.sql, sql/0015_dependency_shards.sql: runs of 16 ids
+        # per shard), so the two loops never update the same shard row and neither waits for
+        # the other's commit; any other result goes to the shorter queue.
         self._queues: list[asyncio.Queue[AttemptResult | None]] = [
             asyncio.Queue() for _ in range(parallel)
         ]
@@ -69,8 +74,9 @@ class Finalizer:
         self._queue_for(result).put_nowait(result)
 
     def _queue_for(self, result: AttemptResult) -> asyncio.Queue[AttemptResult | None]:
-        if "awa.batch_id" in (result.job.metadata or {}):
-            return self._queues[(result.job.id // BATCH_SHARD_RUN) % len(self._queues)]
+        metadata = result.job.metadata or {}
+        if any(key in metadata for key in _SHARDED_BY):
+            return self._queues[(result.job.id // SHARD_RUN) % len(self._queues)]
         return min(self._queues, key=lambda q: q.qsize())
 
     async def stop(self) -> None:

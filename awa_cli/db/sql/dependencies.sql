@@ -78,27 +78,57 @@ SELECT * FROM awa.jobs WHERE id = ANY (%(ids)s::bigint[]) ORDER BY id;
 -- (per terminal parent with on_parent_failure = 'run'); at zero it becomes available (or
 -- scheduled: its run_at still applies). With 'cancel' (the default) a failed or cancelled
 -- parent cancels the child, reason "parent <id> <state>"; the caller settles the cancelled
--- children's own children next, so the cancellation is transitive. Children are locked in id
--- order (no deadlock between two parents' transactions); only blocked children change, so a
--- settled child is never settled twice. Every lookup is by key (LATERAL ... OFFSET 0 keeps
--- the planner from a scan when a table's statistics predate a burst of new edges).
-WITH e AS (
-    -- per child: how many of these parents completed, how many did not, the first that did
-    -- not (the unnest is not a CTE, so its size is known to the planner: index lookups)
-    SELECT d.child_id,
+-- children's own children next, so the cancellation is transitive. A wide child (migration
+-- 0015) counts its parents on its shard rows, and only a shard taken to zero here takes its
+-- pending_parents down (by the shard's counted parents): its row is not touched otherwise,
+-- unless a parent failed. Shard rows are locked in (child, shard) order, then children in id order (no
+-- deadlock between two parents' transactions); only blocked children change, so a settled
+-- child is never settled twice. Every lookup is by key (LATERAL ... OFFSET 0 keeps the
+-- planner from a scan when a table's statistics predate a burst of new edges).
+WITH pe AS (
+    -- per child and parent shard: how many of these parents completed, how many did not,
+    -- the first that did not (the unnest is not a CTE, so its size is known to the planner)
+    SELECT d.child_id, awa.dependency_shard(p.id) AS shard,
            count(*) FILTER (WHERE p.state = 'completed') AS done,
            count(*) FILTER (WHERE p.state <> 'completed') AS bad,
-           min(p.id) FILTER (WHERE p.state <> 'completed') AS bad_parent,
-           (array_agg(p.state ORDER BY p.id) FILTER (WHERE p.state <> 'completed'))[1] AS bad_state
+           min(p.id) FILTER (WHERE p.state <> 'completed') AS bad_parent
     FROM unnest(%(ids)s::bigint[], %(states)s::text[]) AS p(id, state)
     CROSS JOIN LATERAL (  -- by primary key, whatever the (often stale) statistics say
         SELECT d.child_id FROM awa.job_dependencies AS d WHERE d.parent_id = p.id OFFSET 0
     ) AS d
-    GROUP BY d.child_id
+    GROUP BY d.child_id, awa.dependency_shard(p.id)
+), sl AS (
+    -- a wide child's shard rows, locked in (child, shard) order, each by primary key; every
+    -- terminal parent counts there (a failed one only matters to a 'run' child: a 'cancel'
+    -- child is cancelled below, and a retry counts its shards afresh)
+    SELECT s.child_id, s.shard, s.pending, x.dec
+    FROM (SELECT child_id, shard, done + bad AS dec FROM pe ORDER BY child_id, shard) AS x
+    CROSS JOIN LATERAL (
+        SELECT s.child_id, s.shard, s.pending FROM awa.dependency_shards AS s
+        WHERE s.child_id = x.child_id AND s.shard = x.shard
+        FOR NO KEY UPDATE
+    ) AS s
+), su AS (
+    UPDATE awa.dependency_shards AS s SET pending = greatest(s.pending - sl.dec, 0)
+    FROM sl
+    WHERE s.child_id = sl.child_id AND s.shard = sl.shard AND s.pending > 0
+    RETURNING s.child_id, CASE WHEN s.pending = 0 THEN s.counted ELSE 0 END AS released
+), wide AS (
+    -- the wide children among these: the parents of the shards this statement closed
+    SELECT sl.child_id,
+           (SELECT coalesce(sum(su.released), 0) FROM su WHERE su.child_id = sl.child_id) AS released
+    FROM (SELECT DISTINCT child_id FROM sl) AS sl
+), e AS (
+    SELECT pe.child_id, sum(pe.done) AS done, sum(pe.bad) AS bad,
+           min(pe.bad_parent) AS bad_parent
+    FROM pe GROUP BY pe.child_id
 ), c AS (
-    -- lock the blocked children in id order, each by primary key
+    -- lock the blocked children whose row changes, in id order, each by primary key: a
+    -- narrow child, a wide one with a shard closed, any one with a failed parent
     SELECT j.id, j.on_parent_failure
-    FROM (SELECT child_id FROM e ORDER BY child_id) AS ordered
+    FROM (SELECT e.child_id FROM e LEFT JOIN wide AS w ON w.child_id = e.child_id
+          WHERE w.child_id IS NULL OR w.released > 0 OR e.bad > 0
+          ORDER BY e.child_id) AS ordered
     CROSS JOIN LATERAL (
         SELECT j.id, j.on_parent_failure FROM awa.jobs AS j
         WHERE j.id = ordered.child_id AND j.state = 'blocked'
@@ -107,10 +137,13 @@ WITH e AS (
 ), n AS (
     -- the decrement and the cancel flag only: the child's counter is read by the UPDATE
     -- below from the row it locked (the latest version), never from this statement's snapshot
-    SELECT e.child_id, e.bad_parent, e.bad_state,
-           CASE WHEN c.on_parent_failure = 'run' THEN e.done + e.bad ELSE e.done END AS dec,
+    SELECT e.child_id, e.bad_parent,
+           (SELECT u.state FROM unnest(%(ids)s::bigint[], %(states)s::text[]) AS u(id, state)
+            WHERE u.id = e.bad_parent) AS bad_state,
+           CASE WHEN w.child_id IS NOT NULL THEN w.released
+                WHEN c.on_parent_failure = 'run' THEN e.done + e.bad ELSE e.done END AS dec,
            c.on_parent_failure <> 'run' AND e.bad > 0 AS cancel
-    FROM e JOIN c ON c.id = e.child_id
+    FROM e JOIN c ON c.id = e.child_id LEFT JOIN wide AS w ON w.child_id = e.child_id
 )
 UPDATE awa.jobs AS j SET
     pending_parents = greatest(j.pending_parents - n.dec, 0),
@@ -127,7 +160,12 @@ UPDATE awa.jobs AS j SET
                   ELSE j.errors END
 FROM n
 WHERE j.id = n.child_id  -- blocked: c locked it so (no state test here: the key decides the plan)
-RETURNING j.*;
+RETURNING j.id, j.state, j.queue, j.has_dependents, j.workflow_id;
+
+-- name: dep_count_wide
+-- The shard rows of the wide children among %(ids)s, counted afresh after a retry moved
+-- them (sql/0015_dependency_shards.sql).
+SELECT awa.dependency_count(%(ids)s::bigint[]);
 
 -- name: dep_reopen
 -- A retried job (%(ids)s, already made runnable by its retry) and the descendants its

@@ -15,7 +15,7 @@ SELECT pg_advisory_unlock(%(key)s);
 -- Delete terminal jobs past their retention, in a bounded batch (releases unique keys),
 -- with their dependency edges. A parent is kept while any descendant of it is unfinished
 -- (its output and state are what that descendant will see; architecture §16). Returns the
--- number of jobs deleted.
+-- number of jobs deleted. Run after prune_plan_settings, in its transaction.
 WITH gone AS (
     DELETE FROM awa.jobs WHERE id IN (
         SELECT j.id FROM awa.jobs AS j
@@ -36,8 +36,17 @@ WITH gone AS (
 ), edges AS (
     DELETE FROM awa.job_dependencies AS d
     WHERE d.child_id IN (SELECT id FROM gone) OR d.parent_id IN (SELECT id FROM gone)
+), shards AS (
+    DELETE FROM awa.dependency_shards AS s WHERE s.child_id IN (SELECT id FROM gone)
 )
 SELECT count(*) FROM gone;
+
+-- name: prune_plan_settings
+-- No JIT for the prune (transaction-local): the planner's estimate for the descendant check
+-- (a recursive walk it cannot bound) is far above jit_above_cost, and compiling the plan cost
+-- 500-700 ms of CPU on every sweep, against 5 ms to run it (EXPLAIN ANALYZE, a 10,000-step
+-- workflow, PostgreSQL 15 with LLVM). A job queue's statements are short: JIT never pays.
+SELECT set_config('jit', 'off', true);
 
 -- name: leader_mark_worker
 -- The new leader's own row(s) of awa.workers (migration 0013): the backend pid of the session

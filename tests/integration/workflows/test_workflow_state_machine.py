@@ -219,6 +219,17 @@ def test_workflow_state_machine(dsn: str) -> None:
     WorkflowMachine.TestCase().runTest()
 
 
+def test_workflow_state_machine_every_child_wide(dsn: str) -> None:
+    """The short run again with every child counted on shard rows (a wide fan-in,
+    sql/0015_dependency_shards.sql): the same invariants hold on both paths."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        name = conn.info.dbname
+        conn.execute(f'ALTER DATABASE "{name}" SET awa.dependency_shard_min = 1')
+    with psycopg.connect(dsn) as conn:
+        assert conn.execute("SELECT awa.dependency_shard_min()").fetchone() == (1,)
+    test_workflow_state_machine(dsn)
+
+
 @pytest.mark.slow
 def test_workflow_state_machine_long(dsn: str) -> None:
     WorkflowMachine.dsn = dsn
