@@ -68,8 +68,14 @@ def _create_server_user() -> tuple[pwd.struct_passwd, str]:
         useradd = shutil.which("useradd")
         if useradd:
             subprocess.run(
-                [useradd, "--system", "--no-create-home", "--shell", "/usr/sbin/nologin",
-                 SERVER_USER],
+                [
+                    useradd,
+                    "--system",
+                    "--no-create-home",
+                    "--shell",
+                    "/usr/sbin/nologin",
+                    SERVER_USER,
+                ],
                 capture_output=True,
                 check=False,
             )
