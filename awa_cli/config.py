@@ -81,6 +81,7 @@ class MaintenanceConfig:
     failed_retention: float = defaults.FAILED_RETENTION
     dead_letter_retention: float = defaults.DEAD_LETTER_RETENTION
     audit_retention: float = defaults.AUDIT_RETENTION
+    vacuum_dead_tuples: int = defaults.VACUUM_DEAD_TUPLES  # 0: the leader never vacuums
 
 
 @dataclass(frozen=True)
@@ -275,6 +276,7 @@ _SCHEMA: dict[str, dict[str, Parser]] = {
         "failed_retention": _ANY_DURATION,
         "dead_letter_retention": _ANY_DURATION,
         "audit_retention": _ANY_DURATION,
+        "vacuum_dead_tuples": values.count(2_000_000_000),
     },
     "metrics": {"prometheus_port": values.integer(1, 65535), "host": values.host},
     "periodic.*": {

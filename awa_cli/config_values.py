@@ -28,6 +28,21 @@ def integer(low: int, high: int) -> Parser:
     return parse
 
 
+def count(high: int) -> Parser:
+    """A whole number from 0 to ``high`` (0 typically turns the feature off)."""
+
+    def parse(value: Any, key: str) -> int:
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ConfigError(
+                f"{key}: expected a whole number (0 or more), got {show(value)}", key=key
+            )
+        if value > high:
+            raise ConfigError(f"{key}: must be between 0 and {high}, got {value}", key=key)
+        return value
+
+    return parse
+
+
 def duration(*, zero_allowed: bool) -> Parser:
     def parse(value: Any, key: str) -> float:
         seconds = parse_duration(value, key)

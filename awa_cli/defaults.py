@@ -45,6 +45,9 @@ DEAD_LETTER_RETENTION = 2592000.0
 AUDIT_RETENTION = 7776000.0
 """Seconds an audit log entry is kept before the sweep prunes it (90 days)."""
 
+VACUUM_DEAD_TUPLES = 50_000
+"""Dead row versions in awa.jobs at which the leader vacuums it (0: never, autovacuum alone)."""
+
 PERIODIC_PRUNE_INTERVAL = 600.0
 """Seconds between the leader's pruning of old recorded periodic fires."""
 

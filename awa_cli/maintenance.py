@@ -66,6 +66,7 @@ class SweepReport:
     pruned: int = 0
     dead_letters_pruned: int = 0
     audit_pruned: int = 0
+    audit_refused: bool = False  # this role may not DELETE from awa.audit_log
     dry_run: bool = False
 
     def to_json(self) -> dict[str, Any]:
@@ -118,21 +119,17 @@ async def sweep_once(
     if dead_letter_retention is not None:  # bounded batches until one comes back short
         report.dead_letters_pruned = await core.prune_dlq(dead_letter_retention)
     if audit_retention is not None:
-        report.audit_pruned = await _prune_audit(core, audit_retention)
+        try:
+            report.audit_pruned = await core.prune_audit(audit_retention)
+        except psycopg.errors.InsufficientPrivilege:
+            # keep every entry (and say so) rather than fail the whole sweep; the leader says
+            # it once and stops trying (Maintenance.sweep)
+            report.audit_refused = True
+            log.warning(
+                "audit retention skipped: this role may not DELETE from awa.audit_log",
+                extra={"action": "audit_prune_refused"},
+            )
     return report
-
-
-async def _prune_audit(core: OutcomeCore, retention: float) -> int:
-    """Audit retention; a role without DELETE on awa.audit_log keeps every entry (and says
-    so) rather than failing the whole sweep."""
-    try:
-        return await core.prune_audit(retention)
-    except psycopg.errors.InsufficientPrivilege:
-        log.warning(
-            "audit retention skipped: this role may not DELETE from awa.audit_log",
-            extra={"action": "audit_prune_refused"},
-        )
-        return 0
 
 
 class Maintenance:
@@ -167,6 +164,13 @@ class Maintenance:
         self._in_grace_logged = False
         self._marked = False  # this leadership is written in the worker's awa.workers row
         self._mark_task: asyncio.Task[None] | None = None
+        self._vacuum_task: asyncio.Task[None] | None = None
+        # dead row versions the last vacuum left (a snapshot held open keeps them): the next
+        # vacuum waits for vacuum_dead_tuples more, not for a count it cannot lower
+        self._vacuum_floor = 0
+        self._vacuums = 0  # this process's vacuums (the first one is logged at INFO)
+        self._vacuum_refused = False  # said once: this role may not vacuum awa.jobs
+        self._audit_refused = False  # said once: this role may not prune awa.audit_log
         if timings.heartbeat_staleness < 3 * timings.heartbeat_interval:
             log.warning(
                 "heartbeat_staleness (%ss) is below 3x heartbeat_interval (%ss): live jobs may be rescued",
@@ -243,6 +247,7 @@ class Maintenance:
                     await self._mark_worker(conn)
                     await self.sweep()
                     await self._report_depth(conn)
+                    await self._vacuum_if_due(conn)
                     # not under the grace: a live worker re-announces itself at its next beat
                     await self._prune_workers(conn)
                     await self._periodic_until_next_sweep(conn, stopping)
@@ -259,6 +264,9 @@ class Maintenance:
             if self._mark_task is not None:
                 self._mark_task.cancel()
                 self._mark_task = None
+            if self._vacuum_task is not None:  # a VACUUM under way finishes on the server
+                self._vacuum_task.cancel()
+                self._vacuum_task = None
 
     async def _mark_worker(self, conn: psycopg.AsyncConnection[Any]) -> None:
         """Name this worker as the leader in its awa.workers row (``awa doctor`` shows its
@@ -344,6 +352,71 @@ class Maintenance:
         except psycopg.Error as exc:
             log.warning("queue depth failed: %s", exc, extra={"action": "depth_failed"})
 
+    async def _vacuum_if_due(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        """Start a VACUUM of awa.jobs in the background once the table has
+        ``vacuum_dead_tuples`` dead row versions more than the last vacuum left: one at a
+        time, on a session of its own, so the sweeps and the periodic schedules go on
+        meanwhile. A role that may not vacuum the table (it does not own it) is told once,
+        at INFO; autovacuum still does its work."""
+        threshold = self.timings.vacuum_dead_tuples
+        if threshold <= 0 or self._vacuum_refused:
+            return
+        if self._vacuum_task is not None and not self._vacuum_task.done():
+            return
+        try:
+            dead, may_vacuum = await leader.jobs_dead_tuples(conn)
+        except (psycopg.OperationalError, psycopg.InterfaceError, OSError):
+            raise  # the connection is gone: run() reconnects
+        except psycopg.Error as exc:
+            log.warning("vacuum check failed: %s", exc, extra={"action": "vacuum_failed"})
+            return
+        if dead < self._vacuum_floor + threshold:
+            return
+        if not may_vacuum:
+            self._vacuum_refused = True
+            log.info(
+                "awa.jobs has %d dead row versions, but this role does not own the table: "
+                "the leader leaves vacuuming it to autovacuum ([maintenance] vacuum_dead_tuples)",
+                dead,
+                extra={"action": "vacuum_refused", "dead_tuples": dead},
+            )
+            return
+        self._vacuum_task = asyncio.get_running_loop().create_task(
+            self._vacuum(dead), name="awa-vacuum"
+        )
+
+    async def _vacuum(self, dead: int) -> None:
+        """``VACUUM awa.jobs``, then remember what it could not remove."""
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        try:
+            async with await psycopg.AsyncConnection.connect(
+                self.dsn, autocommit=True, prepare_threshold=None
+            ) as conn:
+                await leader.vacuum_jobs(conn)
+                self._vacuum_floor, _ = await leader.jobs_dead_tuples(conn)
+        except (psycopg.Error, OSError) as exc:
+            log.warning(
+                "vacuum of awa.jobs failed: %s", first_line(exc), extra={"action": "vacuum_failed"}
+            )
+            return
+        self._vacuums += 1
+        log.log(
+            logging.INFO if self._vacuums == 1 else logging.DEBUG,
+            "vacuumed awa.jobs: %d dead row versions, %d left, in %.2fs "
+            "(the leader does so at [maintenance] vacuum_dead_tuples = %d more)",
+            dead,
+            self._vacuum_floor,
+            loop.time() - started,
+            self.timings.vacuum_dead_tuples,
+            extra={
+                "action": "vacuumed",
+                "dead_tuples": dead,
+                "left": self._vacuum_floor,
+                "seconds": round(loop.time() - started, 3),
+            },
+        )
+
     async def _prune_workers(self, conn: psycopg.AsyncConnection[Any]) -> None:
         """Delete the ``awa.workers`` rows of processes that stopped heartbeating."""
         try:
@@ -357,16 +430,17 @@ class Maintenance:
         """One sweep as the leader runs it (errors of the database are logged, not raised):
         rescue and retention, then the periodic schedules."""
         try:
-            await sweep_once(
+            report = await sweep_once(
                 self.core,
                 heartbeat_staleness=self.timings.heartbeat_staleness,
                 completed_retention=self.timings.completed_retention,
                 failed_retention=self.timings.failed_retention,
                 on_rescued=self.on_rescued,
                 dead_letter_retention=self.timings.dead_letter_retention,
-                audit_retention=self.timings.audit_retention,
+                audit_retention=None if self._audit_refused else self.timings.audit_retention,
                 judge_heartbeats=self.judges_heartbeats(),
             )
+            self._audit_refused = self._audit_refused or report.audit_refused
         except (psycopg.Error, OSError) as exc:  # any database error; the next sweep retries
             # still connected, but the pool failed: the grace starts again from now
             self._clean_since = asyncio.get_running_loop().time()

@@ -134,6 +134,7 @@ def build_worker(
         failed_retention=m.failed_retention,
         dead_letter_retention=m.dead_letter_retention,
         audit_retention=m.audit_retention,
+        vacuum_dead_tuples=m.vacuum_dead_tuples,
         shutdown_timeout=config.worker.shutdown_timeout,
     )
 

@@ -41,3 +41,14 @@ async def prune_limit_starts(conn: psycopg.AsyncConnection[Any]) -> None:
 async def prune_workers(conn: psycopg.AsyncConnection[Any], stale: float) -> None:
     """Delete the ``awa.workers`` rows of processes silent for ``stale`` seconds."""
     await conn.execute(SQL["worker_prune"], {"stale": stale})
+
+
+async def jobs_dead_tuples(conn: psycopg.AsyncConnection[Any]) -> tuple[int, bool]:
+    """awa.jobs's dead row versions (cumulative statistics) and whether we may vacuum it."""
+    row = await (await conn.execute(SQL["jobs_dead_tuples"])).fetchone()
+    return (int(row[0]), bool(row[1])) if row else (0, False)
+
+
+async def vacuum_jobs(conn: psycopg.AsyncConnection[Any]) -> None:
+    """``VACUUM awa.jobs`` (``conn`` in autocommit: VACUUM runs outside a transaction)."""
+    await conn.execute(SQL["vacuum_jobs"])

@@ -127,6 +127,7 @@ def test_values_are_read(tmp_path: Path) -> None:
         heartbeat_interval = 2
         heartbeat_staleness = "10s"
         completed_retention = 0
+        vacuum_dead_tuples = 0
         [metrics]
         prometheus_port = 9464
         """,
@@ -143,6 +144,8 @@ def test_values_are_read(tmp_path: Path) -> None:
     assert config.maintenance.heartbeat_staleness == 10.0
     assert config.maintenance.completed_retention == 0.0
     assert config.maintenance.failed_retention == 259200.0
+    assert config.maintenance.vacuum_dead_tuples == 0  # off; 50,000 by default
+    assert MaintenanceConfig().vacuum_dead_tuples == 50_000
     assert config.metrics.prometheus_port == 9464
 
 
@@ -314,6 +317,17 @@ def test_format_duration_is_short() -> None:
             "greater than zero",
         ),
         ("[maintenance]\nfailed_retention = -1", "[maintenance] failed_retention", "non-negative"),
+        ("[maintenance]\nvacuum_dead_tuples = -1", "[maintenance] vacuum_dead_tuples", "0 or more"),
+        (
+            '[maintenance]\nvacuum_dead_tuples = "50k"',
+            "[maintenance] vacuum_dead_tuples",
+            'whole number (0 or more), got "50k"',
+        ),
+        (
+            "[maintenance]\nvacuum_dead_tuples = 3000000000",
+            "[maintenance] vacuum_dead_tuples",
+            "between 0 and 2000000000",
+        ),
         (
             '[maintenance]\nheartbeat_interval = "20s"',
             "[maintenance] heartbeat_staleness",

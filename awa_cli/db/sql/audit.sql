@@ -12,13 +12,14 @@ RETURNING id, at, actor, action, target, result, detail
 
 -- name: audit_prune
 -- Retention ([maintenance] audit_retention, seconds): the leader deletes up to %(batch)s of
--- the oldest entries past it per statement, walking audit_log_at_idx.
+-- the oldest entries past it per statement, walking audit_log_at_idx. No row lock first:
+-- FOR UPDATE needs UPDATE, which the README's worker role does not have (entries are
+-- append-only; a second sweep at once, `awa rescue run`, waits on the rows and skips them).
 DELETE FROM awa.audit_log WHERE id IN (
     SELECT id FROM awa.audit_log
     WHERE at < now() - %(retention)s::float8 * interval '1 second'
     ORDER BY at
-    LIMIT %(batch)s
-    FOR UPDATE SKIP LOCKED)
+    LIMIT %(batch)s)
 
 -- name: audit_list
 -- The newest entries first, optionally for one actor, action or target (or any of the

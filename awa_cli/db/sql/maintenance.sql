@@ -54,3 +54,25 @@ SELECT set_config('jit', 'off', true);
 -- worker registers at the same moment): the leader tries again shortly.
 UPDATE awa.workers SET leader_backend_pid = %(backend_pid)s
 WHERE host = %(host)s AND pid = %(pid)s
+
+-- name: jobs_dead_tuples
+-- awa.jobs's dead row versions as the cumulative statistics count them (each backend reports
+-- its own within about a second of committing), and whether this role may vacuum the table:
+-- it owns it or is a member of its owner (a superuser is), or, from PostgreSQL 17, holds
+-- MAINTAIN on it. [maintenance] vacuum_dead_tuples (awa_cli/maintenance.py).
+SELECT coalesce(s.n_dead_tup, 0) AS dead,
+       pg_has_role(c.relowner, 'USAGE')
+       OR CASE WHEN current_setting('server_version_num')::int >= 170000
+               THEN has_table_privilege(c.oid, 'MAINTAIN') ELSE false END AS may_vacuum
+FROM pg_class AS c LEFT JOIN pg_stat_user_tables AS s ON s.relid = c.oid
+WHERE c.oid = 'awa.jobs'::regclass;
+
+-- name: vacuum_jobs
+-- The leader's vacuum of awa.jobs (on a session of its own, outside any transaction): every
+-- claim and every completion leaves a dead row version and a dead entry in the claim index,
+-- and a deep backlog's claims walk more of them the further the drain goes, until a vacuum
+-- removes them; autovacuum looks at most once a minute (autovacuum_naptime). SKIP_LOCKED:
+-- when autovacuum (or anyone) is already vacuuming it, this returns at once; INDEX_CLEANUP ON:
+-- the dead index entries are what the claim pays for, so they are removed even when few heap
+-- pages hold dead rows.
+VACUUM (SKIP_LOCKED, INDEX_CLEANUP ON) awa.jobs;

@@ -7,6 +7,7 @@ attacked. The callback findings (M1, M2, I3, I4, I12) are in tests/integration/t
 from __future__ import annotations
 
 import asyncio
+import logging
 import re
 import time
 from datetime import timedelta
@@ -20,7 +21,7 @@ from awa_cli.commands.serve import access_line, check_allowed_hosts, read_tokens
 from awa_cli.config import ConfigError, ServeConfig, ServeToken
 from awa_cli.serve import api
 from awa_cli.serve.auth import Token
-from tests.helpers import scalar
+from tests.helpers import login_role, readme_grants, scalar
 from tests.integration.serve.helpers import (
     AS_OPERATOR,
     AS_VIEWER,
@@ -162,12 +163,11 @@ def test_weak_tokens_are_refused_at_start_naming_the_token_not_its_value(weak: s
     assert read_tokens(serve_config, {"AWA_OPS": "7f3a9c01d2e84b56"})[0].name == "ops"
 
 
-def test_audit_retention_prunes_old_entries(dsn: str) -> None:
-    """M3: `[maintenance] audit_retention` (90d by default) is applied by the sweep."""
-    from awa_cli.config import MaintenanceConfig
+def prune_audit_as(dsn: str, sweeper: str) -> tuple[int, set[int], int]:
+    """Two entries, 91 and 89 days old; one sweep connected as ``sweeper``: what it pruned,
+    which of the two are left, and the old one's id."""
     from awa_cli.maintenance import sweep_once
 
-    assert MaintenanceConfig().audit_retention == 90 * 86400
     with psycopg.connect(dsn) as conn:
         old, new = (
             conn.execute(
@@ -179,7 +179,7 @@ def test_audit_retention_prunes_old_entries(dsn: str) -> None:
         )
 
     async def sweep() -> int:
-        async with awa.AsyncClient(dsn) as client:
+        async with awa.AsyncClient(sweeper) as client:
             await client.ensure_open()
             report = await sweep_once(
                 client.core,
@@ -190,13 +190,35 @@ def test_audit_retention_prunes_old_entries(dsn: str) -> None:
             )
             return report.audit_pruned
 
-    assert asyncio.run(sweep()) >= 1
+    pruned = asyncio.run(sweep())
     with psycopg.connect(dsn) as conn:
         left = {
             r[0]
             for r in conn.execute("SELECT id FROM awa.audit_log WHERE id IN (%s, %s)", (old, new))
         }
-    assert left == {new}
+    return pruned, left, old
+
+
+def test_audit_retention_prunes_old_entries(dsn: str) -> None:
+    """M3: `[maintenance] audit_retention` (90d by default) is applied by the sweep."""
+    from awa_cli.config import MaintenanceConfig
+
+    assert MaintenanceConfig().audit_retention == 90 * 86400
+    pruned, left, old = prune_audit_as(dsn, dsn)
+    assert pruned >= 1 and old not in left and len(left) == 1
+
+
+def test_audit_retention_works_under_the_readme_worker_role(
+    dsn: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The README's least-privilege role has DELETE on awa.audit_log and no UPDATE: the prune
+    used to lock its rows FOR UPDATE, which needs UPDATE, so it was refused and every sweep
+    (every rescue_interval) logged a WARNING."""
+    with login_role(dsn, "awa_worker", "pw", readme_grants()) as (_, url):
+        with caplog.at_level(logging.WARNING, logger="awa.maintenance"):
+            pruned, left, old = prune_audit_as(dsn, url)
+    assert pruned >= 1 and old not in left and len(left) == 1
+    assert "audit retention skipped" not in caplog.text
 
 
 # --- L1, L2, L3, L7: sessions, CSRF, cookies, caching ----------------------------------------
