@@ -40,8 +40,10 @@ def churn(dsn: str, rows: int = 300, updates: int = 2) -> None:
         execute(dsn, "UPDATE awa.jobs SET priority = 3 - priority + 2")
 
 
-async def dead_at_least(dsn: str, n: int) -> None:
-    await wait_until(lambda: (scalar(dsn, DEAD) or 0) >= n, timeout=30)
+async def dead_rows(dsn: str) -> None:
+    """600 dead row versions, once the statistics count them."""
+    churn(dsn)
+    await wait_until(lambda: (scalar(dsn, DEAD) or 0) >= 600, timeout=30)
 
 
 @asynccontextmanager
@@ -66,8 +68,7 @@ async def leading(dsn: str, **timings: float) -> AsyncIterator[Maintenance]:
 async def test_the_leader_vacuums_awa_jobs_past_the_threshold(
     dsn: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    churn(dsn)
-    await dead_at_least(dsn, 600)
+    await dead_rows(dsn)
     assert scalar(dsn, VACUUMS) == 0
     with caplog.at_level(logging.INFO, logger="awa.maintenance"):
         async with leading(dsn, vacuum_dead_tuples=500):
@@ -80,8 +81,7 @@ async def test_the_leader_vacuums_awa_jobs_past_the_threshold(
 
 @pytest.mark.asyncio
 async def test_below_the_threshold_or_at_zero_nothing_is_vacuumed(dsn: str) -> None:
-    churn(dsn)
-    await dead_at_least(dsn, 600)
+    await dead_rows(dsn)
     async with leading(dsn, vacuum_dead_tuples=5_000) as maintenance:  # far above 600
         await asyncio.sleep(1.0)  # ten sweeps
         assert maintenance._vacuum_task is None
@@ -99,8 +99,7 @@ async def test_dead_rows_a_snapshot_keeps_are_not_vacuumed_again_and_again(dsn: 
     with psycopg.connect(dsn) as holder:
         holder.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
         holder.execute("SELECT count(*) FROM awa.queues")  # the snapshot, held open
-        churn(dsn)
-        await dead_at_least(dsn, 600)
+        await dead_rows(dsn)
         async with leading(dsn, vacuum_dead_tuples=500) as maintenance:
             await wait_until(lambda: scalar(dsn, VACUUMS) == 1, timeout=30)
             await wait_until(lambda: maintenance._vacuums == 1)
@@ -116,8 +115,7 @@ async def test_dead_rows_a_snapshot_keeps_are_not_vacuumed_again_and_again(dsn: 
 async def test_a_role_that_does_not_own_the_table_is_told_once_and_left_to_autovacuum(
     dsn: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    churn(dsn)
-    await dead_at_least(dsn, 600)
+    await dead_rows(dsn)
     with login_role(dsn, "awa_worker", "pw", readme_grants()) as (_, url):
         with caplog.at_level(logging.INFO, logger="awa.maintenance"):
             async with leading(url, vacuum_dead_tuples=500):
