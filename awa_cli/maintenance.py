@@ -52,6 +52,8 @@ OnLimits = Callable[[dict[str, int]], Awaitable[None]]  # limit name -> jobs wai
 log = logging.getLogger("awa.maintenance")
 
 LEADER_LOCK_KEY = 0x6177615F6C6472  # "awa_ldr"
+# The SQLSTATE of VACUUM (SKIP_LOCKED)'s "skipping vacuum of ... --- lock not available" warning.
+LOCK_NOT_AVAILABLE = "55P03"
 # The leader sweeps the periodic schedules this long after the next fire time (so that the
 # database's clock has surely reached it), and no more often than every PERIODIC_MIN_GAP.
 PERIODIC_LATENESS = 0.005
@@ -370,6 +372,8 @@ class Maintenance:
         except psycopg.Error as exc:
             log.warning("vacuum check failed: %s", exc, extra={"action": "vacuum_failed"})
             return
+        # the floor follows the count down (autovacuum's own vacuum, a stats reset)
+        self._vacuum_floor = min(self._vacuum_floor, dead)
         if dead < self._vacuum_floor + threshold:
             return
         if not may_vacuum:
@@ -389,16 +393,28 @@ class Maintenance:
         """``VACUUM awa.jobs``, then remember what it could not remove."""
         loop = asyncio.get_running_loop()
         started = loop.time()
+        skipped: list[str] = []  # SKIP_LOCKED: someone (autovacuum) is vacuuming it already
         try:
             async with await psycopg.AsyncConnection.connect(
                 self.dsn, autocommit=True, prepare_threshold=None
             ) as conn:
+                conn.add_notice_handler(
+                    lambda d: (
+                        skipped.append(d.message_primary or "")
+                        if d.sqlstate == LOCK_NOT_AVAILABLE
+                        else None
+                    )
+                )
                 await leader.vacuum_jobs(conn)
-                self._vacuum_floor, _ = await leader.jobs_dead_tuples(conn)
+                if not skipped:
+                    self._vacuum_floor, _ = await leader.jobs_dead_tuples(conn)
         except (psycopg.Error, OSError) as exc:
             log.warning(
                 "vacuum of awa.jobs failed: %s", first_line(exc), extra={"action": "vacuum_failed"}
             )
+            return
+        if skipped:
+            log.debug("awa.jobs not vacuumed: %s", skipped[0], extra={"action": "vacuum_skipped"})
             return
         self._vacuums += 1
         log.log(

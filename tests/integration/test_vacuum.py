@@ -71,8 +71,9 @@ async def test_the_leader_vacuums_awa_jobs_past_the_threshold(
     await dead_rows(dsn)
     assert scalar(dsn, VACUUMS) == 0
     with caplog.at_level(logging.INFO, logger="awa.maintenance"):
-        async with leading(dsn, vacuum_dead_tuples=500):
+        async with leading(dsn, vacuum_dead_tuples=500) as maintenance:
             await wait_until(lambda: scalar(dsn, VACUUMS) == 1, timeout=30)
+            await wait_until(lambda: maintenance._vacuums == 1)  # done, and logged
             await wait_until(lambda: (scalar(dsn, DEAD) or 0) < 600, timeout=30)
     said = [r for r in caplog.records if getattr(r, "action", None) == "vacuumed"]
     assert len(said) == 1 and said[0].levelno == logging.INFO
@@ -108,7 +109,13 @@ async def test_dead_rows_a_snapshot_keeps_are_not_vacuumed_again_and_again(dsn: 
             assert scalar(dsn, VACUUMS) == 1
             churn(dsn, rows=300, updates=2)  # 500+ more: now it is worth another
             await wait_until(lambda: scalar(dsn, VACUUMS) == 2, timeout=30)
-        holder.rollback()
+            await wait_until(lambda: maintenance._vacuums == 2)
+            assert maintenance._vacuum_floor >= 1200
+            holder.rollback()  # the snapshot ends; someone else's vacuum removes them all
+            execute(dsn, "VACUUM awa.jobs")  # as autovacuum would (counted: 3)
+            await wait_until(lambda: maintenance._vacuum_floor < 100)  # the floor follows
+            churn(dsn, rows=300, updates=2)  # 600 above it: the leader's again
+            await wait_until(lambda: scalar(dsn, VACUUMS) == 4, timeout=30)
 
 
 @pytest.mark.asyncio
@@ -140,13 +147,13 @@ def test_awa_worker_vacuums_by_its_config(dsn: str, tmp_path: Path) -> None:
     worker = AwaWorker(config, tmp_path / "worker.log", env)
     try:
         deadline = time.monotonic() + 60
-        while scalar(dsn, VACUUMS) != 1:
+        while "vacuumed awa.jobs: " not in worker.log():
             assert worker.proc.poll() is None, worker.log()
             assert time.monotonic() < deadline, worker.log()
             time.sleep(0.1)
+        assert scalar(dsn, VACUUMS) == 1
     finally:
         worker.stop()
-    assert "vacuumed awa.jobs: " in worker.log()
 
 
 @pytest.mark.asyncio
@@ -162,3 +169,24 @@ async def test_a_role_that_may_not_prune_the_audit_log_is_told_once(
                 await asyncio.sleep(1.0)  # ten sweeps
     refused = [r for r in caplog.records if getattr(r, "action", None) == "audit_prune_refused"]
     assert len(refused) == 1
+
+
+@pytest.mark.asyncio
+async def test_a_vacuum_already_under_way_is_not_counted_and_the_next_sweep_tries_again(
+    dsn: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """SKIP_LOCKED returns at once while someone (autovacuum) holds the table's vacuum lock:
+    that is not a vacuum, and its count is not the floor the next one waits above."""
+    await dead_rows(dsn)
+    with psycopg.connect(dsn) as holder:
+        holder.execute("LOCK TABLE awa.jobs IN SHARE UPDATE EXCLUSIVE MODE")  # as VACUUM takes
+        with caplog.at_level(logging.DEBUG, logger="awa.maintenance"):
+            async with leading(dsn, vacuum_dead_tuples=500) as maintenance:
+                await wait_until(
+                    lambda: any(
+                        getattr(r, "action", None) == "vacuum_skipped" for r in caplog.records
+                    )
+                )
+                assert maintenance._vacuums == 0 and maintenance._vacuum_floor == 0
+                holder.rollback()  # the other vacuum is over
+                await wait_until(lambda: scalar(dsn, VACUUMS) == 1, timeout=30)
