@@ -22,6 +22,7 @@ Tests that only need a server, not a migrated database, can use ``pg_server.dsn_
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
 import tempfile
 import uuid
@@ -63,15 +64,26 @@ def start_throwaway_cluster(base_dir: Path | str | None = None) -> ThrowawayClus
 
     System binaries are preferred; ``fsync`` and ``full_page_writes`` are off for speed
     (``synchronous_commit`` keeps its default), ``max_connections`` is 200. Only the
-    maintenance database ``postgres`` exists.
+    maintenance database ``postgres`` exists. ``AWA_TEST_PG_SETTINGS`` adds server settings
+    (``name=value`` separated by spaces) for every session, whatever options a connection
+    string sets: ``AWA_TEST_PG_SETTINGS="awa.dependency_shard_min=1"`` runs the suite with
+    every child of a dependency wide (docs/testing.md).
     """
     root = Path(tempfile.mkdtemp(prefix="awa-pg-", dir=base_dir))
+    settings: dict[str, str | int] = {
+        "fsync": "off",
+        "full_page_writes": "off",
+        "max_connections": 200,
+    }
+    for pair in os.environ.get("AWA_TEST_PG_SETTINGS", "").split():
+        name, _, value = pair.partition("=")
+        settings[name] = value
     server = EmbeddedPostgres(
         root / "data",
         prefer_system=True,
         database=None,
         fast_init=True,
-        settings={"fsync": "off", "full_page_writes": "off", "max_connections": 200},
+        settings=settings,
     )
     try:
         server.start()
