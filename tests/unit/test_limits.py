@@ -10,7 +10,7 @@ import pytest
 import awa_cli as awa
 from awa_cli.config import Config, load_config
 from awa_cli.enqueue import InsertOpts, prepare
-from awa_cli.limits import Candidates, ClaimPlan, Limit
+from awa_cli.limits import Candidates, ClaimPlan, Limit, array_literal
 
 GOOD = '[limits.per_tenant]\nkind = "sync"\nkey = "args.tenant.id"\nmax_running = 2\n'
 
@@ -105,7 +105,17 @@ def test_a_claim_plan_keeps_the_limits_that_can_select_the_queue() -> None:
     assert not ClaimPlan.for_queue("email", [other]).needed  # the plain claim stays
     assert ClaimPlan.for_queue("email", [], priority_aging=60).needed
     params = ClaimPlan((Limit("t", key="args.a.b", max_running=3, kind="x"),)).params
-    assert params["l_sources"] == ["args"] and params["l_paths"] == ["{a,b}"]
+    assert params["l_sources"] == '{"args"}' and params["l_paths"] == '{"{a,b}"}'
+    assert params["l_kinds"] == '{"x"}' and params["l_queues"] == "{NULL}"
+
+
+def test_array_literals_round_trip_through_postgres_quoting() -> None:
+    # the parser's rules: an element in double quotes, backslash escapes \\ and \", NULL bare
+    assert array_literal(["a", None, 'q"u', "b\\s", "{x,y}", "NULL", ""]) == (
+        '{"a",NULL,"q\\"u","b\\\\s","{x,y}","NULL",""}'
+    )
+    assert array_literal([1, None, 2.5]) == "{1,NULL,2.5}"
+    assert array_literal([]) == "{}"
 
 
 def test_candidates_run_out_grow_old_and_take_back_the_unused() -> None:

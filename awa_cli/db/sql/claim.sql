@@ -31,6 +31,7 @@ UPDATE awa.jobs AS j SET
     attempt = j.attempt + 1,
     run_lease = j.run_lease + 1,
     attempted_at = now(),
+    limit_slot = '',  -- no limit selects the job: it holds no slot (migration 0016)
 {{attempt_worker_deadline}}
 FROM next
 WHERE j.id = next.id

@@ -63,23 +63,32 @@ WITH lim AS (
                 ELSE 0 END) AS eff
 
 -- fragment: limit_held
--- The body of the CTE held: the slots in use per (limit, key): running jobs, and those
--- waiting inside their handler (two partial indexes, so the scan costs the running jobs, not
--- the table). Shared by the ranking (step 1) and claim_limited_take (step 3).
-    SELECT coalesce(lk.name, lq.name) AS limit_name,
-           coalesce(j.concurrency_key,
-                    CASE coalesce(lk.source, lq.source) WHEN 'kind' THEN j.kind
-                         WHEN 'queue' THEN j.queue
-                         ELSE j.args #>> coalesce(lk.path, lq.path) END, '') AS key,
-           count(*) AS running
-    FROM (SELECT kind, queue, args, concurrency_key FROM awa.jobs WHERE state = 'running'
+-- The body of the CTE held: the slots in use per slot (the limit's name and the key joined
+-- by chr(31), as the take stores them in awa.jobs.limit_slot, migration 0016): running jobs,
+-- and those waiting inside their handler, counted from the partial index of the rows that
+-- hold a slot; the attempts started without one (before 0016, or by an earlier worker
+-- during a deploy) are keyed as the claim keys them, from the index that holds only them.
+    SELECT h.slot, sum(h.running) AS running
+    FROM (SELECT j.limit_slot AS slot, count(*) AS running
+          FROM awa.jobs j
+          WHERE j.limit_slot <> ''
+            AND (j.state = 'running' OR (j.state = 'waiting_external' AND j.callback_in_handler))
+          GROUP BY 1
           UNION ALL
-          SELECT kind, queue, args, concurrency_key FROM awa.jobs
-          WHERE state = 'waiting_external' AND callback_in_handler) j
-    LEFT JOIN lim lk ON lk.kind = j.kind
-    LEFT JOIN lim lq ON lk.name IS NULL AND lq.kind IS NULL AND lq.queue = j.queue
-    WHERE coalesce(lk.name, lq.name) IS NOT NULL
-    GROUP BY 1, 2
+          SELECT coalesce(lk.name, lq.name) || chr(31) ||
+                 coalesce(j.concurrency_key,
+                          CASE coalesce(lk.source, lq.source) WHEN 'kind' THEN j.kind
+                               WHEN 'queue' THEN j.queue
+                               ELSE j.args #>> coalesce(lk.path, lq.path) END, ''),
+                 count(*)
+          FROM awa.jobs j
+          LEFT JOIN lim lk ON lk.kind = j.kind
+          LEFT JOIN lim lq ON lk.name IS NULL AND lq.kind IS NULL AND lq.queue = j.queue
+          WHERE j.limit_slot IS NULL
+            AND (j.state = 'running' OR (j.state = 'waiting_external' AND j.callback_in_handler))
+            AND coalesce(lk.name, lq.name) IS NOT NULL
+          GROUP BY 1) h
+    GROUP BY 1
 
 -- fragment: limited_ranking
 -- The rest of the ranking after its FROM: the selecting limit per job, the keys' round
@@ -108,7 +117,7 @@ WITH lim AS (
 ), picked AS (
     SELECT r.id, r.limit_name, r.key, r.rank, r.eff, r.run_at
     FROM ranked r
-    LEFT JOIN held h ON h.limit_name = r.limit_name AND h.key = r.key
+    LEFT JOIN held h ON h.slot = r.limit_name || chr(31) || r.key
     LEFT JOIN started s ON s.limit_name = r.limit_name AND s.key = r.key
     WHERE r.limit_name IS NULL
        OR (r.rank <= r.max_running - coalesce(h.running, 0)
@@ -202,6 +211,8 @@ UPDATE awa.jobs AS j SET
     run_lease = j.run_lease + 1,
     -- the start as the rate window logged it (ordered as the key lock orders the claims)
     attempted_at = (SELECT at FROM clock),
+    -- the slot the attempt holds until it leaves running (migration 0016); '': no limit
+    limit_slot = coalesce(chosen.limit_name || chr(31) || chosen.key, ''),
 {{attempt_worker_deadline}}
 FROM chosen
 WHERE j.id = chosen.id
