@@ -200,10 +200,15 @@ WITH lim AS (
     INSERT INTO awa.limit_starts (limit_name, key, started_at)
     SELECT c.limit_name, c.key, (SELECT at FROM clock) FROM chosen c WHERE c.rate_n IS NOT NULL
 ), pruned AS (
+    -- starts two windows old: one window is all a count needs now, but a short claim's
+    -- rate wait (limit_rate_free_in) counts the window as it was when that claim BEGAN, a
+    -- little earlier; pruning at one window here deleted the starts it counted, so it saw
+    -- the key in budget, found nothing to wait for and slept a whole poll (a window of
+    -- `limited_rate` with 20-80 starts instead of 100)
     DELETE FROM awa.limit_starts s USING keys k, lim l
     WHERE s.limit_name = k.limit_name AND s.key = k.key AND l.name = s.limit_name
       AND l.rate_n IS NOT NULL
-      AND s.started_at <= (SELECT at FROM clock) - l.rate_w * interval '1 second'
+      AND s.started_at <= (SELECT at FROM clock) - 2 * l.rate_w * interval '1 second'
 )
 UPDATE awa.jobs AS j SET
     state = 'running',
