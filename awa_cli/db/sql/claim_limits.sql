@@ -26,8 +26,12 @@
 -- are serialised by its lock, and the count is taken after the lock.
 --
 -- A slot is a job of the key that is running, or waiting inside its handler
--- (waiting_external with callback_in_handler: it returns to running without a claim). A
--- rescued attempt leaves running, so its slot is free; nothing else is stored per slot.
+-- (waiting_external with callback_in_handler: it returns to running without a claim). The
+-- take stores the slot it claims a job under in awa.jobs.limit_slot (the limit's name and the
+-- key joined by chr(31); '' from the plain claim), and awa.limit_usage counts a key by
+-- looking its slot up in a partial index of the rows that hold one (migration 0016). A
+-- rescued, finished or cancelled attempt leaves running and so leaves that index: its slot
+-- is free, with nothing to decrement.
 --
 -- The limits come as parallel arrays (awa_cli/limits.py ClaimPlan.params): name, kind,
 -- queue, key source ('args', 'kind' or 'queue'), args path (a text[] literal), max_running,
