@@ -29,6 +29,7 @@ from awa_cli import defaults
 from awa_cli.config import MaintenanceConfig
 from awa_cli.db import jobs
 from awa_cli.app import prepare_job
+from awa_cli.attempts import DEADLINE_EXCEEDED
 from awa_cli.db.channels import limit_payload, notify_limits
 from awa_cli.db.dsn import redact, with_options
 from awa_cli.db.pools import POOL_WAIT_SECONDS, claim_pool, recheck, worker_pool
@@ -163,7 +164,7 @@ class Worker:
                 on_deadline=self._deadline_passed,
                 waited=waited,
             ),
-            submit=self.finalizer.submit,
+            submit=self._submit_result,
             lost=self.running.discard,
             is_stopping=self._stopping.is_set,
             recheck_claims=functools.partial(recheck, self.claim_pool),
@@ -270,6 +271,14 @@ class Worker:
                     extra={"action": "rescued", "reason": "deadline_exceeded"},
                 )
                 self.fence_rescued(rows)
+
+    def _submit_result(self, result: AttemptResult) -> None:
+        """To the finalizer; one stopped at its deadline after the rescue that started (a job
+        it took gets ``Rescued`` and this result is stale; else this result counts)."""
+        rescue = self._deadline_rescue
+        if result.error == DEADLINE_EXCEEDED and rescue is not None and not rescue.done():
+            return rescue.add_done_callback(lambda _task: self.finalizer.submit(result))
+        self.finalizer.submit(result)
 
     def _unknown_kind(self, row: JobRow) -> None:
         key = (row.kind, row.queue)
