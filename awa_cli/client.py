@@ -63,7 +63,7 @@ def prepare_insert(args: Any, options: dict[str, Any], app: App | None = None) -
 def _row_or_conflict(record: Any, prepared: PreparedJob, holder: Any) -> JobRow:
     if record is None:
         raise UniqueConflict(prepared.kind, holder[0] if holder else None)
-    return JobRow.from_values(record)
+    return JobRow.inserted(prepared, record)
 
 
 def insert(

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import json
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -141,6 +142,36 @@ class JobRow:
         row.__dict__.update(data)
         return row
 
+    @classmethod
+    def inserted(cls, job: PreparedJob, values: Sequence[Any]) -> JobRow:
+        """The row an insert of ``job`` just wrote, from the values the insert returned
+        (``INSERTED_COLUMNS``: what the server chose) and the job's own: the rest are the
+        table's defaults for a job that has never run. Saves the client decoding every
+        column it sent (measured: 40-60 µs of client CPU per ``insert``)."""
+        job_id, state, run_at, created_at = values
+        states = job.unique_states
+        row = object.__new__(cls)
+        row.__dict__.update(
+            _NEVER_RUN,
+            id=job_id,
+            kind=job.kind,
+            queue=job.queue,
+            args=json.loads(job.args_json),
+            state=JobState(state),
+            priority=job.priority,
+            max_attempts=job.max_attempts,
+            run_at=run_at,
+            deadline_duration=job.deadline_duration,
+            errors=[],
+            metadata=json.loads(job.metadata_json),
+            tags=list(job.tags),
+            unique_key=job.unique_key,
+            unique_states=None if states is None else [JobState(s) for s in states],
+            ordering_key=job.ordering_key,
+            created_at=created_at,
+        )
+        return row
+
     def evolve(self, **changes: Any) -> Self:
         """A copy with ``changes`` applied (a fast ``dataclasses.replace`` for hot paths), of
         the same class (a ``DeadLetter`` stays one)."""
@@ -174,6 +205,26 @@ class JobRow:
 
 JOB_ROW_FIELDS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(JobRow))
 JOB_COLUMNS = ", ".join(f"j.{name}" for name in JOB_ROW_FIELDS)  # for RETURNING in field order
+
+INSERTED_COLUMNS = ("id", "state", "run_at", "created_at")
+"""What an insert returns for :meth:`JobRow.inserted`, in order: the values the server chose."""
+
+# The columns of a row that has never run, as the table's defaults leave them (errors, a
+# list, is made afresh per row).
+_NEVER_RUN: dict[str, Any] = {
+    "attempt": 0,
+    "run_lease": 0,
+    "heartbeat_at": None,
+    "deadline_at": None,
+    "callback_id": None,
+    "callback_timeout_at": None,
+    "callback_result": None,
+    "output": None,
+    "attempted_at": None,
+    "finalized_at": None,
+    "progress": None,
+    "attempted_by": None,
+}
 
 
 @dataclass(frozen=True)

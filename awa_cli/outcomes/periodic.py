@@ -168,7 +168,7 @@ async def trigger(core: CoreState, name: str, actor: str | None = None) -> JobRo
                 record = await cur.fetchone()
             if record is None:
                 raise UniqueConflict(prepared.kind)
-            row = JobRow.from_values(record)
+            row = JobRow.inserted(prepared, record)
             await audit.record(
                 conn, actor, "cron.trigger", f"periodic:{name}", detail={"job_id": row.id}
             )

@@ -49,6 +49,41 @@ def _count(db: psycopg.Connection, where: str = "true", params: Any = None) -> i
 # -- insert ----------------------------------------------------------------------------------
 
 
+INSERT_SHAPES: dict[str, dict[str, Any]] = {
+    "defaults": {},
+    "every option": {
+        "kind": "mail",
+        "queue": "mails",
+        "priority": 1,
+        "max_attempts": 3,
+        "deadline_duration": 12.5,
+        "metadata": {"tenant": "acme", "nested": {"b": [1, 2.5, None], "a": "ü"}},
+        "tags": ["x", "y"],
+        "unique_opts": {"by_args": True, "states": ["available", "running"]},
+        "ordering_key": "order-7",
+        "concurrency_key": "k",
+    },
+    "scheduled": {"run_at": datetime.now(UTC) + timedelta(hours=1)},
+    "run_at in the past": {"run_at": datetime(2020, 1, 1, tzinfo=UTC)},
+}
+
+
+@pytest.mark.parametrize("shape", sorted(INSERT_SHAPES))
+def test_the_row_insert_returns_is_the_row_stored(
+    shape: str, client: Client, db: psycopg.Connection
+) -> None:
+    """insert builds its JobRow from what it sent and the four values the server chose
+    (JobRow.inserted): field for field, it is the row a read of the job returns."""
+    options = INSERT_SHAPES[shape]
+    args = SendEmail("a@example.com", subject='héllo {"quoted"}')
+    returned = client.insert(args, **options)
+    with psycopg.connect(db.info.dsn) as conn:
+        sent = awa_cli.insert(conn, args, **{**options, "unique_opts": None})
+    assert returned == client.get_job(returned.id)
+    assert sent == client.get_job(sent.id)
+    assert returned.to_json() == client.get_job(returned.id).to_json()
+
+
 def test_insert_returns_a_row_with_defaults(client: Client, db: psycopg.Connection) -> None:
     row = client.insert(SendEmail("a@example.com"))
     assert isinstance(row, awa_cli.JobRow)

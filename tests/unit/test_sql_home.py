@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from awa_cli.db.statements import SQL, parse
-from awa_cli.jobs import JOB_COLUMNS
+from awa_cli.jobs import INSERTED_COLUMNS, JOB_COLUMNS
 from tests.helpers import ROOT
 
 PACKAGE = ROOT / "awa_cli"
@@ -113,10 +113,16 @@ def test_every_statement_is_used(name: str) -> None:
     )
 
 
-@pytest.mark.parametrize("name", ["claim_by_queue", "claim_by_kind", "insert_one"])
+@pytest.mark.parametrize("name", ["claim_by_queue", "claim_by_kind"])
 def test_job_rows_come_back_in_field_order(name: str) -> None:
     flat = " ".join(SQL[name].split())
     assert f"RETURNING {JOB_COLUMNS}" in flat, name
+
+
+def test_an_insert_returns_only_what_the_server_chose() -> None:
+    """JobRow.inserted unpacks these four, in this order; the rest it knows."""
+    flat = " ".join(SQL["insert_one"].split())
+    assert flat.endswith("RETURNING " + ", ".join(f"j.{c}" for c in INSERTED_COLUMNS))
 
 
 def test_the_claim_is_one_statement() -> None:

@@ -3,7 +3,8 @@
 -- survives a duplicate. Parameters are shaped by awa_cli/db/params.py.
 
 -- name: insert_one
--- One job; RETURNING lists JOB_ROW_FIELDS in order. No row back: its unique key is held.
+-- One job; RETURNING lists INSERTED_COLUMNS (awa_cli/jobs.py), the values the server chose:
+-- JobRow.inserted builds the rest from what was sent. No row back: its unique key is held.
 INSERT INTO awa.jobs AS j (kind, queue, args, state, priority, max_attempts, run_at,
                       deadline_duration, metadata, tags, unique_key, unique_states, ordering_key, concurrency_key)
 VALUES (%(kind)s, %(queue)s, %(args)s::jsonb,
@@ -12,7 +13,7 @@ VALUES (%(kind)s, %(queue)s, %(args)s::jsonb,
         %(deadline_duration)s, %(metadata)s::jsonb, %(tags)s::text[], %(unique_key)s,
         %(unique_states)s::awa.job_state[], %(ordering_key)s, %(concurrency_key)s)
 ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL AND state = ANY (unique_states) DO NOTHING
-{{job_row_returning}};
+RETURNING j.id, j.state, j.run_at, j.created_at;
 
 -- name: insert_many
 -- One statement for a whole batch: per-row columns as arrays, shared options as scalars.
