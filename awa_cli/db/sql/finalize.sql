@@ -7,7 +7,9 @@
 -- re-enters execution instead of waiting: it becomes available with its attempt refunded.
 -- Returns only what the UPDATE changed; the committed row is the claimed row with those
 -- changes (awa_cli.attempts.committed_row). %(progress)s: the attempt's last reported progress
--- (NULL: the row's stays), so the outcome always carries the latest progress.
+-- (NULL: the row's stays), so the outcome always carries the latest progress. The rows are
+-- locked in id order first (running.sql: lock_running_in_id_order), as the heartbeat's.
+{{lock_running_in_id_order}}
 UPDATE awa.jobs AS j SET
     state = CASE WHEN v.state = 'waiting_external' AND j.callback_result IS NOT NULL
                  THEN 'available'::awa.job_state ELSE v.state END,
@@ -33,6 +35,7 @@ FROM unnest(%(ids)s::bigint[], %(leases)s::bigint[], %(states)s::awa.job_state[]
      AS v(id, lease, state, delay, error, output, refund, callback_id, progress)
 WHERE j.id = v.id AND j.run_lease = v.lease AND j.state = 'running'
   AND (v.callback_id IS NULL OR j.callback_id = v.callback_id)
+  AND j.id IN (SELECT id FROM locked)
 RETURNING j.id, j.state::text AS state, j.run_at, j.attempt, j.finalized_at, j.callback_id, j.callback_timeout_at,
           j.has_dependents, j.workflow_id;
 

@@ -43,7 +43,7 @@ def _finalise_waits_on_a_lock(dsn: str) -> bool:
     with psycopg.connect(dsn) as conn:
         row = conn.execute(
             "SELECT count(*) FROM pg_stat_activity "
-            "WHERE wait_event_type = 'Lock' AND query LIKE 'UPDATE awa.jobs AS j SET%'"
+            "WHERE wait_event_type = 'Lock' AND query LIKE '%UPDATE awa.jobs AS j SET%'"
         ).fetchone()
     return bool(row and row[0])
 
