@@ -5,9 +5,9 @@
 -- changes them (it must also require j.id IN (SELECT id FROM locked), so that it touches
 -- only rows this CTE locked first). Two statements that lock a worker's running rows this
 -- way (the heartbeat and the finaliser) never deadlock each other whatever plan the
--- planner picks: with statistics that count no running row (a deep backlog analysed before
--- its drain) it walks a partial index of running rows, in heartbeat_at order, and the
--- order of the id list alone no longer decides the order of the locks.
+-- planner picks. Without it the locks follow the plan: an index scan of jobs_state_id_idx
+-- meets the rows in id order, but a bitmap heap scan, or a hash join probed from the table's
+-- side, meets them in physical order (the fair run's drain_deep logged the deadlock).
 WITH locked AS (
     SELECT id FROM awa.jobs
     WHERE id = ANY (%(ids)s::bigint[]) AND state = 'running'
