@@ -285,18 +285,6 @@ async def parents_of(conn: psycopg.AsyncConnection[Any], job_id: int) -> list[Di
         return await cur.fetchall()
 
 
-async def parents_of_many(
-    conn: psycopg.AsyncConnection[Any], job_ids: Sequence[int]
-) -> dict[int, list[DictRow]]:
-    """:func:`parents_of` for many jobs in one statement, by child id."""
-    out: dict[int, list[DictRow]] = {i: [] for i in job_ids}
-    async with conn.cursor(row_factory=dict_row) as cur:
-        await cur.execute(SQL["dep_parents_of_many"], {"ids": list(job_ids)})
-        for row in await cur.fetchall():
-            out[row["child_id"]].append(row)
-    return out
-
-
 async def children_of(conn: psycopg.AsyncConnection[Any], job_id: int) -> list[DictRow]:
     """A job's children: ``id``, ``state``, ``step``."""
     async with conn.cursor(row_factory=dict_row) as cur:

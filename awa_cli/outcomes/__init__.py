@@ -145,13 +145,20 @@ class OutcomeCore(CoreState):
         else:
             self.claim_plans.pop(queue, None)
 
-    async def claim(self, queue: str, limit: int, deadline: float | None = 0.0) -> list[JobRow]:
+    async def claim(
+        self,
+        queue: str,
+        limit: int,
+        deadline: float | None = 0.0,
+        parents: claims.Parents | None = None,
+    ) -> list[JobRow]:
         """Claim up to ``limit`` runnable jobs of ``queue``: running, lease +1 (within the
-        queue's limits, round-robin between keys, when it has a claim plan)."""
+        queue's limits, round-robin between keys, when it has a claim plan). The parents of
+        the children claimed, read by the same statement, go to ``parents`` by child id."""
         plan = self.claim_plans.get(queue)
         if plan is not None:
-            return await claims.claim_limited(self, queue, limit, deadline, plan)
-        return await claims.claim_by_queue(self, queue, limit, deadline)
+            return await claims.claim_limited(self, queue, limit, deadline, plan, parents)
+        return await claims.claim_by_queue(self, queue, limit, deadline, parents)
 
     def started(self, row: JobRow) -> None:
         """A claim committed and the handler is about to run: dispatch ``Started`` (detached;

@@ -33,6 +33,22 @@ from awa_cli.outcomes.transaction import CoreState
 
 _IDENTITY: tuple[int, str] | None = None
 
+# A claim's result: the rows, and the parents of the children among them by child id (the
+# claim's last column, sql: claim_returning), for job.parents and job.parent_outputs.
+Parents = dict[int, list[Any]]
+
+
+def _claimed(records: list[Any], parents: Parents | None) -> list[JobRow]:
+    """Rows from a claim's records (JOB_ROW_FIELDS, then the parents); a child's parents go
+    to ``parents`` when given."""
+    rows = []
+    for record in records:
+        row = JobRow.from_values(record[:-1])
+        if record[-1] is not None and parents is not None:
+            parents[row.id] = record[-1]
+        rows.append(row)
+    return rows
+
 
 def worker_identity() -> str:
     """``host:pid`` of this process, recorded on each attempt it claims (``attempted_by``).
@@ -45,10 +61,15 @@ def worker_identity() -> str:
 
 
 async def claim_by_queue(
-    core: CoreState, queue: str, limit: int, deadline: float | None
+    core: CoreState,
+    queue: str,
+    limit: int,
+    deadline: float | None,
+    parents: Parents | None = None,
 ) -> list[JobRow]:
     """Claim up to ``limit`` runnable jobs of ``queue`` (priority → run_at → id order);
-    ``deadline`` is the queue's deadline in seconds for jobs without their own (0: none)."""
+    ``deadline`` is the queue's deadline in seconds for jobs without their own (0: none).
+    The claimed children's parents go to ``parents`` when given."""
     async with core.claim_pool.connection() as conn, conn.cursor() as cur:
         await cur.execute(
             SQL["claim_by_queue"],
@@ -59,7 +80,7 @@ async def claim_by_queue(
                 "worker": worker_identity(),
             },
         )
-        rows = [JobRow.from_values(r) for r in await cur.fetchall()]
+        rows = _claimed(await cur.fetchall(), parents)
     rows.sort(key=lambda r: (r.priority, r.run_at, r.id))
     return rows
 
@@ -69,7 +90,12 @@ CHUNK_SPARE = 2
 
 
 async def claim_limited(
-    core: CoreState, queue: str, limit: int, deadline: float | None, plan: ClaimPlan
+    core: CoreState,
+    queue: str,
+    limit: int,
+    deadline: float | None,
+    plan: ClaimPlan,
+    parents: Parents | None = None,
 ) -> list[JobRow]:
     """Claim up to ``limit`` jobs of ``queue`` that its limits allow, round-robin between
     keys, in (aged) priority order within a key; see ``db/sql/claim_limits.sql``.
@@ -84,7 +110,9 @@ async def claim_limited(
         cached = cache.usable(time.monotonic())
         # Autocommit: the take is one statement (its key locks last until it commits)
         async with core.claim_pool.connection() as conn:
-            got = await claim_limited_on(conn, queue, limit - len(rows), deadline, plan, cache)
+            got = await claim_limited_on(
+                conn, queue, limit - len(rows), deadline, plan, cache, parents
+            )
         rows.extend(got)
         if len(rows) >= limit or not cached:
             break
@@ -100,6 +128,7 @@ async def claim_limited_on(
     deadline: float | None,
     plan: ClaimPlan,
     cache: Candidates | None = None,
+    parents: Parents | None = None,
 ) -> list[JobRow]:
     """The statements of :func:`claim_limited` on ``conn`` (in a transaction the caller
     opened, the key locks are held until it ends); without ``cache``, from a scan of its own."""
@@ -144,7 +173,7 @@ async def claim_limited_on(
             "keys": keys,
         },
     )
-    rows = [JobRow.from_values(r) for r in await cur.fetchall()]
+    rows = _claimed(await cur.fetchall(), parents)
     if len(rows) < limit:
         cache.clear()  # keys at their limit, or candidates gone: the next claim scans afresh
     else:

@@ -10,13 +10,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-import psycopg
-
 from awa_cli.db import dependencies, jobs
-from awa_cli.workflows import AFTER_KEY
 from awa_cli.errors import AwaError, CallbackWaitAborted
 
 if TYPE_CHECKING:
@@ -42,7 +38,8 @@ class CallbackServices:
         # [serve] callback_base_url: the tokens handlers get carry their full URLs.
         self.callback_base_url = callback_base_url
         self._waiters: dict[int, asyncio.Event] = {}
-        self._parents: dict[int, list[Any]] = {}  # claimed jobs' parents, until they start
+        # claimed children's parents, read by their claim, until they start
+        self.claimed_parents: dict[int, list[Any]] = {}
 
     async def register_callback(self, row: JobRow, timeout: float) -> uuid.UUID:
         callback_id = uuid.uuid4()  # uuid4 draws from os.urandom: unguessable
@@ -52,24 +49,12 @@ class CallbackServices:
 
     async def job_parents(self, job_id: int) -> list[Any]:
         """The parents of a job (``job.parents``, ``job.parent_outputs``; architecture §16):
-        fetched with its claim batch (:meth:`prefetch_parents`), else now."""
-        found = self._parents.pop(job_id, None)
+        as its claim read them, else now."""
+        found = self.claimed_parents.pop(job_id, None)
         if found is not None:
             return found
         async with self.core.pool.connection() as conn:
             return list(await dependencies.parents_of(conn, job_id))
-
-    async def prefetch_parents(self, rows: Sequence[JobRow]) -> None:
-        """Read the parents of the claimed jobs that have some, in one statement (a failure
-        leaves each to :meth:`job_parents`)."""
-        ids = [r.id for r in rows if AFTER_KEY in r.metadata]
-        if not ids:
-            return
-        try:
-            async with self.core.pool.connection() as conn:
-                self._parents.update(await dependencies.parents_of_many(conn, ids))
-        except (psycopg.Error, OSError) as exc:
-            log.debug("prefetching the parents of %d jobs failed: %s", len(ids), exc)
 
     async def insert_workflow(self, wf: Any) -> Any:
         """Insert ``wf`` for a handler (``job.insert_workflow``), with the core's app."""

@@ -232,11 +232,9 @@ class Worker:
         )
 
     async def _claim(self, queue: str, limit: int, deadline: float | None) -> list[JobRow]:
-        """The core's claim, then the claimed children's parents in one read (architecture
-        §16: ``job.parents`` and ``job.parent_outputs``), not one per job."""
-        rows = await self.core.claim(queue, limit, deadline)
-        await self.services.prefetch_parents(rows)
-        return rows
+        """The core's claim, which reads the claimed children's parents too (architecture
+        §16: ``job.parents`` and ``job.parent_outputs``), not one read per job."""
+        return await self.core.claim(queue, limit, deadline, self.services.claimed_parents)
 
     def _deadline_passed(self, row: JobRow) -> None:
         """A running attempt reached its deadline: run the deadline rescue now (coalesced),

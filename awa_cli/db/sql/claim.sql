@@ -3,7 +3,8 @@
 -- The claim locks up to %(limit)s runnable jobs (SKIP LOCKED, in priority -> run_at -> id
 -- order) and starts their next attempt, in ONE statement. The worker claims by queue; the
 -- test harness (awa_cli.testing) by kind, with the very same transition. The RETURNING list
--- is JOB_ROW_FIELDS in order (awa_cli/jobs.py; tests/unit/test_sql_home.py keeps them equal).
+-- is JOB_ROW_FIELDS in order (awa_cli/jobs.py; tests/unit/test_sql_home.py keeps them equal),
+-- then the claimed child's parents (claim_returning).
 -- Its plan is guarded by tests/integration/worker/test_runtime.py::test_claim_uses_the_claim_index.
 
 -- fragment: job_row_returning
@@ -13,6 +14,20 @@ RETURNING j.id, j.kind, j.queue, j.args, j.state, j.priority, j.attempt, j.max_a
           j.callback_id, j.callback_timeout_at, j.callback_result, j.errors, j.metadata, j.tags,
           j.unique_key, j.unique_states, j.output, j.ordering_key, j.created_at,
           j.attempted_at, j.finalized_at, j.progress, j.attempted_by
+
+-- fragment: claim_returning
+-- What a claim hands back: the job rows, then each one's parents as its handler sees them
+-- (job.parents, job.parent_outputs: architecture §16) in the claim's own round trip, NULL
+-- for a job that names none. A claimed child's parents are all settled, and the statement's
+-- snapshot sees the commit that made it runnable, so they read as the handler would later.
+{{job_row_returning}},
+          CASE WHEN j.metadata ? 'awa.after' THEN (
+              SELECT coalesce(jsonb_agg(jsonb_build_object(
+                         'id', d.parent_id, 'state', x.state, 'step', x.step, 'output', x.output)
+                         ORDER BY d.parent_id), '[]'::jsonb)
+              FROM awa.job_dependencies AS d
+{{dep_parent_state}}
+              WHERE d.child_id = j.id) END AS parents
 
 -- fragment: attempt_worker_deadline
 -- The SET items a starting attempt takes after its start time (both claims): the worker, a
@@ -35,7 +50,7 @@ UPDATE awa.jobs AS j SET
 {{attempt_worker_deadline}}
 FROM next
 WHERE j.id = next.id
-{{job_row_returning}}
+{{claim_returning}}
 
 -- name: claim_by_queue
 -- A worker's claim for one queue. A paused queue (awa.queues.paused) yields nothing: the

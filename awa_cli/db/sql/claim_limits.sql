@@ -158,7 +158,7 @@ ORDER BY p.rank, p.eff, p.run_at, p.id;
 -- Steps 2 and 3 in one statement: awa.limit_usage (migration 0010) takes the advisory
 -- transaction lock of each (limit, key) of the candidates, in sorted order, and recounts
 -- with a snapshot taken after the locks; then claim what the limits leave and log the
--- starts. The RETURNING list is JOB_ROW_FIELDS in order (awa_cli/jobs.py).
+-- starts. The RETURNING list is a claim's (claim_returning: the job rows, then their parents).
 -- A pause that committed after step 1 is seen here too (the `locked` probe checks it).
 WITH lim AS (
 {{claim_limits}}
@@ -225,7 +225,7 @@ UPDATE awa.jobs AS j SET
 {{attempt_worker_deadline}}
 FROM chosen
 WHERE j.id = chosen.id
-{{job_row_returning}};
+{{claim_returning}};
 
 -- name: limit_rate_free_in
 -- Two columns: seconds until the first key of these limits that was out of rate budget %(since)s seconds
