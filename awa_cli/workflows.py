@@ -331,6 +331,9 @@ def split_after(options: dict[str, Any]) -> tuple[tuple[int, ...], ParentFailure
     return parents, policy
 
 
+_STATE_VALUES = frozenset(s.value for s in JobState)
+
+
 def parent_infos(rows: Sequence[Mapping[str, Any]]) -> tuple[list[ParentInfo], dict[Any, Any]]:
     """``job.parents`` and ``job.parent_outputs`` (keyed by step name, else parent id) from
     :func:`parents_of` rows."""
@@ -338,7 +341,7 @@ def parent_infos(rows: Sequence[Mapping[str, Any]]) -> tuple[list[ParentInfo], d
     outputs: dict[Any, Any] = {}
     for r in rows:
         state = r["state"]
-        known = state in {s.value for s in JobState}
+        known = state in _STATE_VALUES
         infos.append(ParentInfo(r["id"], JobState(state) if known else JobState.FAILED, r["step"]))
         if state == "completed":
             outputs[r["step"] if r["step"] is not None else r["id"]] = r["output"]

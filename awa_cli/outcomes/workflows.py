@@ -4,7 +4,8 @@ transaction of its last step's transition, and the operator's cancel and retry.
 A running workflow's counts are derived from its steps, so a step's transition never
 writes the workflow's row — except the one that ends it. Concurrent last steps are ordered
 by a transaction-scoped advisory lock per workflow, taken just before commit (held for the
-commit only), so exactly one of them sees the workflow over.
+commit only) by the same call that then checks (``awa.workflow_finish``, with a snapshot
+taken after the lock), so exactly one of them sees the workflow over.
 """
 
 from __future__ import annotations
@@ -43,7 +44,6 @@ async def settle(conn: psycopg.AsyncConnection[Any], records: Sequence[Mapping[s
     if not ids:
         return
     async with conn.cursor() as cur:
-        await cur.execute(SQL["wf_lock"], {"ids": ids})
         await cur.execute(SQL["wf_finish"], {"ids": ids})
 
 
@@ -135,7 +135,6 @@ async def retry(core: CoreState, workflow_id: int, actor: str | None) -> DictRow
             head = await cur.fetchone()
             assert head is not None
             if not rows:  # nothing to re-run: the workflow stays as it was
-                await cur.execute(SQL["wf_lock"], {"ids": [workflow_id]})
                 await cur.execute(SQL["wf_finish"], {"ids": [workflow_id]})
                 head = await _head(cur, workflow_id)
             await _record(conn, core, actor, "workflow.retry", workflow_id, len(rows))

@@ -133,3 +133,52 @@ def test_counts_and_callbacks_follow_the_members(
                             model.failed_once = True
                         model.state[member] = target
             _check(conn, batch_id, model)
+
+
+def test_one_statement_moving_members_of_several_batches_counts_each(dsn: str) -> None:
+    """A finalising statement may hold members of many batches: each batch's counter rows
+    and callbacks follow its own members, and two such statements racing on the same
+    batches from opposite ends both commit (the counter rows, then the batch rows, each in
+    id order: no deadlock)."""
+    import threading
+
+    batch = Batch(on_success={"label": "s"}, on_complete={"label": "c"}, on_death={"label": "d"})
+    callbacks = {
+        name: prepare_members(None, [job_args], {"kind": "cb"})[0]
+        for name, job_args in batch.callbacks().items()
+    }
+    members: dict[int, list[int]] = {}
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        for _ in range(3):
+            batch_id = gateway.create_sync(conn, callbacks, {}, 16)
+            jobs = prepare_members(None, [{"i": i} for i in range(80)], {"kind": "member"})
+            members[batch_id] = [int(i) for i in gateway.insert_members_sync(conn, batch_id, jobs)]
+            gateway.seal_sync(conn, batch_id)
+    everyone = sorted(m for ids in members.values() for m in ids)
+    halves = [everyone[::2], everyone[1::2][::-1]]
+    barrier = threading.Barrier(2)
+    errors: list[BaseException] = []
+
+    def finish(ids: list[int]) -> None:
+        try:
+            with psycopg.connect(dsn, autocommit=True) as conn:
+                barrier.wait()
+                for chunk in range(0, len(ids), 30):  # statements of members of all batches
+                    conn.execute(
+                        "UPDATE awa.jobs SET state = 'completed' WHERE id = ANY (%s)",
+                        (ids[chunk : chunk + 30],),
+                    )
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=finish, args=(half,)) for half in halves]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not errors, errors
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        for batch_id, ids in members.items():
+            counts = gateway.get_sync(conn, batch_id).counts
+            assert (counts.pending, counts.completed) == (0, len(ids))
+            assert _callbacks(conn, batch_id) == {"s": 1, "c": 1, "d": 0}

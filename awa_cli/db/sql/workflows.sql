@@ -7,39 +7,12 @@ INSERT INTO awa.workflows (name, metadata) VALUES (%(name)s, %(metadata)s::jsonb
 ON CONFLICT DO NOTHING
 RETURNING id, name, state, created_at, finished_at, counts, metadata;
 
--- name: wf_lock
--- Serialise the "is this workflow over?" check of concurrent transitions of its steps (a
--- transaction-scoped advisory lock per workflow, taken in id order, held to commit): without
--- it two last steps finishing at once would each see the other still running.
-SELECT pg_advisory_xact_lock(1635213682, (w %% 2147483647)::int)
-FROM unnest(%(ids)s::bigint[]) AS w ORDER BY w;
-
 -- name: wf_finish
--- Workflows of %(ids)s whose every step is terminal: completed when every step completed,
--- failed when one failed (a dead-lettered step counts as failed), else cancelled; the final
--- counts are kept with the row.
-WITH over AS (
-    SELECT w.id,
-           (SELECT coalesce(jsonb_object_agg(s.state, s.n), '{}'::jsonb) FROM (
-                SELECT x.state, sum(x.n)::int AS n FROM (
-                    SELECT j.state::text AS state, count(*) AS n FROM awa.jobs AS j
-                    WHERE j.workflow_id = w.id GROUP BY j.state
-                    UNION ALL
-                    SELECT 'failed', count(*) FROM awa.dead_letters AS dl
-                    WHERE dl.workflow_id = w.id HAVING count(*) > 0) AS x
-                GROUP BY x.state) AS s) AS counts
-    FROM awa.workflows AS w
-    WHERE w.id = ANY (%(ids)s::bigint[]) AND w.state = 'running'
-      AND NOT EXISTS (SELECT 1 FROM awa.jobs AS j WHERE j.workflow_id = w.id
-                      AND j.state NOT IN ('completed', 'failed', 'cancelled'))
-)
-UPDATE awa.workflows AS w SET
-    state = CASE WHEN over.counts ? 'failed' THEN 'failed'
-                 WHEN over.counts ? 'cancelled' THEN 'cancelled' ELSE 'completed' END,
-    finished_at = now(),
-    counts = over.counts
-FROM over WHERE w.id = over.id
-RETURNING w.id, w.state;
+-- End the workflows of %(ids)s whose every step is terminal, after locking each (a
+-- transaction-scoped advisory lock, held to commit: without it two last steps finishing at
+-- once would each see the other still running), in one call: awa.workflow_finish (migration
+-- 0017) checks with a snapshot taken after the locks. Returns the workflows it ended.
+SELECT id, state FROM awa.workflow_finish(%(ids)s::bigint[]);
 
 -- name: wf_get
 SELECT id, name, state, created_at, finished_at, counts, metadata FROM awa.workflows

@@ -6,6 +6,8 @@ work linear in the children it settles whatever the planner's statistics say."""
 from __future__ import annotations
 
 import json
+import threading
+import time
 from typing import Any
 
 import psycopg
@@ -20,7 +22,7 @@ from awa_cli.outcomes import OutcomeCore
 from awa_cli.testing import AsyncAwaTestClient
 from tests.integration.workflows.test_dependencies import Step, step_app
 
-pytestmark = [pytest.mark.integration, pytest.mark.asyncio]
+pytestmark = [pytest.mark.integration]
 
 
 async def _parents_case(dsn: str) -> tuple[int, int]:
@@ -42,6 +44,7 @@ async def _parents_case(dsn: str) -> tuple[int, int]:
     return child.id, plain.id
 
 
+@pytest.mark.asyncio
 @pytest.mark.parametrize("limited", [False, True], ids=["plain claim", "limited claim"])
 async def test_a_claim_returns_its_childrens_parents_as_the_handler_reads_them(
     dsn: str, limited: bool
@@ -73,6 +76,7 @@ def _rows_removed_by_join_filters(plan: dict[str, Any]) -> int:
     return own + sum(_rows_removed_by_join_filters(p) for p in plan.get("Plans", []))
 
 
+@pytest.mark.asyncio
 async def test_settling_a_wide_fan_out_is_linear_under_one_row_statistics(dsn: str) -> None:
     """After ANALYZE sees about two edges per parent, the planner estimates one row for every
     step of the settling statement; a join of two of its CTEs then became a nested loop that
@@ -105,3 +109,45 @@ async def test_settling_a_wide_fan_out_is_linear_under_one_row_statistics(dsn: s
         conn.rollback()
     assert made_available == width
     assert _rows_removed_by_join_filters(plan[0]["Plan"]) <= 4 * width
+
+
+def test_the_last_of_two_steps_finishing_at_once_ends_the_workflow(dsn: str) -> None:
+    """Two transactions each make one of a workflow's last two steps terminal. The first
+    checks while the second's step is still running; the second's check waits for the
+    first's lock and then looks with a snapshot taken after it: it sees both steps done and
+    ends the workflow (a check without the lock, or with the snapshot of the moment it began
+    to wait, would see the first step still running, and the workflow would stay running)."""
+    wf = awa.Workflow("pair")
+    wf.add("a", Step("a"))
+    wf.add("b", Step("b"))
+    with awa.Client(dsn, step_app([])) as client:
+        run = client.insert_workflow(wf)
+    a, b = run.steps["a"].id, run.steps["b"].id
+    finish = SQL["wf_finish"]
+    ended: list[Any] = []
+    with psycopg.connect(dsn) as first, psycopg.connect(dsn) as second:
+        first.execute("UPDATE awa.jobs SET state = 'completed' WHERE id = %s", (a,))
+        assert first.execute(finish, {"ids": [run.id]}).fetchall() == []  # b still running
+        second.execute("UPDATE awa.jobs SET state = 'completed' WHERE id = %s", (b,))
+        waiter = threading.Thread(
+            target=lambda: ended.extend(second.execute(finish, {"ids": [run.id]}).fetchall())
+        )
+        waiter.start()
+        with psycopg.connect(dsn, autocommit=True) as probe:
+            for _ in range(500):  # until the second's check waits for the first's lock
+                if probe.execute(
+                    "SELECT wait_event_type = 'Lock' FROM pg_stat_activity WHERE pid = %s",
+                    (second.info.backend_pid,),
+                ).fetchone() == (True,):
+                    break
+                time.sleep(0.01)
+            else:
+                raise AssertionError("the second check never waited for the first's lock")
+        first.commit()
+        waiter.join(timeout=30)
+        second.commit()
+    assert ended == [(run.id, "completed")]
+    with psycopg.connect(dsn) as conn:
+        assert conn.execute(
+            "SELECT state FROM awa.workflows WHERE id = %s", (run.id,)
+        ).fetchone() == ("completed",)
