@@ -23,7 +23,7 @@ from benchmarks.app import Noop
 from benchmarks.measures import per_job, pre_enqueue_n
 from benchmarks.server import BenchServer
 
-CLAIM = SQL["claim_by_queue"]
+CLAIM = SQL["claim_by_queue"]  # its records: JOB_ROW_FIELDS, then the parents (r[:-1] is the row)
 FINALIZE_CHANGED = SQL["finalize_changed"]
 INSERT_ONE = SQL["insert_one"]
 ON_UNIQUE_CONFLICT = "ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL AND state = ANY (unique_states) DO NOTHING"
@@ -47,7 +47,7 @@ def claim_complete_sql(server: BenchServer, dsn: str, jobs: int) -> dict[str, An
                 if not rows:
                     raise RuntimeError("the queue ran dry before every job was completed")
                 results = [
-                    AttemptResult(job=JobRow.from_values(r), action="complete") for r in rows
+                    AttemptResult(job=JobRow.from_values(r[:-1]), action="complete") for r in rows
                 ]
                 completer.execute(FINALIZE_CHANGED, finalize_params(results)).fetchall()
                 done += len(rows)
@@ -86,7 +86,7 @@ def claim_complete_overlap_sql(server: BenchServer, dsn: str, jobs: int) -> dict
             done = 0
             while (rows := batches.get()) is not None:
                 results = [
-                    AttemptResult(job=JobRow.from_values(r), action="complete") for r in rows
+                    AttemptResult(job=JobRow.from_values(r[:-1]), action="complete") for r in rows
                 ]
                 completer.execute(FINALIZE_CHANGED, finalize_params(results)).fetchall()
                 done += len(rows)

@@ -414,7 +414,8 @@ async def claim_all(dsn: str, queue: str, count: int) -> list[awa.JobRow]:
             SQL["claim_by_queue"],
             {"queue": queue, "limit": count, "deadline": None, "worker": "h:1"},
         )
-        rows = [awa.JobRow.from_values(r) for r in await cur.fetchall()]
+        # a claim's records: the row, then the claimed child's parents (claim_returning)
+        rows = [awa.JobRow.from_values(r[:-1]) for r in await cur.fetchall()]
     assert len(rows) == count
     return sorted(rows, key=lambda r: r.id)
 
