@@ -16,7 +16,6 @@ from psycopg import AsyncConnection
 import os
 import socket
 
-from psycopg.rows import dict_row
 
 from awa_cli.db.statements import SQL
 from awa_cli.jobs import JobRow
@@ -189,9 +188,12 @@ def _ranked(rows: list[Any]) -> tuple[list[Candidate], int]:
     return [(r[0], r[1], r[2], r[3]) for r in rows if r[0] is not None], watermark
 
 
-async def claim_by_kind(core: CoreState, kind: str, queue: str | None = None) -> JobRow | None:
-    """Claim one job of ``kind`` (in any queue, or ``queue``) the way a worker does."""
-    async with core.claim_pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
+async def claim_by_kind(
+    core: CoreState, kind: str, queue: str | None = None, parents: Parents | None = None
+) -> JobRow | None:
+    """Claim one job of ``kind`` (in any queue, or ``queue``) the way a worker does; a
+    claimed child's parents go to ``parents`` when given."""
+    async with core.claim_pool.connection() as conn, conn.cursor() as cur:
         await cur.execute(
             SQL["claim_by_kind"],
             {
@@ -202,5 +204,5 @@ async def claim_by_kind(core: CoreState, kind: str, queue: str | None = None) ->
                 "worker": worker_identity(),
             },
         )
-        record = await cur.fetchone()
-    return None if record is None else JobRow.from_record(record)
+        rows = _claimed(await cur.fetchall(), parents)
+    return rows[0] if rows else None

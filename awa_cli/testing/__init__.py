@@ -212,7 +212,9 @@ class AsyncAwaTestClient:
         if cancel is not None and cancel not in CANCEL_REASONS:
             raise ValidationError("cancel", f"must be one of {', '.join(CANCEL_REASONS)}")
         kind = _kind_of(self.app, args_type_or_kind)
-        row = await self.claim(kind, queue)
+        await self.client.ensure_open()
+        # as a worker does: the claim reads the child's parents for the handler
+        row = await self.core.claim_kind(kind, queue, self.services.claimed_parents)
         if row is None:
             return WorkResult("no_job", None)
         self.core.started(row)

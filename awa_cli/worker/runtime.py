@@ -586,13 +586,14 @@ class Worker:
         waiting here, claimed ahead (``Maintenance``'s callback)."""
         for row in rows:
             runner = self.runners.get(row.queue)
-            if runner is not None:
-                runner.drop(row.id, row.run_lease)
+            if runner is not None and runner.drop(row.id, row.run_lease):
+                self.services.claimed_parents.pop(row.id, None)
         self.running.fence_rows(rows)
 
     def cancel_job(self, job_id: int) -> bool:
         """An operator cancelled job ``job_id``: drop it if it waits here, claimed ahead (its
         handler never starts), or fence it if it runs here."""
         if any(runner.drop(job_id) for runner in self.runners.values()):
+            self.services.claimed_parents.pop(job_id, None)  # its handler never starts
             return True
         return self.running.cancel_job(job_id)
