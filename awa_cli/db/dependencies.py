@@ -187,11 +187,20 @@ def insert_workflow(
     same periodic fire (metadata ``awa.periodic`` and ``awa.fire_at``) exists already."""
     outside = list(dict.fromkeys(p for s in planned for p in s.outside))
     states = yield from _parent_states(outside, f"workflow {wf.name!r}")
-    created = yield ("wf_insert", {"name": wf.name, "metadata": json.dumps(wf.metadata)})
+    # the steps' ids first: the workflow's row keeps their range, its reads' only path to them
+    ids = [r["nextval"] for r in (yield ("dep_draw_ids", {"n": len(jobs)}))]
+    created = yield (
+        "wf_insert",
+        {
+            "name": wf.name,
+            "metadata": json.dumps(wf.metadata),
+            "first_step": min(ids, default=None),
+            "last_step": max(ids, default=None),
+        },
+    )
     if not created:
         return None
     head = created[0]
-    ids = [r["nextval"] for r in (yield ("dep_draw_ids", {"n": len(jobs)}))]
     shapes = _step_shapes(planned, ids, states)
     is_parent = [False] * len(planned)
     for step in planned:

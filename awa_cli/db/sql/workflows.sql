@@ -2,8 +2,19 @@
 -- a workflow as a whole. A running workflow's counts are derived from its steps here; the row
 -- is written only when the workflow starts, ends, is cancelled or retried.
 
+-- fragment: wf_steps_of_w
+-- The steps of the workflow w, by the range of their ids (migration 0018): a walk of the
+-- primary key, not an index on workflow_id (there is none: every step's transition wrote
+-- an entry in it).
+-- (a workflow inserted before 0018 by an older awa has no range: the whole table)
+JOIN awa.jobs AS j ON j.id BETWEEN coalesce(w.first_step, 0)
+                               AND coalesce(w.last_step, 9223372036854775807)
+                  AND j.workflow_id = w.id
+
 -- name: wf_insert
-INSERT INTO awa.workflows (name, metadata) VALUES (%(name)s, %(metadata)s::jsonb)
+-- The workflow's row with the range of its steps' ids (drawn first: migration 0018).
+INSERT INTO awa.workflows (name, metadata, first_step, last_step)
+VALUES (%(name)s, %(metadata)s::jsonb, %(first_step)s, %(last_step)s)
 ON CONFLICT DO NOTHING
 RETURNING id, name, state, created_at, finished_at, counts, metadata;
 
@@ -29,8 +40,9 @@ LIMIT %(limit)s;
 -- name: wf_counts
 -- Steps per state of the workflows %(ids)s (a dead-lettered step as failed).
 SELECT x.workflow_id, x.state, sum(x.n)::int AS n FROM (
-    SELECT workflow_id, state::text AS state, count(*) AS n FROM awa.jobs
-    WHERE workflow_id = ANY (%(ids)s::bigint[]) GROUP BY workflow_id, state
+    SELECT j.workflow_id, j.state::text AS state, count(*) AS n
+    FROM awa.workflows AS w {{wf_steps_of_w}}
+    WHERE w.id = ANY (%(ids)s::bigint[]) GROUP BY j.workflow_id, j.state
     UNION ALL
     SELECT workflow_id, 'failed', count(*) FROM awa.dead_letters
     WHERE workflow_id = ANY (%(ids)s::bigint[]) GROUP BY workflow_id) AS x
@@ -38,21 +50,25 @@ GROUP BY x.workflow_id, x.state;
 
 -- name: wf_steps
 -- A workflow's steps in insertion order.
-SELECT * FROM awa.jobs WHERE workflow_id = %(id)s ORDER BY id;
+SELECT j.* FROM awa.workflows AS w {{wf_steps_of_w}}
+WHERE w.id = %(id)s ORDER BY j.id;
 
 -- name: wf_edges
 -- The edges between a workflow's steps (parent, child).
-SELECT d.parent_id, d.child_id FROM awa.jobs AS j
+SELECT d.parent_id, d.child_id FROM awa.workflows AS w {{wf_steps_of_w}}
 JOIN awa.job_dependencies AS d ON d.child_id = j.id
-WHERE j.workflow_id = %(id)s
+WHERE w.id = %(id)s
 ORDER BY d.child_id, d.parent_id;
 
 -- name: wf_cancel_steps
 -- Cancel every unfinished step of the workflow (a running handler is fenced by its lease).
-UPDATE awa.jobs SET state = 'cancelled', finalized_at = now(), heartbeat_at = NULL,
+UPDATE awa.jobs AS j SET state = 'cancelled', finalized_at = now(), heartbeat_at = NULL,
     deadline_at = NULL, callback_id = NULL, callback_timeout_at = NULL, callback_in_handler = false
-WHERE workflow_id = %(id)s AND state NOT IN ('completed', 'failed', 'cancelled')
-RETURNING *;
+FROM awa.workflows AS w
+WHERE w.id = %(id)s
+  AND j.id BETWEEN coalesce(w.first_step, 0) AND coalesce(w.last_step, 9223372036854775807)
+  AND j.workflow_id = w.id AND j.state NOT IN ('completed', 'failed', 'cancelled')
+RETURNING j.*;
 
 -- name: wf_mark
 -- A workflow's state set by an operator action: cancelled (finished now, counts kept) or
@@ -77,8 +93,11 @@ FROM (
                   LEFT JOIN awa.jobs AS p ON p.id = d.parent_id
                   WHERE d.child_id = c.id
                     AND (p.state IS NULL OR p.state <> 'completed')) AS pending
-    FROM awa.jobs AS c
-    WHERE c.workflow_id = %(id)s AND c.state IN ('failed', 'cancelled')
+    FROM awa.workflows AS w
+    JOIN awa.jobs AS c ON c.id BETWEEN coalesce(w.first_step, 0)
+                                   AND coalesce(w.last_step, 9223372036854775807)
+                      AND c.workflow_id = w.id
+    WHERE w.id = %(id)s AND c.state IN ('failed', 'cancelled')
 ) AS r
 WHERE j.id = r.id
 RETURNING j.id, j.state::text AS state, j.queue;
