@@ -51,31 +51,43 @@ def test_the_end_check_of_a_running_fan_out_reads_the_newest_step_first(dsn: str
     root, join = run.steps["root"].id, run.steps["join"].id
     middle = sorted(r.id for name, r in run.steps.items() if name not in ("root", "join"))
     with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute("UPDATE awa.jobs SET state = 'completed', finalized_at = now() WHERE id = %s",
-                     (root,))
+        conn.execute(
+            "UPDATE awa.jobs SET state = 'completed', finalized_at = now() WHERE id = %s", (root,)
+        )
         conn.execute(SQL["dep_settle"], {"ids": [root], "states": ["completed"]})
         for i in range(0, len(middle), 20):
-            conn.execute("UPDATE awa.jobs SET state = 'running' WHERE id = ANY (%s)",
-                         (middle[i : i + 20],))
+            conn.execute(
+                "UPDATE awa.jobs SET state = 'running' WHERE id = ANY (%s)", (middle[i : i + 20],)
+            )
         for i in range(0, len(middle) - 1, 20):
             done = middle[i : min(i + 20, len(middle) - 1)]
-            conn.execute("UPDATE awa.jobs SET state = 'completed', finalized_at = now()"
-                         " WHERE id = ANY (%s)", (done,))
+            conn.execute(
+                "UPDATE awa.jobs SET state = 'completed', finalized_at = now() WHERE id = ANY (%s)",
+                (done,),
+            )
         buffers, found = _probe_buffers(conn, run.id)
         assert found == join  # the newest unfinished step: the workflow is not over
         # the probe walks the range down from the join: a few pages. Planned as the planner
         # likes (a bitmap scan of the whole range, then a sort) it read them all: 160 here
         assert buffers <= 30, buffers
-        assert conn.execute("SELECT * FROM awa.workflow_finish(ARRAY[%s]::bigint[])",
-                            (run.id,)).fetchall() == []
+        assert (
+            conn.execute(
+                "SELECT * FROM awa.workflow_finish(ARRAY[%s]::bigint[])", (run.id,)
+            ).fetchall()
+            == []
+        )
         # the last step and the join finish: the check ends the workflow, counts and all
-        conn.execute("UPDATE awa.jobs SET state = 'completed', finalized_at = now()"
-                     " WHERE id = ANY (%s)", ([middle[-1], join],))
-        ended = conn.execute("SELECT * FROM awa.workflow_finish(ARRAY[%s]::bigint[])",
-                             (run.id,)).fetchall()
+        conn.execute(
+            "UPDATE awa.jobs SET state = 'completed', finalized_at = now() WHERE id = ANY (%s)",
+            ([middle[-1], join],),
+        )
+        ended = conn.execute(
+            "SELECT * FROM awa.workflow_finish(ARRAY[%s]::bigint[])", (run.id,)
+        ).fetchall()
         assert ended == [(run.id, "completed")]
-        assert conn.execute("SELECT counts FROM awa.workflows WHERE id = %s",
-                            (run.id,)).fetchone() == ({"completed": 2002},)
+        assert conn.execute(
+            "SELECT counts FROM awa.workflows WHERE id = %s", (run.id,)
+        ).fetchone() == ({"completed": 2002},)
 
 
 def test_a_workflow_row_keeps_the_range_of_its_steps(dsn: str) -> None:
@@ -85,8 +97,9 @@ def test_a_workflow_row_keeps_the_range_of_its_steps(dsn: str) -> None:
         client.insert(Noop(1))
         ids = sorted(r.id for r in run.steps.values())
         with psycopg.connect(dsn) as conn:
-            assert conn.execute("SELECT first_step, last_step FROM awa.workflows WHERE id = %s",
-                                (run.id,)).fetchone() == (ids[0], ids[-1])
+            assert conn.execute(
+                "SELECT first_step, last_step FROM awa.workflows WHERE id = %s", (run.id,)
+            ).fetchone() == (ids[0], ids[-1])
         assert sorted(r.id for r in client.get_workflow(run.id).steps.values()) == ids
 
 
@@ -95,8 +108,10 @@ def test_a_workflow_without_a_range_is_read_over_the_whole_table(dsn: str) -> No
     with awa.Client(dsn) as client:
         run = client.insert_workflow(graph(3))
         with psycopg.connect(dsn) as conn:
-            conn.execute("UPDATE awa.workflows SET first_step = NULL, last_step = NULL"
-                         " WHERE id = %s", (run.id,))
+            conn.execute(
+                "UPDATE awa.workflows SET first_step = NULL, last_step = NULL WHERE id = %s",
+                (run.id,),
+            )
         got = client.get_workflow(run.id)
         assert set(got.steps) == {"root", "s0", "s1", "s2", "join"}
         assert got.counts == {"available": 1, "blocked": 4}
