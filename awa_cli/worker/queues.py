@@ -36,6 +36,16 @@ CLAIM_AHEAD_BELOW = 0.005
 start to result) is below this, so a job claimed ahead waits about that long at most."""
 AVERAGE_WEIGHT = 0.1  # each attempt's weight in that moving average
 
+FINALIZE_BACKLOG = 512
+"""Results waiting to be finalised (worker-wide) at which the runners stop claiming. A slot
+frees when its handler returns, before its result commits: while finalising stalls (a lock, a
+slow statement, a database in trouble) the runners would otherwise claim on, every claimed
+job ``running`` and heartbeated until its result commits. The worker's held jobs then grew
+without bound (380,000 in a 1,000,000-job drain), the heartbeat of all of them outlasted the
+heartbeat staleness, and the leader rescued jobs that had already run: run twice. Normally a
+few dozen results wait (a flush commits up to 512 at once)."""
+BACKLOG_POLL = 0.05  # seconds between looks at the backlog while claims wait for it
+
 
 @dataclass(frozen=True)
 class QueueSpec:
@@ -63,6 +73,7 @@ class QueueRunner:
         self.claims = 0
         self.ready = asyncio.Event()  # set after the first successful claim round
         self.failing = False  # in error backoff: the last claim round failed
+        self.backlogged = False  # claims paused: too many results wait to be finalised
         # ... because the database could not be reached (a restart, a failover): the worker
         # stays healthy for the watchdog then, since a restart would only kill live handlers
         self.unreachable = False
@@ -128,7 +139,9 @@ class QueueRunner:
                 # iteration free theirs too, and one claim fills them all.
                 await asyncio.sleep(0)
             room = self.free - len(self.ahead)
-            if room > 0 or (self._has_work and self.ahead_room > 0):
+            if self._backlogged():
+                timeout = BACKLOG_POLL  # claim again once finalising catches up
+            elif room > 0 or (self._has_work and self.ahead_room > 0):
                 try:
                     requested = max(0, room) + (self.ahead_room if self._has_work else 0)
                     claim_began = time.monotonic()
@@ -156,6 +169,29 @@ class QueueRunner:
                 await asyncio.wait_for(self._wake.wait(), timeout=timeout)
             except TimeoutError:
                 pass
+
+    def _backlogged(self) -> bool:
+        """Too many results wait to be finalised: claim nothing until they commit (said once
+        per episode, at WARNING, and when it ends)."""
+        waiting = self.context.finalizing()
+        if waiting >= FINALIZE_BACKLOG:
+            if not self.backlogged:
+                self.backlogged = True
+                log.warning(
+                    "queue %s: %d results wait to be finalised; claiming paused until they commit",
+                    self.spec.name,
+                    waiting,
+                    extra={"action": "claims_paused", "queue": self.spec.name, "waiting": waiting},
+                )
+            return True
+        if self.backlogged:
+            self.backlogged = False
+            log.info(
+                "queue %s: results finalised; claiming again",
+                self.spec.name,
+                extra={"action": "claims_resumed", "queue": self.spec.name},
+            )
+        return False
 
     def _claim_ok(self) -> None:
         if self.failing:

@@ -165,6 +165,7 @@ class Worker:
                 waited=waited,
             ),
             submit=self._submit_result,
+            finalizing=lambda: self.finalizer.in_flight,
             lost=self.running.discard,
             is_stopping=self._stopping.is_set,
             recheck_claims=functools.partial(recheck, self.claim_pool),

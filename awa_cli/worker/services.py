@@ -218,6 +218,7 @@ class RunnerContext:
     started: Callable[[JobRow], None]  # the claim committed: dispatch Started
     execute: Callable[[JobRow, float], Awaitable[AttemptResult]]  # row, seconds since its claim
     submit: Callable[[AttemptResult], None]  # to the finalizer
+    finalizing: Callable[[], int]  # results submitted, not yet finalised (worker-wide)
     lost: Callable[[int], None]  # executing failed inside awa: forget the job
     is_stopping: Callable[[], bool]
     recheck_claims: Callable[[], Awaitable[None]]  # after a failed claim

@@ -37,6 +37,7 @@ def _runner(claims: list[float], poll: float) -> tuple[QueueRunner, list[bool]]:
         started=lambda row: None,
         execute=None,  # type: ignore[arg-type]  # never called: nothing is claimed
         submit=lambda result: None,
+        finalizing=lambda: 0,
         lost=lambda job_id: None,
         is_stopping=lambda: stopping[0],
         recheck_claims=nothing,
