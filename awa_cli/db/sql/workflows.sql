@@ -2,14 +2,15 @@
 -- a workflow as a whole. A running workflow's counts are derived from its steps here; the row
 -- is written only when the workflow starts, ends, is cancelled or retried.
 
+-- fragment: wf_step_range
+-- The range of the workflow w's step ids (migration 0018): a walk of the primary key, not
+-- an index on workflow_id (there is none: every step's transition wrote an entry in it). A
+-- workflow inserted before 0018 by an older awa has no range: the whole table.
+BETWEEN coalesce(w.first_step, 0) AND coalesce(w.last_step, 9223372036854775807)
+
 -- fragment: wf_steps_of_w
--- The steps of the workflow w, by the range of their ids (migration 0018): a walk of the
--- primary key, not an index on workflow_id (there is none: every step's transition wrote
--- an entry in it).
--- (a workflow inserted before 0018 by an older awa has no range: the whole table)
-JOIN awa.jobs AS j ON j.id BETWEEN coalesce(w.first_step, 0)
-                               AND coalesce(w.last_step, 9223372036854775807)
-                  AND j.workflow_id = w.id
+-- The steps of the workflow w, by the range of their ids.
+JOIN awa.jobs AS j ON j.id {{wf_step_range}} AND j.workflow_id = w.id
 
 -- name: wf_insert
 -- The workflow's row with the range of its steps' ids (drawn first: migration 0018).
@@ -66,7 +67,7 @@ UPDATE awa.jobs AS j SET state = 'cancelled', finalized_at = now(), heartbeat_at
     deadline_at = NULL, callback_id = NULL, callback_timeout_at = NULL, callback_in_handler = false
 FROM awa.workflows AS w
 WHERE w.id = %(id)s
-  AND j.id BETWEEN coalesce(w.first_step, 0) AND coalesce(w.last_step, 9223372036854775807)
+  AND j.id {{wf_step_range}}
   AND j.workflow_id = w.id AND j.state NOT IN ('completed', 'failed', 'cancelled')
 RETURNING j.*;
 
@@ -94,9 +95,7 @@ FROM (
                   WHERE d.child_id = c.id
                     AND (p.state IS NULL OR p.state <> 'completed')) AS pending
     FROM awa.workflows AS w
-    JOIN awa.jobs AS c ON c.id BETWEEN coalesce(w.first_step, 0)
-                                   AND coalesce(w.last_step, 9223372036854775807)
-                      AND c.workflow_id = w.id
+    JOIN awa.jobs AS c ON c.id {{wf_step_range}} AND c.workflow_id = w.id
     WHERE w.id = %(id)s AND c.state IN ('failed', 'cancelled')
 ) AS r
 WHERE j.id = r.id
